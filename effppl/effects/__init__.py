@@ -1,0 +1,13 @@
+"""`effppl.effects`: algebraic effect handlers for JAX, compiled away into plain jaxprs.
+
+A general effect library (state, exceptions, nondeterminism, ...) with no probabilistic
+programming in it. See DESIGN §1 and the paper "Handling JAX" (§3–§5, App. A–B).
+"""
+
+from ._errors import EffectError, UnhandledEffectError, UnsupportedHandlerError
+from ._primitives import Operation, handle
+from ._api import eliminate, make_jaxpr
+from . import rules as _rules  # noqa: F401  (registers the translation rules)
+
+__all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "EffectError",
+           "UnhandledEffectError", "UnsupportedHandlerError"]

@@ -1,0 +1,60 @@
+"""`eliminate` and `make_jaxpr`: the user-facing entry points of the translator."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+
+from . import _compat
+from ._translate import eliminate_jaxpr
+
+
+def _trace(f, args, kwargs):
+    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat(*xs):
+        a, kw = jax.tree_util.tree_unflatten(in_tree, xs)
+        return f(*a, **kw)
+
+    closed, consts, out_tree = _compat.trace_to_jaxpr(
+        flat, [_compat.abstractify(x) for x in leaves], getattr(f, "__name__", "f"))
+    return closed, consts, leaves, out_tree
+
+
+def eliminate(f: Callable) -> Callable:
+    """`f` with every handler compiled away.
+
+    Traces `f` to a jaxpr, translates it (paper §4–§5) into a plain jaxpr with no effect
+    primitive, and evaluates that. The result is jit/grad/vmap-able. Use under `jax.jit` to
+    translate once per input shape.
+
+    **Raises:** `UnhandledEffectError` naming an operation no handler handles;
+    `UnsupportedHandlerError` for a clause the translation cannot compile away.
+    """
+    @functools.wraps(f)
+    def eliminated(*args, **kwargs):
+        closed, consts, leaves, out_tree = _trace(f, args, kwargs)
+        out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
+        return jax.tree_util.tree_unflatten(out_tree, out)
+
+    return eliminated
+
+
+def make_jaxpr(f: Callable) -> Callable:
+    """`make_jaxpr(f)(*args)`: the translated `ClosedJaxpr` of `f` at these arguments.
+
+    It contains no effect primitive and no effects; its inputs are the flattened arguments.
+    """
+    @functools.wraps(f)
+    def make(*args, **kwargs):
+        def flat(*xs):
+            a, kw = jax.tree_util.tree_unflatten(in_tree, xs)
+            return jax.tree_util.tree_leaves(f(*a, **kw))
+
+        leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+        closed = _compat.trace_to_closed_jaxpr(flat, leaves, getattr(f, "__name__", "f"))
+        return eliminate_jaxpr(closed)
+
+    return make

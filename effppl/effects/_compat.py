@@ -1,0 +1,113 @@
+"""Every use of JAX internals (`jax._src`) in effppl lives here, so a JAX upgrade touches one file."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+from jax._src import ad_checkpoint as _ad_checkpoint
+from jax._src import api_util as _api_util
+from jax._src import core as _core
+from jax._src import custom_derivatives as _custom_derivatives
+from jax._src import effects as _effects
+from jax._src import pjit as _pjit
+from jax._src import source_info_util as _source_info_util
+from jax._src.interpreters import ad, batching, mlir
+from jax._src.interpreters import partial_eval as pe
+from jax._src.lax.control_flow import conditionals as _conditionals
+from jax._src.lax.control_flow import loops as _loops
+from jax._src.tree_util import FlatTree as _FlatTree
+
+Primitive = _core.Primitive
+ClosedJaxpr = _core.ClosedJaxpr
+Jaxpr = _core.Jaxpr
+Literal = _core.Literal
+ShapedArray = _core.ShapedArray
+Effect = _core.Effect
+jaxprs_in_params = _core.jaxprs_in_params
+jaxpr_as_fun = _core.jaxpr_as_fun
+eval_jaxpr = _core.eval_jaxpr
+typeof = _core.typeof
+
+jit_p = _pjit.jit_p
+closed_call_p = _core.closed_call_p
+call_p = _core.call_p
+remat_p = _ad_checkpoint.remat_p
+custom_jvp_call_p = _custom_derivatives.custom_jvp_call_p
+custom_vjp_call_p = _custom_derivatives.custom_vjp_call_p
+cond_p = _conditionals.cond_p
+scan_p = _loops.scan_p
+while_p = _loops.while_p
+
+__all__ = [
+    "ad", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
+    "Effect", "register_effect_type", "trace_to_jaxpr", "bind_eqn", "summarize_source",
+]
+
+
+def register_effect_type(effect_type: type) -> None:
+    """Allow `effect_type` inside control flow, custom derivatives, remat and lowering."""
+    for type_set in (_effects.control_flow_allowed_effects,
+                     _effects.custom_derivatives_allowed_effects,
+                     _effects.remat_allowed_effects,
+                     _effects.lowerable_effects):
+        type_set.add_type(effect_type)
+
+
+def abstractify(x: Any) -> ShapedArray:
+    """The unweakened `ShapedArray` of an array, tracer, `ShapeDtypeStruct` or aval."""
+    if isinstance(x, ShapedArray):
+        return ShapedArray(x.shape, x.dtype)
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return ShapedArray(x.shape, x.dtype)
+    aval = _core.typeof(x)
+    return ShapedArray(aval.shape, aval.dtype)
+
+
+def trace_to_jaxpr(fn: Callable, args: Sequence[Any], name: str):
+    """Trace `fn(*args)` (args: pytrees of avals) with closure conversion.
+
+    **Returns:** `(closed_jaxpr, consts, out_tree)`: the jaxpr takes the closed-over values
+    `consts` (tracers of an enclosing trace, or arrays) as its leading inputs, then the flattened
+    args; `out_tree` is the treedef of `fn`'s result.
+    """
+    args = tuple(args)
+    debug = _api_util.debug_info(name, fn, args, {})
+    out_tree_box = []
+
+    def flat_fn(*a, **kw):
+        out = fn(*a, **kw)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        out_tree_box.append(tree)
+        return leaves
+
+    avals = _FlatTree.flatten((args, {}))
+    closed, _ = pe.trace_to_jaxpr(flat_fn, avals, debug)
+    lifted, consts = pe.separate_consts(closed)
+    return lifted, list(consts), out_tree_box[0]
+
+
+def trace_to_closed_jaxpr(fn: Callable, avals: Sequence[Any], name: str) -> ClosedJaxpr:
+    """Trace `fn(*flat_args) -> list of arrays` at `avals`; closed-over values stay as consts."""
+    avals = [abstractify(a) for a in avals]
+    debug = _api_util.debug_info(name, fn, tuple(avals), {})
+    closed, _ = pe.trace_to_jaxpr(lambda *a: list(fn(*a)), _FlatTree.flatten((tuple(avals), {})),
+                                  debug)
+    return closed
+
+
+def bind_eqn(eqn, invals):
+    """Re-emit `eqn` unchanged on `invals` in the current trace; returns the list of outputs."""
+    bind_params = eqn.primitive.get_bind_params(eqn.params)
+    with _source_info_util.user_context(eqn.source_info.traceback,
+                                        name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
+        out = eqn.primitive.bind(*invals, **bind_params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def summarize_source(source_info) -> str:
+    """`file:line` of where an equation was traced, for error messages."""
+    try:
+        return _source_info_util.summarize(source_info)
+    except Exception:  # pragma: no cover - best effort only
+        return "<unknown location>"

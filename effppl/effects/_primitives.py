@@ -1,0 +1,459 @@
+"""Operations, handlers and the three primitives that stage them into jaxprs.
+
+* `perform_p` performs an operation: params `op`, `in_tree`, `static`.
+* `handle_p` installs a handler around a body jaxpr: params `body` and `spec` (a `HandlerSpec`
+  holding one traced clause jaxpr per operation site found in the body, and the return jaxpr).
+* `resume_p` stands for a call of `resume` inside a traced clause.
+
+Everything is traced when `handle(...)` is called, in the user's trace, so clauses may close over
+traced values (closure conversion, as `lax.cond` does); the translator (`_translate.py`) then
+compiles the handlers away. Paper §3 (the calculus) and §6 (implementation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from . import _compat
+from ._compat import abstractify
+from ._errors import EffectError, UnhandledEffectError, UnsupportedHandlerError
+
+# --------------------------------------------------------------------------------------------
+# Effects: the effect set of a jaxpr says, for free, which operations are still unhandled in it.
+
+
+@dataclasses.dataclass(frozen=True)
+class OpEffect(_compat.Effect):
+    """The effect of performing `op`."""
+
+    op: "Operation"
+
+
+class HandleEffect(_compat.Effect):
+    """Marks a jaxpr that still contains a handler to compile away."""
+
+    def __repr__(self):
+        return "Handle"
+
+
+class ResumeEffect(_compat.Effect):
+    """Marks a clause jaxpr that calls `resume`."""
+
+    def __repr__(self):
+        return "Resume"
+
+
+HANDLE_EFFECT = HandleEffect()
+RESUME_EFFECT = ResumeEffect()
+for _t in (OpEffect, HandleEffect, ResumeEffect):
+    _compat.register_effect_type(_t)
+
+
+def in_play(effects) -> bool:
+    """Whether a jaxpr with these effects still needs translating."""
+    return any(isinstance(e, (OpEffect, HandleEffect, ResumeEffect)) for e in effects)
+
+
+# --------------------------------------------------------------------------------------------
+# Operations
+
+
+class Operation:
+    """An effect operation, performed by calling it.
+
+    **Arguments:**
+    - `name`: for error messages and printed jaxprs.
+    - `out`: `out(*abstract_args, **static) -> pytree of jax.ShapeDtypeStruct`, the result type
+      of performing the operation on arguments of these types (`()` for no result).
+
+    Calling `op(*args, **static)` performs it: `args` are pytrees of arrays, `static` keyword
+    arguments must be hashable and reach the clause as keyword arguments.
+
+    **Raises:** `UnhandledEffectError` when performed (or translated) with no handler for it.
+
+    **Example:**
+    ```python
+    get = Operation("get", out=lambda: jax.ShapeDtypeStruct((), jnp.float32))
+    ```
+    """
+
+    def __init__(self, name: str, out: Callable[..., Any]):
+        if not callable(out):
+            raise TypeError(f"effppl.effects.Operation({name!r}, out=...) expected a callable "
+                            f"giving the result type, but got {out!r}.")
+        self.name = name
+        self.out = out
+
+    def __repr__(self):
+        return f"Operation({self.name!r})"
+
+    def __call__(self, *args, **static):
+        leaves, in_tree = jax.tree_util.tree_flatten(args)
+        leaves = [x if isinstance(x, jax.core.Tracer) else jnp.asarray(x) for x in leaves]
+        static_items = tuple(sorted(static.items()))
+        try:
+            hash(static_items)
+        except TypeError:
+            raise TypeError(f"Static keyword arguments of operation `{self.name}` must be hashable, "
+                            f"but got {static!r}.") from None
+        out_tree, _ = self.result_type(in_tree, tuple(abstractify(x) for x in leaves), static_items)
+        outs = perform_p.bind(*leaves, op=self, in_tree=in_tree, static=static_items)
+        return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    def result_type(self, in_tree, in_avals, static):
+        """`(out_tree, out_avals)` of performing on flattened arguments of types `in_avals`."""
+        return _result_type(self, in_tree, tuple(in_avals), static)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_type(op, in_tree, in_avals, static):
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
+    args = jax.tree_util.tree_unflatten(in_tree, structs)
+    out = op.out(*args, **dict(static))
+    leaves, out_tree = jax.tree_util.tree_flatten(out)
+    return out_tree, tuple(abstractify(x) for x in leaves)
+
+
+class SiteKey(NamedTuple):
+    """Identifies one kind of perform: operation, argument structure and types, static kwargs."""
+
+    op: Operation
+    in_tree: Any
+    in_avals: tuple
+    static: tuple
+
+
+def site_key(eqn) -> SiteKey:
+    avals = tuple(abstractify(v.aval) for v in eqn.invars)
+    return SiteKey(eqn.params["op"], eqn.params["in_tree"], avals, eqn.params["static"])
+
+
+perform_p = _compat.Primitive("perform")
+perform_p.multiple_results = True
+
+
+def _perform_abstract_eval(*avals, op, in_tree, static):
+    _, out_avals = op.result_type(in_tree, tuple(abstractify(a) for a in avals), static)
+    return list(out_avals), {OpEffect(op)}
+
+
+def _perform_unhandled(*args, op, in_tree, static, **_):
+    raise UnhandledEffectError(
+        f"Operation `{op.name}` was performed outside of any handler for it. Wrap the computation "
+        f"in `effppl.effects.handle(..., clauses={{{op.name}: ...}})`.")
+
+
+def _perform_jvp(primals, tangents, *, op, **_):
+    raise UnsupportedHandlerError(
+        f"Operation `{op.name}` is performed under `jax.grad`/`jax.jvp` *inside* a handled region; "
+        f"differentiate the handled function from outside instead (`jax.grad(handle(...))`).")
+
+
+def _perform_batch(args, dims, *, op, in_tree, static):
+    rule = getattr(op, "batch_rule", None)
+    if rule is None:
+        raise UnsupportedHandlerError(
+            f"Operation `{op.name}` is performed under `jax.vmap` *inside* a handled region, and "
+            f"it declares no `batch_rule`; apply `jax.vmap` outside the handler instead.")
+    return rule(args, dims, in_tree=in_tree, static=static)
+
+
+perform_p.def_effectful_abstract_eval(_perform_abstract_eval)
+perform_p.def_impl(_perform_unhandled)
+_compat.ad.primitive_jvps[perform_p] = _perform_jvp
+_compat.batching.primitive_batchers[perform_p] = _perform_batch
+_compat.mlir.register_lowering(perform_p, _perform_unhandled)
+
+resume_p = _compat.Primitive("resume")
+resume_p.multiple_results = True
+
+
+def _resume_abstract_eval(*avals, answer_avals):
+    return list(answer_avals), {RESUME_EFFECT}
+
+
+def _resume_outside(*args, **_):
+    raise EffectError("`resume` was called outside of the handler clause that received it.")
+
+
+resume_p.def_effectful_abstract_eval(_resume_abstract_eval)
+resume_p.def_impl(_resume_outside)
+_compat.mlir.register_lowering(resume_p, _resume_outside)
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers
+
+
+class Clause(NamedTuple):
+    """One clause traced for one site: `jaxpr(consts..., params..., args...) -> answer`."""
+
+    jaxpr: Any          # ClosedJaxpr
+    consts: slice       # where its closed-over values sit among the frame's consts
+    kind: str           # "tail" | "abortive" | "general"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HandlerSpec:
+    """The static part of one installed handler (hashable by identity)."""
+
+    name: str
+    ops: frozenset
+    clauses: dict        # SiteKey -> Clause
+    ret: Any             # ClosedJaxpr(ret_consts..., params..., body outs...) -> answer, or None
+    ret_consts: slice
+    n_params: int
+    answer_avals: tuple
+
+    def jaxprs(self):
+        yield from (c.jaxpr for c in self.clauses.values())
+        if self.ret is not None:
+            yield self.ret
+
+    def __repr__(self):
+        return f"HandlerSpec({self.name})"
+
+
+handle_p = _compat.Primitive("handle")
+handle_p.multiple_results = True
+
+
+def _handle_effects(body, spec):
+    handled = {OpEffect(op) for op in spec.ops}
+    effs = {e for e in body.effects if e not in handled}
+    for j in spec.jaxprs():
+        effs |= {e for e in j.effects if e is not RESUME_EFFECT}
+    return effs | {HANDLE_EFFECT}
+
+
+def _handle_abstract_eval(*avals, body, spec, n_body_consts, n_frame_consts):
+    return list(spec.answer_avals), _handle_effects(body, spec)
+
+
+def _eliminated(params, avals):
+    from ._translate import eliminate_jaxpr  # the translator depends on this module
+    return _eliminated_cached(tuple(sorted(params.items(), key=lambda kv: kv[0])),
+                              tuple(abstractify(a) for a in avals), eliminate_jaxpr)
+
+
+@functools.lru_cache(maxsize=256)
+def _eliminated_cached(params, avals, eliminate_jaxpr):
+    params = dict(params)
+    closed, _, _ = _compat.trace_to_jaxpr(lambda *a: handle_p.bind(*a, **params), avals, "handle")
+    return eliminate_jaxpr(closed)
+
+
+def _check_closed(eqn_effects, what):
+    leftover = [e for e in eqn_effects if isinstance(e, OpEffect)]
+    if leftover:
+        names = ", ".join(sorted(e.op.name for e in leftover))
+        raise UnsupportedHandlerError(
+            f"A handler is used under {what} while its body performs `{names}`, handled further out; "
+            f"apply {what} outside the outermost handler instead.")
+
+
+def _handle_impl(*args, **params):
+    return _compat.jaxpr_as_fun(_eliminated(params, args))(*args)
+
+
+def _handle_jvp(primals, tangents, **params):
+    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.grad`/`jax.jvp`")
+    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
+    fun = _compat.jaxpr_as_fun(_eliminated(params, primals))
+    return jax.jvp(lambda *a: fun(*a), tuple(primals), tuple(tangents))
+
+
+def _handle_batch(args, dims, **params):
+    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.vmap`")
+    avals = [abstractify(a) if d is None else
+             _compat.ShapedArray(tuple(s for i, s in enumerate(a.shape) if i != d), a.dtype)
+             for a, d in zip(args, dims)]
+    fun = _compat.jaxpr_as_fun(_eliminated(params, avals))
+    outs = jax.vmap(lambda *a: fun(*a), in_axes=tuple(dims))(*args)
+    return outs, [0] * len(outs)
+
+
+def _handle_lowering(ctx, *args, **params):
+    fun = _compat.jaxpr_as_fun(_eliminated(params, ctx.avals_in))
+    return _compat.mlir.lower_fun(lambda *a: fun(*a), multiple_results=True)(ctx, *args)
+
+
+handle_p.def_effectful_abstract_eval(_handle_abstract_eval)
+handle_p.def_impl(_handle_impl)
+_compat.ad.primitive_jvps[handle_p] = _handle_jvp
+_compat.batching.primitive_batchers[handle_p] = _handle_batch
+_compat.mlir.register_lowering(handle_p, _handle_lowering)
+
+
+def _perform_sites(jaxpr, ops, found):
+    """Collect the `SiteKey`s of every perform of `ops` anywhere inside `jaxpr` (at any depth,
+    including inside nested handlers' clauses)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is perform_p and eqn.params["op"] in ops:
+            found.setdefault(site_key(eqn), eqn)
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            _perform_sites(sub, ops, found)
+        if eqn.primitive is handle_p:
+            for sub in eqn.params["spec"].jaxprs():
+                _perform_sites(sub.jaxpr, ops, found)
+    return found
+
+
+def _count_resumes(jaxpr):
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive is resume_p
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            n += _count_resumes(sub)
+        if eqn.primitive is handle_p:
+            n += sum(_count_resumes(j.jaxpr) for j in eqn.params["spec"].jaxprs())
+    return n
+
+
+def classify_clause(closed) -> str:
+    """`"tail"` if the clause ends by returning `resume(...)` (called exactly once, nothing
+    effectful after it), `"abortive"` if it never resumes, `"general"` otherwise (paper §5)."""
+    jaxpr = closed.jaxpr
+    n = _count_resumes(jaxpr)
+    if n == 0:
+        return "abortive"
+    tops = [i for i, e in enumerate(jaxpr.eqns) if e.primitive is resume_p]
+    if n == 1 and len(tops) == 1:
+        i = tops[0]
+        eqn = jaxpr.eqns[i]
+        after_pure = all(not in_play(e.effects) for e in jaxpr.eqns[i + 1:])
+        if after_pure and list(jaxpr.outvars) == list(eqn.outvars):
+            return "tail"
+    return "general"
+
+
+def _same_types(tree_a, avals_a, tree_b, avals_b):
+    return tree_a == tree_b and [(a.shape, a.dtype) for a in avals_a] == \
+        [(b.shape, b.dtype) for b in avals_b]
+
+
+def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callable] | None = None,
+           ret: Callable | None = None) -> Callable:
+    """Install a handler around `body`; returns the handled function.
+
+    **Arguments:**
+    - `body`: the computation; `handle(body, ...)(*args, **kwargs)` runs `body(*args, **kwargs)`.
+      It may close over traced values.
+    - `params`: a pytree of arrays, the initial handler parameter.
+    - `clauses`: `{op: clause}` with `clause(params, *op_args, resume, **static)` returning the
+      handler's output; `resume(new_params, value)` runs the rest of the handled computation
+      (re-handled, with the new parameter) and returns its output.
+    - `ret`: `ret(params, result)`, the return clause; default returns `result`.
+
+    **Returns:** a function whose output has the type of `ret(params, body(...))`. It works eagerly
+    and under `jax.jit`/`grad`/`vmap` applied outside it (the handler is compiled away first).
+
+    **Raises:** `TypeError` when a clause's result or `resume`'s arguments have the wrong type
+    (naming the operation); the translator raises `UnhandledEffectError` /
+    `UnsupportedHandlerError`.
+
+    **Example:**
+    ```python
+    handled = handle(lambda: get() * 2, params=jnp.float32(1.0),
+                     clauses={get: lambda p, resume: resume(p, p)})
+    ```
+
+    **References:** paper §3 (the `handle` construct), §6 (effecax's interface).
+    """
+    clauses = dict(clauses or {})
+    for op, clause in clauses.items():
+        if not isinstance(op, Operation) or not callable(clause):
+            raise TypeError(f"effppl.effects.handle(..., clauses=...) expected a mapping from "
+                            f"Operation to callable clause, but got {op!r}: {clause!r}.")
+    name = getattr(body, "__name__", "body")
+
+    @functools.wraps(body)
+    def handled(*args, **kwargs):
+        return _bind_handle(body, name, params, clauses, ret, args, kwargs)
+
+    return handled
+
+
+def _bind_handle(body, name, params, clauses, ret, args, kwargs):
+    p_leaves, p_tree = jax.tree_util.tree_flatten(params)
+    p_avals = [abstractify(x) for x in p_leaves]
+    arg_leaves, arg_tree = jax.tree_util.tree_flatten((args, kwargs))
+    arg_avals = [abstractify(x) for x in arg_leaves]
+
+    def body_flat(*leaves):
+        a, kw = jax.tree_util.tree_unflatten(arg_tree, leaves)
+        return body(*a, **kw)
+
+    body_jaxpr, body_consts, body_tree = _compat.trace_to_jaxpr(body_flat, arg_avals, name)
+    body_avals = list(body_jaxpr.out_avals)
+    p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)
+    r_struct = jax.tree_util.tree_unflatten(body_tree, body_avals)
+    frame_consts = []
+    if ret is None:
+        ret_jaxpr, answer_tree, answer_avals = None, body_tree, tuple(body_avals)
+        ret_slice = slice(0, 0)
+    else:
+        ret_jaxpr, ret_consts, answer_tree = _compat.trace_to_jaxpr(ret, (p_struct, r_struct),
+                                                                    f"{name}.ret")
+        answer_avals = tuple(ret_jaxpr.out_avals)
+        ret_slice = slice(0, len(ret_consts))
+        frame_consts += ret_consts
+
+    traced = {}
+    ops = frozenset(clauses)
+    for key in _perform_sites(body_jaxpr.jaxpr, ops, {}):
+        clause_jaxpr, consts = _trace_clause(clauses[key.op], key, p_tree, p_avals, answer_tree,
+                                             answer_avals)
+        start = len(frame_consts)
+        frame_consts += consts
+        traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)),
+                             classify_clause(clause_jaxpr))
+    spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
+    outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
+                         spec=spec, n_body_consts=len(body_consts),
+                         n_frame_consts=len(frame_consts))
+    return jax.tree_util.tree_unflatten(answer_tree, outs)
+
+
+def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
+    op = key.op
+    out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
+
+    def resume(new_params, value):
+        np_leaves, np_tree = jax.tree_util.tree_flatten(new_params)
+        v_leaves, v_tree = jax.tree_util.tree_flatten(value)
+        np_avals = [abstractify(x) for x in np_leaves]
+        v_avals = [abstractify(x) for x in v_leaves]
+        if not _same_types(np_tree, np_avals, p_tree, p_avals):
+            raise TypeError(f"The clause for operation `{op.name}` called resume with parameters "
+                            f"of type {np_tree.unflatten(np_avals)}, but the handler's parameters "
+                            f"have type {p_tree.unflatten(p_avals)}.")
+        if not _same_types(v_tree, v_avals, out_tree, out_avals):
+            v_leaves = [jnp.asarray(x, a.dtype) for x, a in zip(v_leaves, out_avals)] \
+                if len(v_leaves) == len(out_avals) and v_tree == out_tree else None
+            if v_leaves is None or any(jnp.shape(x) != a.shape for x, a in zip(v_leaves, out_avals)):
+                raise TypeError(f"The clause for operation `{op.name}` resumed with a value of type "
+                                f"{v_tree.unflatten(v_avals)}, but `{op.name}` returns "
+                                f"{out_tree.unflatten(out_avals)}.")
+        outs = resume_p.bind(*np_leaves, *v_leaves, answer_avals=answer_avals)
+        return jax.tree_util.tree_unflatten(answer_tree, outs)
+
+    def clause_flat(p, args):
+        return clause(p, *args, resume=resume, **dict(key.static))
+
+    p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)
+    a_struct = jax.tree_util.tree_unflatten(key.in_tree, list(key.in_avals))
+    closed, consts, tree = _compat.trace_to_jaxpr(clause_flat, (p_struct, a_struct),
+                                                  f"clause of {op.name}")
+    if not _same_types(tree, closed.out_avals, answer_tree, answer_avals):
+        raise TypeError(f"The clause for operation `{op.name}` returned "
+                        f"{tree.unflatten(closed.out_avals)}, but the handler's output type is "
+                        f"{answer_tree.unflatten(list(answer_avals))} (the type of "
+                        f"`ret(params, body(...))`); end the clause with `return resume(...)` or "
+                        f"return a value of that type.")
+    return closed, consts

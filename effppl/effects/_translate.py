@@ -1,0 +1,269 @@
+"""The translator: compiles handlers away by re-tracing a jaxpr (paper §4, §5, App. B).
+
+The interpreter walks a jaxpr under a fresh trace and re-binds each equation. It carries
+
+* `H`, the handler context: a tuple of `Frame`s (innermost last), each a handler's static spec,
+  its *current* parameters (tracers of the output trace) and its closed-over values;
+* `K`, the continuation list: `Cont(fn)` entries, `RET` markers (one per frame of `H` above the
+  nearest `BARRIER`, paper's return clauses) and, at the bottom, a `BARRIER` where a region ends.
+
+Reaching a `BARRIER` returns the answer `(outs, H)` to whoever started the region. A region is a
+loop body, a `cond` branch, an inlined call, a handled body or a tail-resumptive clause. Every rule
+first tries to translate its region in place (tail-resumptive clauses only, no continuation
+materialised: the fast path, linear in program size). A general clause whose handler lies beyond
+the region's barrier raises `CrossesBarrier`; the region's rule then retries with the rest of the
+computation pushed in as a continuation (E-Call2/E-Cond2/E-Hop), or, for loops, rewrites the loop
+(abortive clauses, App. B.2) or reports the clause as unsupported.
+
+Rules are kept in one table keyed by primitive (`RULES`); a rule has the signature
+`rule(eqn, ins, H, K, resume, rest) -> (outs, H) | Done(answer)` where `rest(outs, H, K)` runs
+the remainder of the current jaxpr and then `K`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+from . import _compat
+from ._errors import UnhandledEffectError, UnsupportedHandlerError
+from ._primitives import (HandlerSpec, handle_p, in_play, perform_p, resume_p, site_key)
+
+
+class Frame(NamedTuple):
+    """One installed handler during translation."""
+
+    spec: HandlerSpec
+    params: tuple
+    consts: tuple
+
+
+class Cont(NamedTuple):
+    fn: Callable  # fn(outs, H, K) -> answer
+
+
+class _Marker:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+RET = _Marker("RET")
+BARRIER = _Marker("BARRIER")
+
+
+class Done(NamedTuple):
+    """A rule consumed the rest of the computation and produced the region's answer."""
+
+    answer: Any
+
+
+class CrossesBarrier(Exception):
+    """Internal: a clause needs a continuation that reaches past the current region."""
+
+    def __init__(self, key, kind, where):
+        super().__init__(key.op.name)
+        self.key, self.kind, self.where = key, kind, where
+
+
+RULES: dict = {}
+
+
+def register(*prims):
+    def deco(rule):
+        for p in prims:
+            RULES[p] = rule
+        return rule
+    return deco
+
+
+# --------------------------------------------------------------------------------------------
+# The interpreter
+
+
+def run(jaxpr, consts, args, H, K, resume=None, start=0, env=None):
+    """Translate `jaxpr` applied to `args` under handlers `H` and continuations `K`."""
+    if env is None:
+        env = {}
+        for v, x in zip(jaxpr.constvars, consts):
+            env[v] = x
+        for v, x in zip(jaxpr.invars, args):
+            env[v] = x
+
+    def read(v):
+        return v.val if isinstance(v, _compat.Literal) else env[v]
+
+    eqns = jaxpr.eqns
+    for i in range(start, len(eqns)):
+        eqn = eqns[i]
+        ins = [read(v) for v in eqn.invars]
+        rule = RULES.get(eqn.primitive)
+        if not in_play(eqn.effects):
+            outs = _compat.bind_eqn(eqn, ins)
+        elif rule is None:
+            raise UnsupportedHandlerError(
+                f"The primitive `{eqn.primitive}` contains effect operations still to handle "
+                f"({_ops_of(eqn.effects)}), but the translator has no rule for it (traced at "
+                f"{_compat.summarize_source(eqn.source_info)}).")
+        else:
+            rest = functools.partial(_rest, jaxpr, i, env, resume)
+            r = rule(eqn, ins, H, K, resume, rest)
+            if isinstance(r, Done):
+                return r.answer
+            outs, H = r
+        for v, x in zip(eqn.outvars, outs):
+            env[v] = x
+    return apply_k([read(v) for v in jaxpr.outvars], H, K)
+
+
+def _rest(jaxpr, i, env, resume, outs, H, K):
+    env = dict(env)
+    for v, x in zip(jaxpr.eqns[i].outvars, outs):
+        env[v] = x
+    return run(jaxpr, None, None, H, K, resume, start=i + 1, env=env)
+
+
+def apply_k(outs, H, K):
+    """Return `outs` to the continuation list `K` (rules E-Ret1..3)."""
+    while True:
+        top = K[-1]
+        if top is BARRIER:
+            return outs, H
+        if top is RET:
+            frame = H[-1]
+            ret = frame.spec.ret
+            if ret is None:
+                H, K = H[:-1], K[:-1]
+                continue
+            ins = [*frame.consts[frame.spec.ret_consts], *frame.params, *outs]
+            return run(ret.jaxpr, ret.consts, ins, H[:-1], K[:-1])
+        return top.fn(outs, H, K[:-1])
+
+
+def inline(run_region, H, K, rest):
+    """Translate a region in place; on a crossing clause, redo it with the rest pushed in."""
+    try:
+        return run_region(H, (BARRIER,))
+    except CrossesBarrier:
+        return Done(run_region(H, K + (Cont(rest),)))
+
+
+def frame_params(H):
+    return [x for f in H for x in f.params]
+
+
+def with_params(H, flat):
+    out, i = [], 0
+    for f in H:
+        n = len(f.params)
+        out.append(f._replace(params=tuple(flat[i:i + n])))
+        i += n
+    return tuple(out)
+
+
+def _ops_of(effects):
+    return ", ".join(sorted(f"`{e.op.name}`" for e in effects if hasattr(e, "op"))) or "handlers"
+
+
+def _ret_index(K, n_inner):
+    """Index in `K` of the return marker of the frame with `n_inner` frames inside it."""
+    seen = 0
+    for j in range(len(K) - 1, -1, -1):
+        if K[j] is BARRIER:
+            return None
+        if K[j] is RET:
+            if seen == n_inner:
+                return j
+            seen += 1
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# perform, handle, resume
+
+
+@register(perform_p)
+def _perform_rule(eqn, ins, H, K, resume, rest):
+    op = eqn.params["op"]
+    where = _compat.summarize_source(eqn.source_info)
+    i = next((i for i in range(len(H) - 1, -1, -1) if op in H[i].spec.ops), None)
+    if i is None:
+        raise UnhandledEffectError(
+            f"Operation `{op.name}` (performed at {where}) is not handled by any enclosing handler. "
+            f"Install one with `effppl.effects.handle(..., clauses={{{op.name}: ...}})`.")
+    frame, key = H[i], site_key(eqn)
+    clause = frame.spec.clauses[key]
+    clause_ins = [*frame.consts[clause.consts], *frame.params, *ins]
+    n_params = frame.spec.n_params
+
+    def resumed(vals, H_outer):
+        return H_outer + (frame._replace(params=tuple(vals[:n_params])),) + H[i + 1:]
+
+    if clause.kind == "tail":
+        try:
+            vals, H_outer = run(clause.jaxpr.jaxpr, clause.jaxpr.consts, clause_ins, H[:i],
+                                (BARRIER,), _resume_in_place)
+            return vals[n_params:], resumed(vals, H_outer)
+        except CrossesBarrier:
+            pass  # an operation of the clause needs the rest: translate it as a general clause
+    j = _ret_index(K, len(H) - 1 - i)
+    if j is None:
+        raise CrossesBarrier(key, "general" if clause.kind == "tail" else clause.kind, where)
+    K_outer, K_inner = K[:j], K[j:]
+
+    def resume_general(vals, H_cur, K_cur):
+        return rest(vals[n_params:], resumed(vals, H_cur), K_cur + K_inner)
+
+    return Done(run(clause.jaxpr.jaxpr, clause.jaxpr.consts, clause_ins, H[:i], K_outer,
+                    resume_general))
+
+
+def _resume_in_place(vals, H, K):
+    return vals, H
+
+
+@register(resume_p)
+def _resume_rule(eqn, ins, H, K, resume, rest):
+    if resume is None:
+        raise UnsupportedHandlerError(
+            f"`resume` is called inside a loop or a nested handler of a clause (traced at "
+            f"{_compat.summarize_source(eqn.source_info)}); call it at the clause's top level.")
+    return Done(resume(ins, H, K + (Cont(rest),)))
+
+
+@register(handle_p)
+def _handle_rule(eqn, ins, H, K, resume, rest):
+    p = eqn.params
+    spec, body = p["spec"], p["body"]
+    nb, nf = p["n_body_consts"], p["n_frame_consts"]
+    body_consts, frame_consts = ins[:nb], ins[nb:nb + nf]
+    params, args = ins[nb + nf:nb + nf + spec.n_params], ins[nb + nf + spec.n_params:]
+    frame = Frame(spec, tuple(params), tuple(frame_consts))
+
+    def run_body(H, K):
+        return run(body.jaxpr, body.consts, [*body_consts, *args], H + (frame,), K + (RET,))
+
+    return inline(run_body, H, K, rest)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def eliminate_jaxpr(closed):
+    """Translate a ClosedJaxpr (effectful) into an equivalent ClosedJaxpr with no handler or
+    operation left. Raises `UnhandledEffectError` / `UnsupportedHandlerError`."""
+    if not in_play(closed.effects):
+        return closed
+
+    def fn(*args):
+        outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
+        return outs
+
+    out = _compat.trace_to_closed_jaxpr(fn, closed.in_avals, "eliminate")
+    jaxpr, _ = _compat.pe.dce_jaxpr(out.jaxpr, [True] * len(out.jaxpr.outvars), instantiate=True)
+    return _compat.ClosedJaxpr(jaxpr, out.consts)

@@ -1,0 +1,193 @@
+"""`scan` and `while` (paper §5.1, App. B).
+
+* Tail-resumptive clauses are handled in place inside the loop body; the parameters of the
+  handlers in scope become extra loop carry (the *final continuation* of §5.1).
+* An abortive clause performed in the body is handled by rewriting the loop first (App. B.2): a
+  local handler records the operation's arguments and a flag and stops the iteration, the loop
+  condition also checks the flag, and after the loop the recorded operation is performed again,
+  outside the loop, where the outer handler aborts as usual. A `scan` is first rewritten as the
+  equivalent `while` for this.
+* An effectful `while` condition is moved into the body with a boolean carry (App. B.1).
+* Any other clause across a loop boundary raises `UnsupportedHandlerError`. A `while` is never
+  unrolled.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from .. import _compat
+from .._errors import UnsupportedHandlerError
+from .._primitives import handle, in_play
+from .._translate import BARRIER, CrossesBarrier, frame_params, inline, register, run, with_params
+
+
+def _cast(xs, avals):
+    """`xs` with exactly the (non-weak) dtypes of `avals`, so loop carries keep one type."""
+    def cast(x, aval):
+        have = _compat.typeof(x)
+        if have.dtype == aval.dtype and not getattr(have, "weak_type", False):
+            return x
+        return jax.lax.convert_element_type(x, aval.dtype)
+    return [cast(x, a) for x, a in zip(xs, avals)]
+
+
+def _param_avals(H):
+    return [_compat.abstractify(x) for x in frame_params(H)]
+
+
+def _translate_rewritten(program, ins, H, K, rest):
+    """Translate the effectful program `program(*ins)`, a rewrite of the current equation."""
+    closed = _compat.trace_to_closed_jaxpr(program, [_compat.abstractify(x) for x in ins],
+                                           "loop rewrite")
+    return inline(lambda H, K: run(closed.jaxpr, closed.consts, ins, H, K), H, K, rest)
+
+
+def _crossing(exc, eqn, rewrite, ins, H, K, rest):
+    if exc.kind == "abortive":
+        return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest)
+    raise UnsupportedHandlerError(
+        f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) is neither "
+        f"tail-resumptive nor abortive, and it would have to capture a continuation across the "
+        f"`{eqn.primitive}` loop traced at {_compat.summarize_source(eqn.source_info)}. Only "
+        f"clauses that end with `return resume(...)`, or that never resume, can be used across a "
+        f"loop boundary.") from None
+
+
+# --------------------------------------------------------------------------------------------
+# scan
+
+
+@register(_compat.scan_p)
+def _scan_rule(eqn, ins, H, K, resume, rest):
+    p = eqn.params
+    nc, ncarry, body = p["num_consts"], p["num_carry"], p["jaxpr"]
+    consts, init, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+    carry_avals, p_avals = body.in_avals[nc:nc + ncarry], _param_avals(H)
+
+    def step(carry, x):
+        c, params = carry
+        outs, H_out = run(body.jaxpr, body.consts, [*consts, *c, *x], with_params(H, params),
+                          (BARRIER,))
+        return ((_cast(outs[:ncarry], carry_avals), _cast(frame_params(H_out), p_avals)),
+                outs[ncarry:])
+
+    try:
+        (c, params), ys = jax.lax.scan(step, (init, frame_params(H)), xs, length=p["length"],
+                                       reverse=p["reverse"], unroll=p["unroll"])
+    except CrossesBarrier as exc:
+        return _crossing(exc, eqn, _scan_as_while, ins, H, K, rest)
+    return [*c, *ys], with_params(H, params)
+
+
+def _scan_as_while(eqn, key):
+    """The effectful program computing `eqn` (a scan) with a `while_loop`, for App. B.2."""
+    p = eqn.params
+    nc, ncarry, body, length = p["num_consts"], p["num_carry"], p["jaxpr"], p["length"]
+    y_avals = body.out_avals[ncarry:]
+
+    def program(*ins):
+        consts, init, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
+        ys0 = [jnp.zeros((length, *a.shape), a.dtype) for a in y_avals]
+
+        def step(state):
+            i, c, ys = state
+            t = length - 1 - i if p["reverse"] else i
+            outs = _compat.eval_jaxpr(body.jaxpr, body.consts, *consts, *c, *[x[t] for x in xs])
+            ys = [y.at[t].set(o) for y, o in zip(ys, outs[ncarry:])]
+            return i + 1, list(outs[:ncarry]), ys
+
+        _, c, ys = jax.lax.while_loop(lambda s: s[0] < length, step, (0, list(init), ys0))
+        return [*c, *ys]
+
+    return program
+
+
+# --------------------------------------------------------------------------------------------
+# while
+
+
+@register(_compat.while_p)
+def _while_rule(eqn, ins, H, K, resume, rest):
+    p = eqn.params
+    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    if in_play(cj.effects):
+        return _translate_rewritten(_effectful_cond_rewrite(eqn), ins, H, K, rest)
+    cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+    carry_avals, p_avals = bj.out_avals, _param_avals(H)
+
+    def cond(state):
+        return _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *state[0])[0]
+
+    def body(state):
+        c, params = state
+        outs, H_out = run(bj.jaxpr, bj.consts, [*bc, *c], with_params(H, params), (BARRIER,))
+        return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
+
+    try:
+        c, params = jax.lax.while_loop(cond, body, (list(init), frame_params(H)))
+    except CrossesBarrier as exc:
+        return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
+    return c, with_params(H, params)
+
+
+def _effectful_cond_rewrite(eqn):
+    """App. B.1: evaluate the condition once before the loop and at the end of each body."""
+    p = eqn.params
+    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+
+    def program(*ins):
+        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+
+        def test(c):
+            return _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *c)[0]
+
+        def step(state):
+            _, c = state
+            c = list(_compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c))
+            return test(c), c
+
+        _, c = jax.lax.while_loop(lambda s: s[0], step, (test(list(init)), list(init)))
+        return c
+
+    return program
+
+
+def _abortive_rewrite(eqn, key):
+    """App. B.2: stop the loop at the next condition check when `key`'s operation is performed,
+    then perform it again after the loop (where the outer handler aborts)."""
+    p = eqn.params
+    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    op = key.op
+
+    def program(*ins):
+        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        args0 = [jnp.zeros(a.shape, a.dtype) for a in key.in_avals]
+
+        def cond(state):
+            c, flag, _ = state
+            return jnp.logical_and(flag == 0, _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *c)[0])
+
+        def step(state):
+            c, _, args = state
+
+            def clause(params, *op_args, resume, **static):
+                leaves, tree = jax.tree_util.tree_flatten(op_args)
+                avals = tuple(_compat.abstractify(x) for x in leaves)
+                if (tree, avals, tuple(sorted(static.items()))) == \
+                        (key.in_tree, key.in_avals, key.static):
+                    return list(c), jnp.int32(1), leaves
+                return resume(params, op(*op_args, **static))
+
+            body = handle(lambda: list(_compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c)),
+                          clauses={op: clause}, ret=lambda _, r: (r, jnp.int32(0), list(args)))
+            return body()
+
+        c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), args0))
+
+        def again():
+            op(*jax.tree_util.tree_unflatten(key.in_tree, args), **dict(key.static))
+            return c
+
+        return jax.lax.cond(flag == 0, lambda: c, again)
+
+    return program
