@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 
+# Errors and source locations point at the user's code, not at effppl's own frames.
+_source_info_util.register_exclusion(__file__.rsplit("/effects/", 1)[0])
+
+
 def register_effect_type(effect_type: type) -> None:
     """Allow `effect_type` inside control flow, custom derivatives, remat and lowering."""
     for type_set in (_effects.control_flow_allowed_effects,

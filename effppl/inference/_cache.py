@@ -1,0 +1,116 @@
+"""Structural caching of compiled inference functions.
+
+The rule (``../shared/seeds/003_...``): a compiled function is looked up by *structure* — the model
+object, the pytree structure of the model arguments, their non-array leaves, and the sampler
+settings — and the arrays of the model arguments are *arguments* of the compiled function, never
+constants closed over in it. The array shapes and dtypes are then keyed by `jax.jit`'s own cache,
+so a second call with new data of the same shapes re-uses the executable: no re-trace, no
+re-translation of handlers, no XLA compilation.
+
+The functions built here close over hashable Python values and modules only, never arrays.
+"""
+
+import collections
+import dataclasses
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._errors import EffpplError
+
+__all__ = ["ArgsStructure", "split_args", "cached", "clear_cache"]
+
+
+class UnhashableArgumentError(EffpplError, TypeError):
+    """A model argument is neither an array nor hashable, so it cannot key a compiled function."""
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgsStructure:
+    """The static part of `(args, kwargs)`: pytree structure and the non-array leaves.
+
+    Array leaves (`jax.Array`, `numpy.ndarray`, numpy scalars) are *dynamic*: they are passed to the
+    compiled functions as arguments. Every other leaf (Python `int`/`float`/`bool`/`str`, callables,
+    ...) is *static*: part of the cache key, like `jax.jit`'s `static_argnums`, so the model may use
+    it in Python control flow or as a shape. Changing a static leaf compiles anew.
+    """
+
+    treedef: Any
+    static_leaves: tuple  # ((position, value), ...)
+
+    def rebuild(self, dynamic: tuple) -> tuple[tuple, dict]:
+        """Merge `dynamic` (the array leaves, in order) with the static leaves into `(args, kwargs)`."""
+        leaves, it = [], iter(dynamic)
+        static = dict(self.static_leaves)
+        for i in range(self.treedef.num_leaves):
+            leaves.append(static[i] if i in static else next(it))
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+def split_args(api: str, args: tuple, kwargs: dict) -> tuple[ArgsStructure, tuple]:
+    """Split model arguments into their hashable structure and their array leaves.
+
+    **Arguments:**
+
+    - `api`: the public API name, for error messages.
+    - `args`, `kwargs`: the model's positional and keyword arguments.
+
+    **Returns:** `(structure, dynamic)`: an `ArgsStructure` and the tuple of array leaves.
+
+    **Raises:** `UnhashableArgumentError` when a non-array leaf cannot be hashed.
+    """
+    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+    static, dynamic = [], []
+    for i, leaf in enumerate(leaves):
+        if _is_array(leaf):
+            dynamic.append(leaf)
+            continue
+        try:
+            hash(leaf)
+        except TypeError:
+            raise UnhashableArgumentError(
+                f"`{api}` expected model arguments that are arrays or hashable values, but got an "
+                f"unhashable {type(leaf).__name__} at leaf {i} of (args, kwargs). Non-array "
+                "arguments key the compiled sampler; pass data as jax or numpy arrays, or make "
+                "the object hashable."
+            ) from None
+        static.append((i, leaf))
+    return ArgsStructure(treedef=treedef, static_leaves=tuple(static)), tuple(dynamic)
+
+
+_MAX_ENTRIES = 64
+_lock = threading.Lock()
+_entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
+
+
+def cached(key: Hashable, build: Callable[[], Any]) -> Any:
+    """Return the object stored under `key`, building (and storing) it on first use.
+
+    A bounded least-recently-used store (64 entries) shared by `MCMC`, `Predictive` and
+    `log_likelihood`, so a new `MCMC` object on the same model and settings re-uses the compiled
+    functions of an old one.
+    """
+    with _lock:
+        if key in _entries:
+            _entries.move_to_end(key)
+            return _entries[key]
+    value = build()
+    with _lock:
+        value = _entries.setdefault(key, value)
+        _entries.move_to_end(key)
+        while len(_entries) > _MAX_ENTRIES:
+            _entries.popitem(last=False)
+    return value
+
+
+def clear_cache() -> None:
+    """Drop every cached compiled function (the next call compiles anew)."""
+    with _lock:
+        _entries.clear()

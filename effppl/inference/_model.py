@@ -1,0 +1,98 @@
+"""Every call from `effppl.inference` into the PPL layer (`effppl.handlers`) lives here.
+
+The functions below are traceable (they run inside `jax.jit`/`jax.vmap`); none of them compiles
+anything by itself. They use only NumPyro-compatible entry points of `effppl.handlers`:
+`potential_energy`, `constrain_fn`, `unconstrain_fn`, `seed`, `substitute`, `trace`.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .._errors import EffpplError
+
+__all__ = ["Site", "potential_energy", "constrain", "unconstrain", "get_trace"]
+
+_REQUIRED = ("potential_energy", "constrain_fn", "unconstrain_fn", "seed", "substitute", "trace")
+
+
+class PPLUnavailableError(EffpplError, ImportError):
+    """`effppl.handlers` does not (yet) provide an entry point that inference needs."""
+
+
+def _handlers():
+    from effppl import handlers
+
+    missing = [name for name in _REQUIRED if not hasattr(handlers, name)]
+    if missing:
+        raise PPLUnavailableError(
+            f"`effppl.inference` needs `effppl.handlers.{missing[0]}`, but `effppl.handlers` does "
+            f"not define {missing}. Install a complete effppl build."
+        )
+    return handlers
+
+
+class Site(NamedTuple):
+    """One site of a model trace, as inference sees it.
+
+    `kind` is `"sample"`, `"deterministic"`, ...; `value` the (possibly loop-stacked) value;
+    `fn` the distribution (`None` for non-sample sites).
+    """
+
+    kind: str
+    value: Any
+    is_observed: bool
+    fn: Any
+
+
+def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
+    """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
+    return _handlers().potential_energy(model, args, kwargs, params)
+
+
+def constrain(model: Callable, args: tuple, kwargs: dict, params: dict) -> dict:
+    """Constrained values of the latent sites in `params`, with the deterministic sites."""
+    return _handlers().constrain_fn(model, args, kwargs, params, return_deterministic=True)
+
+
+def unconstrain(model: Callable, args: tuple, kwargs: dict, values: dict) -> dict:
+    """Unconstrained values of the (constrained) latent `values`; needs every latent site."""
+    return _handlers().unconstrain_fn(model, args, kwargs, values)
+
+
+def get_trace(
+    model: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    rng_key: Any = None,
+    substitutions: dict | None = None,
+) -> dict[str, Site]:
+    """Run `model(*args, **kwargs)` and return its sites, in execution order.
+
+    **Arguments:**
+
+    - `rng_key`: a raw `uint32[2]` key; when given, latent sites without a value are drawn from
+      their prior (`seed`). Without it, every latent site must be in `substitutions`.
+    - `substitutions`: dict site -> constrained value, fixed before the model runs (`substitute`).
+
+    **Returns:** dict site name -> `Site`, sample and deterministic sites only.
+    """
+    h = _handlers()
+    fn = model
+    if substitutions:
+        fn = h.substitute(fn, substitutions)
+    if rng_key is not None:
+        fn = h.seed(fn, rng_key)
+    raw = h.trace(fn).get_trace(*args, **kwargs)
+    sites = {}
+    for name, site in raw.items():
+        kind = site.get("type")
+        if kind not in ("sample", "deterministic"):
+            continue
+        sites[name] = Site(
+            kind=kind,
+            value=site["value"],
+            is_observed=bool(site.get("is_observed", False)),
+            fn=site.get("fn") if kind == "sample" else None,
+        )
+    return sites

@@ -1,0 +1,15 @@
+import os
+
+import jax
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _x64():
+    """Tests compare against numeric oracles in float64 (DEVELOPERS: use float64 for oracles)."""
+    jax.config.update("jax_enable_x64", True)
+    yield
+
+
+def pytest_report_header(config):
+    return f"JAX_ENABLE_CHECKS={os.environ.get('JAX_ENABLE_CHECKS', '0')}, jax {jax.__version__}"

@@ -1,0 +1,250 @@
+"""The translator on hand-written programs, each checked against the value the source semantics
+gives (worked out by hand, or by threading the state by hand), `check_jaxpr`, and jit/grad/vmap.
+Run under `JAX_ENABLE_CHECKS=1` (as CI does)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from effppl import effects as fx
+
+from ._util import assert_translated, state_handler
+
+F64 = jax.ShapeDtypeStruct((), jnp.float64)
+I64 = jax.ShapeDtypeStruct((), jnp.int64)
+get = fx.Operation("get", out=lambda: F64)
+put = fx.Operation("put", out=lambda x: ())
+ask = fx.Operation("ask", out=lambda *args: F64)
+raise_ = fx.Operation("raise", out=lambda: ())
+choose = fx.Operation("choose", out=lambda: jax.ShapeDtypeStruct((), jnp.bool_))
+div0 = fx.Operation("div0", out=lambda: I64)
+
+
+def state(body, init):
+    return state_handler((get, put), body, init)
+
+
+def when(pred, thunk):
+    """`if pred: thunk()` for effectful thunks returning nothing."""
+    jax.lax.cond(pred, lambda: (thunk(), None)[1], lambda: None)
+
+
+def check(f, expected, *args):
+    assert_translated(f, *args)
+    for g in (f, fx.eliminate(f), jax.jit(f)):
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12),
+                               g(*args), expected)
+
+
+# ---------------------------------------------------------------- paper's worked examples (App.)
+
+def safe_div(x, y):
+    return jax.lax.cond(y == 0, lambda: div0(), lambda: x // y)
+
+
+def test_safe_div_resumes_with_zero():
+    handled = fx.handle(safe_div, clauses={div0: lambda p, resume: resume(p, jnp.int64(0))})
+    check(handled, 0, jnp.int64(42), jnp.int64(0))
+    check(handled, 8, jnp.int64(42), jnp.int64(5))
+
+
+def test_safe_div_abortive_clause_skips_the_rest():
+    handled = fx.handle(safe_div, clauses={div0: lambda p, resume: jnp.int64(-1)},
+                        ret=lambda p, r: r + 100)
+    check(handled, -1, jnp.int64(42), jnp.int64(0))
+    check(handled, 108, jnp.int64(42), jnp.int64(5))
+
+
+def test_state_example_read_double_write():
+    def prog():
+        put(get() * 2)
+        return jnp.float64(42.0)
+    check(state(prog, 1.0), (2.0, 42.0))
+
+
+def test_scoping_clause_operation_goes_to_outer_handler():
+    inner = fx.handle(lambda: ask(), clauses={ask: lambda p, resume: resume(p, ask() + 1.0)})
+    outer = fx.handle(inner, clauses={ask: lambda p, resume: resume(p, jnp.float64(10.0))})
+    check(outer, 11.0)
+
+
+def test_scoping_inside_scan():
+    def body():
+        return jax.lax.scan(lambda c, _: (c + ask(), None), 0.0, None, length=3)[0]
+    inner = fx.handle(body, clauses={ask: lambda p, resume: resume(p, ask() + 1.0)})
+    outer = fx.handle(inner, clauses={ask: lambda p, resume: resume(p, jnp.float64(10.0))})
+    check(outer, 33.0)
+
+
+# ---------------------------------------------------------------- state across control flow
+
+def test_state_across_scan_threads_carry():
+    def prog():
+        def step(c, x):
+            put(get() + x)
+            return c + 1, get()
+        return jax.lax.scan(step, 0, jnp.arange(5.0))
+    check(state(prog, 0.0), (10.0, (5, np.cumsum(np.arange(5.0)))))
+
+
+def test_state_across_nested_scan():
+    def prog():
+        def outer(c, x):
+            def inner(c2, y):
+                put(get() + x * y)
+                return c2, get()
+            return c, jax.lax.scan(inner, 0.0, jnp.arange(3.0))[1]
+        return jax.lax.scan(outer, 0.0, jnp.arange(1.0, 3.0))[1]
+    expected_rows, s = [], 0.0
+    for x in (1.0, 2.0):
+        row = []
+        for y in range(3):
+            s += x * y
+            row.append(s)
+        expected_rows.append(row)
+    check(state(prog, 0.0), (s, np.array(expected_rows)))
+
+
+def test_state_across_while_with_effectful_condition():
+    def prog():
+        def body(i):
+            put(get() + 3.0)
+            return i + 1
+        return jax.lax.while_loop(lambda i: get() < 10.0, body, 0)
+    check(state(prog, 0.0), (12.0, 4))
+
+
+def test_state_across_dynamic_fori_loop_and_map():
+    check(state(lambda n: jax.lax.fori_loop(0, n, lambda i, c: c + get(), 0.0), 2.0),
+          (2.0, 10.0), 5)
+    check(state(lambda: jax.lax.map(lambda x: (put(get() + x), get())[1], jnp.arange(4.0)), 0.0),
+          (6.0, np.array([0.0, 1.0, 3.0, 6.0])))
+
+
+def test_cond_writing_in_one_branch():
+    def prog(x):
+        when(x > 0, lambda: put(x))
+        return get()
+    check(state(prog, 5.0), (3.0, 3.0), 3.0)
+    check(state(prog, 5.0), (5.0, 5.0), -3.0)
+
+
+def test_switch_jit_and_remat_bodies():
+    def prog(i):
+        a = jax.lax.switch(i, [lambda: get(), lambda: 2 * get(), lambda: (put(7.0), 0.0)[1]])
+        b = jax.jit(lambda x: x * get())(3.0)
+        c = jax.checkpoint(lambda x: x + get())(1.0)
+        return a + b + c
+    check(state(prog, 2.0), (2.0, 2.0 + 6.0 + 3.0), 0)
+    check(state(prog, 2.0), (7.0, 0.0 + 21.0 + 8.0), 2)
+
+
+def test_grad_and_vmap_of_handled_function_wrt_closed_over_value():
+    def f(a):
+        def body():
+            put(get() * a)
+            return get() + a
+        return state(body, 2.0)()[1]  # = 3a
+    np.testing.assert_allclose(jax.grad(f)(3.0), 3.0)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(3.0), 3.0)
+    np.testing.assert_allclose(jax.vmap(f)(jnp.arange(3.0)), [0.0, 3.0, 6.0])
+    np.testing.assert_allclose(jax.vmap(jax.grad(f))(jnp.arange(3.0)), [3.0, 3.0, 3.0])
+
+
+# ---------------------------------------------------------------- exceptions (abortive)
+
+def test_abort_inside_while_stops_at_next_check():
+    def prog():
+        def body(i):
+            put(get() + 1.0)  # counts iterations
+            when(i == 3, raise_)
+            return i + 1
+        return jax.lax.while_loop(lambda i: i < 10, body, 0)
+    catch = fx.handle(prog, clauses={raise_: lambda p, resume: jnp.int64(-1)})
+    check(state(catch, 0.0), (4.0, -1))
+
+
+def test_abort_inside_scan_and_nested_loops():
+    def prog():
+        def outer(c, x):
+            def inner(i):
+                put(get() + 1.0)
+                when(jnp.logical_and(x == 1, i == 2), raise_)
+                return i + 1
+            return c + jax.lax.while_loop(lambda i: i < 3, inner, 0), x
+        return jax.lax.scan(outer, 0, jnp.arange(3))[0]
+    catch = fx.handle(prog, clauses={raise_: lambda p, resume: jnp.int64(-1)})
+    check(state(catch, 0.0), (6.0, -1))  # 3 iterations of x=0, then 3 of x=1 (raise on i=2)
+    no_raise = fx.handle(lambda: jax.lax.scan(lambda c, x: (c + x, x), 0, jnp.arange(3))[0],
+                         clauses={raise_: lambda p, resume: jnp.int64(-1)})
+    check(no_raise, 3)
+
+
+# ---------------------------------------------------------------- nondeterminism (multi-shot)
+
+def test_choose_enumerates_all_paths_outside_loops():
+    def prog():
+        a = jnp.where(choose(), 1.0, 2.0)
+        b = jax.lax.cond(a > 1.5, lambda: jnp.where(choose(), 10.0, 20.0), lambda: 100.0)
+        return a + b
+    all_sum = fx.handle(prog, clauses={choose: lambda p, resume: resume(p, True)
+                                       + resume(p, False)})
+    check(all_sum, (1.0 + 100.0) + (2.0 + 10.0) + (2.0 + 20.0))
+
+
+def test_choose_across_while_is_unsupported():
+    def prog():
+        step = lambda i: i + jnp.where(choose(), 1, 2)
+        return jax.lax.while_loop(lambda i: i < 3, step, 0).astype(jnp.float64)
+    handled = fx.handle(prog, clauses={choose: lambda p, resume: resume(p, True)
+                                       + resume(p, False)})
+    with pytest.raises(fx.UnsupportedHandlerError, match=r"`choose`.*while"):
+        fx.make_jaxpr(handled)()
+
+
+# ---------------------------------------------------------------- errors
+
+def test_unhandled_operation_is_loud():
+    with pytest.raises(fx.UnhandledEffectError, match="`get`.*test_translate.py"):
+        fx.eliminate(lambda: get())()
+    with pytest.raises(fx.UnhandledEffectError, match="`get`"):
+        get()
+    with pytest.raises(fx.UnhandledEffectError, match="`get`"):
+        fx.handle(lambda: get() + ask(), clauses={ask: lambda p, resume: resume(p, 1.0)})()
+
+
+def test_effects_in_custom_jvp_are_unsupported():
+    @jax.custom_jvp
+    def g(x):
+        return x * get()
+    g.defjvp(lambda primals, tangents: (g(*primals), tangents[0]))
+    with pytest.raises(fx.UnsupportedHandlerError, match="custom"):
+        state(lambda: g(2.0), 1.0)()
+
+
+def test_vmap_and_grad_inside_handled_region_are_unsupported():
+    with pytest.raises(fx.UnsupportedHandlerError, match="vmap"):
+        state(lambda: jax.vmap(lambda x: put(x))(jnp.ones(3)), 1.0)()
+    with pytest.raises(fx.UnsupportedHandlerError, match="grad"):
+        state(lambda: jax.grad(lambda x: x * ask(x))(1.0), 1.0)()
+
+
+def test_clause_with_wrong_types_names_the_operation():
+    with pytest.raises(TypeError, match="`get`"):
+        fx.handle(lambda: get(), params=jnp.float64(0.0),
+                  clauses={get: lambda p, resume: resume(jnp.int64(0), p)})()
+    with pytest.raises(TypeError, match="`get`.*output type"):
+        fx.handle(lambda: get(), clauses={get: lambda p, resume: jnp.ones(3)})()
+
+
+def test_general_clause_resuming_later_and_post_processing():
+    # resume, then transform the result: not tail-resumptive, handled by CPS
+    h = fx.handle(lambda: ask() * 2.0, clauses={ask: lambda p, resume: resume(p, 3.0) + 1.0})
+    check(h, 7.0)
+    # handler parameter updated before resuming, read by the return clause
+    h2 = fx.handle(lambda: ask() + ask(), params=jnp.float64(0.0),
+                   clauses={ask: lambda p, resume: resume(p + 1.0, p) * 10.0},
+                   ret=lambda p, r: r + p)
+    # first ask: p=0 -> value 0, p=1; second: value 1, p=2; ret: 1 + 2 = 3; *10 *10
+    check(h2, 300.0)
