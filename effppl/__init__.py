@@ -2,5 +2,16 @@
 
 from ._errors import EffpplError
 from . import effects
+from .primitives import SiteError, deterministic, factor, plate, sample
+from . import distributions, handlers
+from .handlers import log_density
 
-__all__ = ["EffpplError", "effects"]
+__all__ = ["EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
+           "deterministic", "factor", "plate", "log_density"]
+
+
+def __getattr__(name):
+    if name in ("infer", "inference"):  # imported lazily: blackjax/arviz are heavy
+        import importlib
+        return importlib.import_module(".inference", __name__)
+    raise AttributeError(name)

@@ -12,10 +12,10 @@ from ._translate import eliminate_jaxpr
 
 
 def _trace(f, args, kwargs):
-    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+    leaves, rebuild = _compat.split_args(args, kwargs)
 
     def flat(*xs):
-        a, kw = jax.tree_util.tree_unflatten(in_tree, xs)
+        a, kw = rebuild(xs)
         return f(*a, **kw)
 
     closed, consts, out_tree = _compat.trace_to_jaxpr(
@@ -50,10 +50,10 @@ def make_jaxpr(f: Callable) -> Callable:
     @functools.wraps(f)
     def make(*args, **kwargs):
         def flat(*xs):
-            a, kw = jax.tree_util.tree_unflatten(in_tree, xs)
+            a, kw = rebuild(xs)
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
-        leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+        leaves, rebuild = _compat.split_args(args, kwargs)
         closed = _compat.trace_to_closed_jaxpr(flat, leaves, getattr(f, "__name__", "f"))
         return eliminate_jaxpr(closed)
 

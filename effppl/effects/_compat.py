@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 from jax._src import ad_checkpoint as _ad_checkpoint
 from jax._src import api_util as _api_util
 from jax._src import core as _core
@@ -98,6 +99,28 @@ def trace_to_closed_jaxpr(fn: Callable, avals: Sequence[Any], name: str) -> Clos
     closed, _ = pe.trace_to_jaxpr(lambda *a: list(fn(*a)), _FlatTree.flatten((tuple(avals), {})),
                                   debug)
     return closed
+
+
+def _is_dynamic(x) -> bool:
+    return isinstance(x, (jax.Array, _core.Tracer, np.ndarray, np.generic, float, complex)) \
+        and not isinstance(x, bool)
+
+
+def split_args(args, kwargs):
+    """Flatten `(args, kwargs)` into the array leaves to trace and a function rebuilding them.
+
+    Python ints, bools, strings and other non-array leaves stay static (as NumPyro models use them
+    for sizes and options); arrays and Python floats are traced.
+    """
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    dynamic = [_is_dynamic(x) for x in leaves]
+
+    def rebuild(dyn):
+        it = iter(dyn)
+        full = [next(it) if d else x for x, d in zip(leaves, dynamic)]
+        return jax.tree_util.tree_unflatten(tree, full)
+
+    return [x for x, d in zip(leaves, dynamic) if d], rebuild
 
 
 def bind_eqn(eqn, invals):

@@ -291,16 +291,23 @@ _compat.mlir.register_lowering(handle_p, _handle_lowering)
 
 
 def _perform_sites(jaxpr, ops, found):
-    """Collect the `SiteKey`s of every perform of `ops` anywhere inside `jaxpr` (at any depth,
-    including inside nested handlers' clauses)."""
+    """Collect the `SiteKey`s of every perform of `ops` that reaches a handler around `jaxpr`: at
+    any depth, except those a nested handler handles, whose clauses are searched instead."""
     for eqn in jaxpr.eqns:
         if eqn.primitive is perform_p and eqn.params["op"] in ops:
             found.setdefault(site_key(eqn), eqn)
-        for sub in _compat.jaxprs_in_params(eqn.params):
-            _perform_sites(sub, ops, found)
-        if eqn.primitive is handle_p:
-            for sub in eqn.params["spec"].jaxprs():
-                _perform_sites(sub.jaxpr, ops, found)
+        elif eqn.primitive is handle_p:
+            spec = eqn.params["spec"]
+            for key in _perform_sites(eqn.params["body"].jaxpr, ops | spec.ops, {}):
+                if key.op in spec.ops:
+                    _perform_sites(spec.clauses[key].jaxpr.jaxpr, ops, found)
+                else:
+                    found.setdefault(key, None)
+            if spec.ret is not None:
+                _perform_sites(spec.ret.jaxpr, ops, found)
+        else:
+            for sub in _compat.jaxprs_in_params(eqn.params):
+                _perform_sites(sub, ops, found)
     return found
 
 
@@ -382,11 +389,11 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 def _bind_handle(body, name, params, clauses, ret, args, kwargs):
     p_leaves, p_tree = jax.tree_util.tree_flatten(params)
     p_avals = [abstractify(x) for x in p_leaves]
-    arg_leaves, arg_tree = jax.tree_util.tree_flatten((args, kwargs))
+    arg_leaves, rebuild = _compat.split_args(args, kwargs)
     arg_avals = [abstractify(x) for x in arg_leaves]
 
     def body_flat(*leaves):
-        a, kw = jax.tree_util.tree_unflatten(arg_tree, leaves)
+        a, kw = rebuild(leaves)
         return body(*a, **kw)
 
     body_jaxpr, body_consts, body_tree = _compat.trace_to_jaxpr(body_flat, arg_avals, name)

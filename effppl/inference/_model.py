@@ -19,7 +19,15 @@ class PPLUnavailableError(EffpplError, ImportError):
     """`effppl.handlers` does not (yet) provide an entry point that inference needs."""
 
 
+# Test seam: `tests/inference` may point this at another namespace with the same entry points
+# (NumPyro's, while `effppl.handlers` is being written). `None` (always, outside those tests)
+# means `effppl.handlers`.
+_backend = None
+
+
 def _handlers():
+    if _backend is not None:
+        return _backend
     from effppl import handlers
 
     missing = [name for name in _REQUIRED if not hasattr(handlers, name)]

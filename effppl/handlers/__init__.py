@@ -1,0 +1,13 @@
+"""`effppl.handlers`: inference patterns as effect handlers, compiled away (DESIGN §2).
+
+Each handler wraps a model and is itself a model, with NumPyro's names and argument orders.
+"""
+
+from ._basic import block, condition, do, mask, replay, scale, seed, substitute
+from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
+                       unconstrained_log_density)
+from ._trace import trace
+
+__all__ = ["block", "condition", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
+           "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
+           "unconstrained_log_density"]

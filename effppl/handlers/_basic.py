@@ -1,0 +1,189 @@
+"""Handlers that set or adjust a site's message and forward it: `seed`, `substitute`,
+`condition`, `do`, `replay`, `block`, `mask`, `scale` (NumPyro's names and argument orders)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..primitives import SiteError, sample_op
+from ._handler import Handler, forward
+
+
+def _as_key(rng_seed):
+    if isinstance(rng_seed, int):
+        return jax.random.PRNGKey(rng_seed)
+    key = jnp.asarray(rng_seed) if not hasattr(rng_seed, "dtype") else rng_seed
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(key)
+    return key
+
+
+class seed(Handler):
+    """Give every sample site that still needs a value its own random key.
+
+    The key is the handler's parameter and is split at each occurrence of a site, so a site inside
+    a `lax.scan` gets a fresh key per iteration.
+
+    **Arguments:** `fn` (model), `rng_seed`: int, raw `PRNGKey` (uint32[2]) or typed key.
+
+    **Example:** `trace(seed(model, 0)).get_trace(x)`
+    """
+
+    def __init__(self, fn, rng_seed):
+        super().__init__(fn)
+        self.rng_key = _as_key(rng_seed)
+
+    def params(self, *args, **kwargs):
+        return self.rng_key
+
+    def clauses(self):
+        def sample(key, msg, *, resume, **static):
+            if msg["value"] is not None or msg["rng_key"] is not None:
+                return resume(key, forward(msg, **static))
+            key, sub = jax.random.split(key)
+            return resume(key, forward(dict(msg, rng_key=sub), **static))
+        return {sample_op: sample}
+
+
+def site_row(values, site_shape, count):
+    """`(value, advance)`: the whole of `values` when it has the site's shape, else row `count` of
+    `values` with its leading (loop) axes flattened."""
+    values = jnp.asarray(values)
+    site_shape = tuple(site_shape)
+    if values.shape == site_shape:
+        return values, False
+    lead = values.ndim - len(site_shape)
+    if lead < 1 or values.shape[lead:] != site_shape:
+        return None, False
+    return values.reshape((-1, *site_shape))[count], True
+
+
+class _SetValue(Handler):
+    """Sets the value of sites named in `data`; the n-th occurrence of a site in a loop reads row n
+    of `data[name]` (leading axes: the loops' lengths)."""
+
+    observe = False
+    intervene = False
+
+    def __init__(self, fn, data=None, substitute_fn=None):
+        super().__init__(fn)
+        if data is None and substitute_fn is None:
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data`.")
+        self.data = dict(data or {})
+        self.substitute_fn = substitute_fn
+
+    def params(self, *args, **kwargs):
+        return {name: jnp.int32(0) for name in self.data}
+
+    def clauses(self):
+        def sample(counts, msg, *, resume, name, **static):
+            skip = (msg["value"] is not None and static["is_observed"]) or \
+                (name not in self.data and self.substitute_fn is None)
+            if skip:
+                return resume(counts, forward(msg, name=name, **static))
+            shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
+            if name in self.data:
+                value, advance = site_row(self.data[name], shape, counts[name])
+                if value is None:
+                    raise SiteError(f"effppl.handlers.{type(self).__name__}: the value given for "
+                                    f"site `{name}` has shape {jnp.shape(self.data[name])}, but the "
+                                    f"site has shape {tuple(shape)} (or, inside loops, "
+                                    f"(loop lengths..., *{tuple(shape)})).")
+                if advance:
+                    counts = dict(counts, **{name: counts[name] + 1})
+            else:
+                value = self.substitute_fn(dict(msg, name=name, **static))
+                if value is None:
+                    return resume(counts, forward(msg, name=name, **static))
+            static = dict(static, is_observed=static["is_observed"] or self.observe,
+                          intervened=static["intervened"] or self.intervene)
+            return resume(counts, forward(dict(msg, value=jnp.asarray(value)), name=name, **static))
+        return {sample_op: sample}
+
+
+class substitute(_SetValue):
+    """Set latent sites' values from `data` (dict name -> array); they stay latent.
+
+    Inside loops, `data[name]` stacks one row per occurrence (shape `(T, ...)`, nested loops
+    `(T_outer, T_inner, ...)`). **Raises:** `SiteError` on a shape mismatch, naming the site.
+    """
+
+
+class condition(_SetValue):
+    """Observe sites at the values in `data` (dict name -> array): they become observed."""
+
+    observe = True
+
+
+class do(_SetValue):
+    """Intervene: fix sites to the values in `data`; they contribute no log density (NumPyro's
+    `do`)."""
+
+    intervene = True
+
+
+def replay(fn, trace):
+    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`)."""
+    return substitute(fn, data={name: site["value"] for name, site in trace.items()
+                                if site["type"] == "sample" and not site["is_observed"]})
+
+
+class block(Handler):
+    """Hide sites from the handlers outside: `hide` (names), `expose` (names), or `hide_fn(msg)`;
+    by default every site is hidden. A hidden latent site is drawn here from the key an inner
+    `seed` attached."""
+
+    def __init__(self, fn, hide_fn=None, hide=None, expose=None):
+        super().__init__(fn)
+        if hide_fn is not None:
+            self.hidden = lambda name, msg: hide_fn(dict(msg, name=name))
+        elif hide is not None:
+            self.hidden = lambda name, msg: name in hide
+        elif expose is not None:
+            self.hidden = lambda name, msg: name not in expose
+        else:
+            self.hidden = lambda name, msg: True
+
+    def clauses(self):
+        def sample(params, msg, *, resume, name, **static):
+            if not self.hidden(name, msg):
+                return resume(params, forward(msg, name=name, **static))
+            value = msg["value"]
+            if value is None:
+                if msg["rng_key"] is None:
+                    raise SiteError(f"Site `{name}` is hidden by `block` but has no value: put a "
+                                    f"`seed` handler inside the `block`.")
+                value = msg["fn"].sample(msg["rng_key"])
+            return resume(params, value)
+        return {sample_op: sample}
+
+
+class mask(Handler):
+    """Mask sites' log densities with the boolean array `mask` (broadcast to the batch shape)."""
+
+    def __init__(self, fn, mask):
+        super().__init__(fn)
+        self.mask = mask
+
+    def clauses(self):
+        def sample(params, msg, *, resume, **static):
+            m = jnp.asarray(self.mask, bool)
+            m = m if msg["mask"] is None else jnp.logical_and(m, msg["mask"])
+            return resume(params, forward(dict(msg, mask=m), **static))
+        return {sample_op: sample}
+
+
+class scale(Handler):
+    """Multiply sites' log densities by `scale` (a positive scalar or array)."""
+
+    def __init__(self, fn, scale):
+        super().__init__(fn)
+        self.scale = scale
+
+    def clauses(self):
+        def sample(params, msg, *, resume, **static):
+            s = jnp.asarray(self.scale)
+            s = s if msg["scale"] is None else s * msg["scale"]
+            return resume(params, forward(dict(msg, scale=s), **static))
+        return {sample_op: sample}

@@ -1,0 +1,116 @@
+"""What every PPL handler shares: the wrapper that installs it, and the outermost base handler.
+
+A PPL handler wraps a model (`seed(model, 0)`) and is itself a model: calling it runs the model
+under an `fx.handle` whose clauses are tail-resumptive. The outermost handler of a composition,
+when called, also installs the *base handler* (which returns the value the other handlers decided,
+or draws it from the key `seed` attached, or raises naming the latent site nobody gave a value) and
+compiles all handlers away with `fx.eliminate`. Which handler is outermost is known while tracing;
+at run time there is no handler stack (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import jax
+
+from .. import effects as fx
+from ..primitives import SiteError, deterministic_op, sample_op
+
+_depth = threading.local()
+
+
+def _nesting():
+    return getattr(_depth, "n", 0)
+
+
+@contextlib.contextmanager
+def _inside():
+    _depth.n = _nesting() + 1
+    try:
+        yield
+    finally:
+        _depth.n -= 1
+
+
+def _base_sample(params, msg, *, resume, name, **static):
+    value = msg["value"]
+    if value is None:
+        if msg["rng_key"] is None:
+            raise SiteError(f"The latent site `{name}` has no value: no handler gave it one. Run "
+                            f"the model under `effppl.handlers.seed(model, rng_seed)` to draw it, "
+                            f"or `substitute`/`condition` it.")
+        value = msg["fn"].sample(msg["rng_key"])
+    return resume(params, value)
+
+
+_BASE = {sample_op: _base_sample,
+         deterministic_op: lambda params, value, *, resume, **static: resume(params, value)}
+
+
+def run_outermost(fn, *args, **kwargs):
+    """Run `fn` (a model, possibly wrapped in handlers) under the base handler, compiled."""
+    if _nesting():
+        return fn(*args, **kwargs)
+
+    def body(*a, **kw):
+        with _inside():
+            return fn(*a, **kw)
+
+    return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
+
+
+class Handler:
+    """Base class of the PPL handlers: `Handler(fn)(*args, **kwargs)` runs `fn` handled.
+
+    Subclasses define `clauses()` (a dict Operation -> clause), and may define `params(...)`,
+    `ret(params, result)`.
+    """
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, ...) expected a callable "
+                            f"model, but got {fn!r}.")
+        self.fn = fn
+        functools.update_wrapper(self, fn, updated=())
+
+    def params(self, *args, **kwargs):
+        return ()
+
+    def ret(self, params, result):
+        return result
+
+    def clauses(self):
+        raise NotImplementedError
+
+    def handled(self, *args, **kwargs):
+        """Run under this handler only (inside an outer composition)."""
+        def body(*a, **kw):
+            with _inside():
+                return self.fn(*a, **kw)
+        return fx.handle(body, params=self.params(*args, **kwargs), clauses=self.clauses(),
+                         ret=self.ret)(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return run_outermost(self.handled, *args, **kwargs)
+
+
+def forward(msg, **static):
+    """Re-perform the sample operation for the handlers outside the current one."""
+    return sample_op(msg, **static)
+
+
+def trace_model(fn, *args, **kwargs):
+    """The effectful jaxpr of `fn(*args, **kwargs)` (for site analysis); never runs it."""
+    from ..effects import _compat
+    leaves, rebuild = _compat.split_args(args, kwargs)
+
+    def flat(*xs):
+        a, kw = rebuild(xs)
+        with _inside():
+            return fn(*a, **kw)
+
+    closed, _, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in leaves], "model")
+    return closed.jaxpr

@@ -1,0 +1,109 @@
+"""Static site analysis: which sample/deterministic sites a (traced) model has, their value types,
+and the static lengths of the loops around them (DESIGN §2, "Sites inside loops").
+
+The analysis walks the model's effectful jaxpr. A perform inside a nested handler is attributed to
+that handler's clause, whose own re-performs then inherit the perform's loop context.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..effects import _compat
+from ..effects._primitives import handle_p, perform_p, site_key
+from ..primitives import SiteError, deterministic_op, sample_op
+
+
+class Site(NamedTuple):
+    """One sample or deterministic site as seen from outside the model."""
+
+    name: str
+    type: str               # "sample" | "deterministic"
+    aval: object            # ShapedArray of one occurrence's value
+    loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
+    is_observed: bool
+    key: object             # the SiteKey of the perform (its distribution treedef, ...)
+
+    @property
+    def in_loop(self):
+        return bool(self.loops)
+
+    @property
+    def bounded(self):
+        return None not in self.loops
+
+    @property
+    def count(self):
+        return math.prod(self.loops) if self.bounded else None
+
+
+_WHERE = {"sample": sample_op, "deterministic": deterministic_op}
+
+
+def _walk(jaxpr, loops, branch, out):
+    for i, eqn in enumerate(jaxpr.eqns):
+        prim, p = eqn.primitive, eqn.params
+        if prim is perform_p and p["op"] in (sample_op, deterministic_op):
+            out.append((eqn, loops, branch))
+        elif prim is handle_p:
+            inner = []
+            _walk(p["body"].jaxpr, loops, branch, inner)
+            spec = p["spec"]
+            for item in inner:
+                e, lp, br = item
+                if e.params["op"] in spec.ops:
+                    _walk(spec.clauses[site_key(e)].jaxpr.jaxpr, lp, br, out)
+                else:
+                    out.append(item)
+            if spec.ret is not None:
+                _walk(spec.ret.jaxpr, loops, branch, out)
+        elif prim is _compat.scan_p:
+            _walk(p["jaxpr"].jaxpr, loops + (p["length"],), branch, out)
+        elif prim is _compat.while_p:
+            _walk(p["cond_jaxpr"].jaxpr, loops + (None,), branch, out)
+            _walk(p["body_jaxpr"].jaxpr, loops + (None,), branch, out)
+        elif prim is _compat.cond_p:
+            for b, sub in enumerate(p["branches"]):
+                _walk(sub.jaxpr, loops, branch + ((id(eqn), b),), out)
+        else:
+            for sub in _compat.jaxprs_in_params(p):
+                _walk(sub, loops, branch, out)
+
+
+def _exclusive(a, b):
+    """Whether two occurrences sit in different branches of one `cond`."""
+    da, db = dict(a), dict(b)
+    return any(k in db and db[k] != v for k, v in da.items())
+
+
+def analyze(jaxpr) -> dict:
+    """`{name: Site}` for every site of the model whose effectful jaxpr is `jaxpr`.
+
+    **Raises:** `SiteError` for a name used twice (outside mutually exclusive `cond` branches),
+    or at two different loop depths.
+    """
+    found = []
+    _walk(jaxpr, (), (), found)
+    sites, seen = {}, {}
+    for eqn, loops, branch in found:
+        name = eqn.params["static"] and dict(eqn.params["static"])["name"]
+        kind = "sample" if eqn.params["op"] is sample_op else "deterministic"
+        where = _compat.summarize_source(eqn.source_info)
+        for other_branch, other_where in seen.get(name, []):
+            if not _exclusive(branch, other_branch):
+                raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
+                                f"at {where}. Site names must be unique (inside a loop, one "
+                                f"statement per name; each iteration is a row of its value).")
+        seen.setdefault(name, []).append((branch, where))
+        static = dict(eqn.params["static"])
+        site = Site(name, kind, _compat.abstractify(eqn.outvars[0].aval), loops,
+                    bool(static.get("is_observed", False)), site_key(eqn))
+        if name in sites and sites[name].loops != loops:
+            raise SiteError(f"Site `{name}` occurs inside loops of lengths {sites[name].loops} "
+                            f"and {loops}; one name must always sit in the same loops.")
+        if name in sites and (sites[name].aval.shape != site.aval.shape):
+            raise SiteError(f"Site `{name}` has values of shape {sites[name].aval.shape} in one "
+                            f"branch and {site.aval.shape} in another.")
+        sites.setdefault(name, site)
+    return sites

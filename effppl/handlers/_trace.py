@@ -1,0 +1,141 @@
+"""`trace`: record every site's value (stacked for sites inside loops) and distribution."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from numpyro.distributions.batch_util import promote_batch_shape
+from numpyro.distributions.transforms import biject_to
+
+from ..primitives import SiteError, deterministic_op, sample_op
+from ._handler import Handler, forward, run_outermost, trace_model
+from ._sites import analyze
+
+
+class trace(Handler):
+    """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
+    `{name: {"type", "name", "value", "is_observed", "fn", "infer"}}`.
+
+    A site inside `lax.scan` has its values stacked: shape `(T, *site_shape)`, nested scans
+    `(T_outer, T_inner, *site_shape)`; its `"fn"` is the distribution with the same leading axes in
+    its batch shape (`None` when the site uses different distribution families in different `cond`
+    branches). A site in a branch never taken holds zeros.
+
+    **Raises:** `SiteError` for a latent site inside a `while_loop` (no static number of
+    occurrences), and for duplicate site names. Observed sites in a `while_loop` are not recorded.
+
+    **Example:** `trace(seed(model, 0)).get_trace(x)["mu"]["value"]`
+    """
+
+    record_unconstrained = False
+
+    def _sites(self, *args, **kwargs):
+        sites = analyze(trace_model(self.fn, *args, **kwargs))
+        out = {}
+        for name, site in sites.items():
+            if not site.bounded:
+                if site.type == "sample" and not site.is_observed:
+                    raise SiteError(f"The latent site `{name}` sits inside a `while_loop`: it has "
+                                    f"no static number of occurrences, so it cannot be traced or "
+                                    f"sampled by HMC. Use `lax.scan` with a fixed length.")
+                continue
+            out[name] = site
+        return out
+
+    def params(self, *args, **kwargs):
+        self._recorded = self._sites(*args, **kwargs)
+        bufs = {}
+        for name, site in self._recorded.items():
+            lead = (site.count,) if site.in_loop else ()
+            entry = {"value": jnp.zeros(lead + site.aval.shape, site.aval.dtype)}
+            if site.in_loop:
+                entry["count"] = jnp.int32(0)
+            if site.type == "sample":
+                msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+                entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
+                               for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
+                if self.record_unconstrained and not site.is_observed:
+                    entry["unconstrained"] = jnp.zeros(lead + site.aval.shape, site.aval.dtype)
+            bufs[name] = entry
+        return bufs
+
+    def clauses(self):
+        def record(bufs, name, value, fn=None):
+            if name not in bufs:
+                return bufs
+            entry = dict(bufs[name])
+            site = self._recorded[name]
+            updates = {"value": value}
+            if fn is not None:
+                leaves, tree = jax.tree_util.tree_flatten(fn)
+                same = [jnp.shape(x) for x in leaves] == \
+                    [b.shape[1 if site.in_loop else 0:] for b in entry["fn"]]
+                if same and tree == self._fn_tree(site):
+                    updates["fn"] = leaves
+                if "unconstrained" in entry:
+                    updates["unconstrained"] = biject_to(fn.support).inv(value)
+            for k, new in updates.items():
+                if site.in_loop:
+                    if isinstance(new, list):
+                        entry[k] = [b.at[entry["count"]].set(jnp.asarray(x, b.dtype))
+                                    for b, x in zip(entry[k], new)]
+                    else:
+                        entry[k] = entry[k].at[entry["count"]].set(jnp.asarray(new, entry[k].dtype))
+                elif isinstance(new, list):
+                    entry[k] = [jnp.asarray(x, b.dtype) for b, x in zip(entry[k], new)]
+                else:
+                    entry[k] = jnp.asarray(new, entry[k].dtype)
+            if site.in_loop:
+                entry["count"] = entry["count"] + 1
+            return dict(bufs, **{name: entry})
+
+        def sample(bufs, msg, *, resume, name, **static):
+            value = forward(msg, name=name, **static)
+            return resume(record(bufs, name, value, msg["fn"]), value)
+
+        def deterministic(bufs, value, *, resume, name, **static):
+            value = deterministic_op(value, name=name, **static)
+            return resume(record(bufs, name, value), value)
+
+        return {sample_op: sample, deterministic_op: deterministic}
+
+    @staticmethod
+    def _fn_tree(site):
+        return jax.tree_util.tree_structure(
+            jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"])
+
+    def ret(self, bufs, result):
+        return result, bufs
+
+    def __call__(self, *args, **kwargs):
+        return self._run(*args, **kwargs)[0]
+
+    def handled(self, *args, **kwargs):
+        return super().handled(*args, **kwargs)[0]
+
+    def _run(self, *args, **kwargs):
+        result, bufs = run_outermost(super().handled, *args, **kwargs)
+        return result, self._assemble(bufs)
+
+    def get_trace(self, *args, **kwargs):
+        """Run the model and return its trace (dict site name -> site dict)."""
+        return self._run(*args, **kwargs)[1]
+
+    def _assemble(self, bufs):
+        out = {}
+        for name, entry in bufs.items():
+            site = self._recorded[name]
+            stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
+                else (lambda x: x)
+            msg_static = dict(site.key.static)
+            rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
+                   "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ()))}
+            if "fn" in entry:
+                fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
+                                                  [stack(x) for x in entry["fn"]])
+                rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
+                rec["intervened"] = bool(msg_static.get("intervened", False))
+            if "unconstrained" in entry:
+                rec["unconstrained"] = stack(entry["unconstrained"])
+            out[name] = rec
+        return out

@@ -1,0 +1,41 @@
+"""Inference for effppl models: NUTS and HMC on blackjax, the MCMC driver, predictive draws.
+
+Exported as `effppl.infer`. Samplers are blackjax's (`blackjax.nuts`, `blackjax.hmc`), tuned by
+blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` come from arviz and
+`numpyro.diagnostics`. Compiled functions are cached by structure, with the model data as their
+arguments, so repeated runs on new data of the same shapes do not recompile.
+"""
+
+from ._cache import UnhashableArgumentError, clear_cache
+from ._init import (
+    InitializationError,
+    InitStrategy,
+    init_to_median,
+    init_to_uniform,
+    init_to_value,
+)
+from ._kernels import HMC, NUTS, KernelSettingsError
+from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
+from ._model import PPLUnavailableError
+from ._predictive import Predictive, PredictiveError, log_likelihood
+
+__all__ = [
+    "MCMC",
+    "NUTS",
+    "HMC",
+    "Predictive",
+    "log_likelihood",
+    "init_to_uniform",
+    "init_to_median",
+    "init_to_value",
+    "InitStrategy",
+    "MCMCState",
+    "InitializationError",
+    "MCMCError",
+    "KernelSettingsError",
+    "PredictiveError",
+    "UnhashableArgumentError",
+    "PPLUnavailableError",
+    "DivergenceWarning",
+    "clear_cache",
+]

@@ -1,0 +1,168 @@
+"""The compiled functions of one model and one argument structure, shared by every inference API.
+
+`model_fns(model, structure)` returns the same `ModelFns` for the same model object and the same
+`ArgsStructure` (see `_cache.py`), so its `jax.jit`-wrapped functions keep their identity and
+`jax.jit`'s cache (keyed by the shapes of the array arguments) is hit on every later call.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from . import _model
+from ._cache import ArgsStructure, cached
+
+__all__ = ["SiteInfo", "ModelFns", "model_fns"]
+
+
+class SiteInfo(NamedTuple):
+    """The sites of a model, in execution order.
+
+    `latent`: unobserved sample sites; `observed`: observed sample sites; `deterministic`:
+    deterministic sites; `discrete_latent`: the latent sites with a discrete support.
+    """
+
+    latent: tuple
+    observed: tuple
+    deterministic: tuple
+    discrete_latent: tuple
+
+
+def _signature(dynamic: tuple) -> tuple:
+    return tuple((tuple(x.shape), str(x.dtype)) for x in dynamic)
+
+
+def _is_discrete(fn: Any) -> bool:
+    support = getattr(fn, "support", None)
+    return bool(getattr(support, "is_discrete", False))
+
+
+class ModelFns:
+    """Traced building blocks and compiled functions of `model` for one `ArgsStructure`.
+
+    Every compiled function takes the array leaves of the model arguments (`dynamic`) as an
+    argument; none closes over an array.
+    """
+
+    def __init__(self, model: Callable, structure: ArgsStructure):
+        self.model = model
+        self.structure = structure
+        self._site_info: dict = {}
+        self._proposers: dict = {}
+        self._predictors: dict = {}
+        self.potential_and_grad = jax.jit(jax.vmap(self._potential_and_grad, in_axes=(0, None)))
+        self.observed_values = jax.jit(self._observed_values)
+        self.log_likelihood = jax.jit(jax.vmap(self._log_likelihood, in_axes=(0, None)))
+
+    @property
+    def name(self) -> str:
+        return getattr(self.model, "__qualname__", repr(self.model))
+
+    def args(self, dynamic: tuple) -> tuple[tuple, dict]:
+        """`(args, kwargs)` of the model, rebuilt from the array leaves `dynamic`."""
+        return self.structure.rebuild(dynamic)
+
+    def logdensity_fn(self, dynamic: tuple) -> Callable:
+        """The log density of the unconstrained latent sites (traceable; for blackjax)."""
+        args, kwargs = self.args(dynamic)
+        model = self.model
+
+        def logdensity(params):
+            return -_model.potential_energy(model, args, kwargs, params)
+
+        return logdensity
+
+    def constrain(self, params: dict, dynamic: tuple) -> dict:
+        """Constrained latent values and deterministic sites at `params` (traceable)."""
+        args, kwargs = self.args(dynamic)
+        return _model.constrain(self.model, args, kwargs, params)
+
+    def site_info(self, dynamic: tuple) -> SiteInfo:
+        """The model's sites for arguments of these shapes (traced once per shape signature)."""
+        sig = _signature(dynamic)
+        if sig not in self._site_info:
+            found = {}
+
+            def probe(key, dynamic):
+                args, kwargs = self.args(dynamic)
+                for name, site in _model.get_trace(self.model, args, kwargs, rng_key=key).items():
+                    found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
+
+            jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
+            latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)
+            self._site_info[sig] = SiteInfo(
+                latent=latent,
+                observed=tuple(n for n, (k, obs, _) in found.items() if k == "sample" and obs),
+                deterministic=tuple(n for n, (k, _, _) in found.items() if k == "deterministic"),
+                discrete_latent=tuple(n for n in latent if found[n][2]),
+            )
+        return self._site_info[sig]
+
+    def _potential_and_grad(self, params, dynamic):
+        args, kwargs = self.args(dynamic)
+
+        def potential(p):
+            return _model.potential_energy(self.model, args, kwargs, p)
+
+        pe, grad = jax.value_and_grad(potential)(params)
+        param_ok = {n: jnp.all(jnp.isfinite(v)) for n, v in params.items()}
+        grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grad.items()}
+        return pe, grad, param_ok, grad_ok
+
+    def _observed_values(self, dynamic):
+        args, kwargs = self.args(dynamic)
+        key = jax.random.key_data(jax.random.key(0))
+        sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
+        return {n: s.value for n, s in sites.items() if s.kind == "sample" and s.is_observed}
+
+    def _log_likelihood(self, samples, dynamic):
+        args, kwargs = self.args(dynamic)
+        sites = _model.get_trace(self.model, args, kwargs, substitutions=samples)
+        return {
+            n: s.fn.log_prob(s.value)
+            for n, s in sites.items()
+            if s.kind == "sample" and s.is_observed
+        }
+
+    def init_proposer(self, strategy) -> Callable:
+        """Compiled `(keys[chain], strategy.dynamic(), dynamic) -> unconstrained params[chain]`."""
+        key = (type(strategy), strategy)
+        if key not in self._proposers:
+
+            def propose(rng_key, strategy_dynamic, dynamic):
+                from ._init import ModelContext
+
+                args, kwargs = self.args(dynamic)
+                sites = _model.get_trace(
+                    self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
+                )
+                latent = tuple(
+                    n for n, s in sites.items() if s.kind == "sample" and not s.is_observed
+                )
+                ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
+                return strategy.propose(rng_key, ctx, strategy_dynamic)
+
+            self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
+        return self._proposers[key]
+
+    def predictor(self, return_sites: tuple) -> Callable:
+        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`."""
+        if return_sites not in self._predictors:
+
+            def predict(rng_key, samples, dynamic):
+                args, kwargs = self.args(dynamic)
+                sites = _model.get_trace(
+                    self.model, args, kwargs,
+                    rng_key=jax.random.key_data(rng_key), substitutions=samples,
+                )
+                return {n: sites[n].value for n in return_sites if n in sites}
+
+            self._predictors[return_sites] = jax.jit(jax.vmap(predict, in_axes=(0, 0, None)))
+        return self._predictors[return_sites]
+
+
+def model_fns(model: Callable, structure: ArgsStructure) -> ModelFns:
+    """The cached `ModelFns` of `model` for arguments of this structure."""
+    return cached(("model_fns", model, structure), lambda: ModelFns(model, structure))

@@ -1,0 +1,263 @@
+"""Initialisation strategies and the bounded search for a valid initial point.
+
+A strategy proposes an *unconstrained* point per chain inside a compiled, cached function; the
+search evaluates the potential energy and its gradient there and redraws the chains whose point,
+potential or gradient is not finite, at most `max_tries` times, then raises `InitializationError`.
+"""
+
+import dataclasses
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.distributions.transforms import biject_to
+
+from .._errors import EffpplError
+from . import _model
+
+__all__ = [
+    "InitStrategy",
+    "InitializationError",
+    "init_to_uniform",
+    "init_to_median",
+    "init_to_value",
+    "find_initial_params",
+]
+
+
+class InitializationError(EffpplError, RuntimeError):
+    """No initial point with a finite potential energy and gradient was found."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InitStrategy:
+    """Base class of initialisation strategies.
+
+    A strategy has a hashable static part (the dataclass fields, which key the compiled init
+    function) and a dynamic part (`dynamic()`, a pytree of arrays passed to it as an argument).
+    `propose(rng_key, ctx, dynamic)` runs traced, for one chain, and returns a dict site ->
+    unconstrained value.
+    """
+
+    def dynamic(self) -> Any:
+        return ()
+
+    def propose(self, rng_key, ctx: "ModelContext", dynamic: Any) -> dict:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return f"{type(self).__name__.lstrip('_')}({fields})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelContext:
+    """What a strategy may ask of the model while traced: prior draws and unconstraining."""
+
+    model: Any
+    args: tuple
+    kwargs: dict
+    latent: tuple
+
+    def prior(self, rng_key, substitutions=None) -> dict:
+        sites = _model.get_trace(
+            self.model, self.args, self.kwargs,
+            rng_key=jax.random.key_data(rng_key), substitutions=substitutions,
+        )
+        return {name: sites[name].value for name in self.latent}
+
+    def unconstrain(self, values: dict) -> dict:
+        return _model.unconstrain(self.model, self.args, self.kwargs, values)
+
+
+def _uniform_like(rng_key, tree: dict, radius: float) -> dict:
+    keys = jax.random.split(rng_key, max(len(tree), 1))
+    out = {}
+    for k, (name, x) in zip(keys, sorted(tree.items())):
+        dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
+        out[name] = jax.random.uniform(k, jnp.shape(x), dtype, -radius, radius)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _InitToUniform(InitStrategy):
+    radius: float = 2.0
+
+    def propose(self, rng_key, ctx, dynamic):
+        k_prior, k_uniform = jax.random.split(rng_key)
+        unconstrained = ctx.unconstrain(ctx.prior(k_prior))
+        return _uniform_like(k_uniform, unconstrained, self.radius)
+
+
+@dataclasses.dataclass(frozen=True)
+class _InitToMedian(InitStrategy):
+    num_samples: int = 15
+
+    def _medians(self, rng_key, ctx, current):
+        sites = _model.get_trace(
+            ctx.model, ctx.args, ctx.kwargs,
+            rng_key=jax.random.key_data(rng_key), substitutions=current,
+        )
+        out = {}
+        for i, name in enumerate(ctx.latent):
+            fn = sites[name].fn
+            draws = fn.sample(jax.random.fold_in(rng_key, i), (self.num_samples,))
+            transform = biject_to(fn.support)
+            median = jnp.median(transform.inv(draws), axis=0)
+            out[name] = transform(median).astype(jnp.result_type(current[name]))
+        return out
+
+    def propose(self, rng_key, ctx, dynamic):
+        # Fixed point: each site's median given the medians of the sites it depends on. A chain of
+        # n dependent sites settles after at most n passes; stop early once nothing changes.
+        def cond(carry):
+            i, changed, _ = carry
+            return changed & (i <= len(ctx.latent))
+
+        def body(carry):
+            i, _, current = carry
+            new = self._medians(rng_key, ctx, current)
+            changed = jnp.any(jnp.stack(
+                [jnp.any(new[n] != current[n]) for n in ctx.latent]
+            ))
+            return i + 1, changed, new
+
+        start = ctx.prior(rng_key)
+        _, _, medians = jax.lax.while_loop(cond, body, (0, jnp.asarray(True), start))
+        return ctx.unconstrain(medians)
+
+
+@dataclasses.dataclass(frozen=True)
+class _InitToValue(InitStrategy):
+    names: tuple = ()
+    values: Any = dataclasses.field(default=None, compare=False, hash=False)
+    radius: float = 2.0
+
+    def dynamic(self):
+        return dict(zip(self.names, self.values))
+
+    def propose(self, rng_key, ctx, dynamic):
+        k_prior, k_uniform = jax.random.split(rng_key)
+        given = {n: v for n, v in dynamic.items() if n in ctx.latent}
+        unconstrained = ctx.unconstrain(ctx.prior(k_prior, substitutions=given))
+        uniform = _uniform_like(k_uniform, unconstrained, self.radius)
+        return {n: unconstrained[n] if n in given else uniform[n] for n in unconstrained}
+
+    def describe(self):
+        return f"init_to_value(values={{{', '.join(self.names)}}})"
+
+
+def init_to_uniform(radius: float = 2.0) -> InitStrategy:
+    """Initialise each latent site uniformly in `(-radius, radius)` in unconstrained space.
+
+    **Arguments:**
+
+    - `radius`: half-width of the interval, in unconstrained units. Stan and NumPyro use 2.
+
+    **Returns:** an `InitStrategy` for `NUTS(..., init_strategy=...)` / `HMC`.
+
+    **References:** Stan Reference Manual, "Initialization"; `numpyro.infer.init_to_uniform`.
+    """
+    if not radius > 0:
+        raise ValueError(f"`effppl.infer.init_to_uniform(radius=...)` expected radius > 0, but got {radius}.")
+    return _InitToUniform(radius=float(radius))
+
+
+def init_to_median(num_samples: int = 15) -> InitStrategy:
+    """Initialise each latent site to its prior median, estimated from `num_samples` draws.
+
+    The median of a site is taken given the medians of the sites it depends on (as NumPyro does),
+    in unconstrained space and mapped back, so it lies in the support.
+
+    **Arguments:**
+
+    - `num_samples`: number of prior draws per site used to estimate the median.
+
+    **Returns:** an `InitStrategy`.
+    """
+    if int(num_samples) < 1:
+        raise ValueError(
+            f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples}."
+        )
+    return _InitToMedian(num_samples=int(num_samples))
+
+
+def init_to_value(values: dict | None = None, radius: float = 2.0) -> InitStrategy:
+    """Initialise the latent sites in `values` to the given *constrained* values.
+
+    Sites not in `values` are initialised as by `init_to_uniform(radius)`; names in `values` that
+    are not latent sites (observed or deterministic) are ignored.
+
+    **Arguments:**
+
+    - `values`: dict site name -> constrained value (array-like, the site's shape).
+    - `radius`: for the sites not in `values`, see `init_to_uniform`.
+
+    **Returns:** an `InitStrategy`.
+    """
+    values = dict(values or {})
+    names = tuple(sorted(values))
+    return _InitToValue(
+        names=names, values=tuple(jnp.asarray(values[n]) for n in names), radius=float(radius)
+    )
+
+
+@jax.jit
+def _select_chains(ok, old, new):
+    def pick(a, b):
+        mask = jnp.reshape(ok, ok.shape + (1,) * (jnp.ndim(a) - 1))
+        return jnp.where(mask, a, b)
+
+    return jax.tree.map(pick, old, new)
+
+
+def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, dynamic: tuple,
+                        *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run"):
+    """Draw one valid unconstrained initial point per chain.
+
+    **Arguments:**
+
+    - `fns`: the model's `ModelFns` (compiled, cached functions).
+    - `strategy`: an `InitStrategy`.
+    - `rng_key`: a typed PRNG key.
+    - `num_chains`: number of chains.
+    - `dynamic`: the array leaves of the model arguments.
+    - `max_tries`: number of draws per chain before giving up.
+
+    **Returns:** `(params, potential_energy, grad)`, each with a leading chain axis.
+
+    **Raises:** `InitializationError` naming the model and what was non-finite.
+    """
+    propose = fns.init_proposer(strategy)
+    sdyn = strategy.dynamic()
+    params = propose(jax.random.split(rng_key, num_chains), sdyn, dynamic)
+    for attempt in range(1, max_tries + 1):
+        pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+        ok = np.isfinite(np.asarray(pe))
+        for flags in (*param_ok.values(), *grad_ok.values()):
+            ok &= np.asarray(flags)
+        if ok.all():
+            return params, pe, grad
+        if attempt == max_tries:
+            break
+        keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
+        params = _select_chains(ok, params, propose(keys, sdyn, dynamic))
+    chain = int(np.flatnonzero(~ok)[0])
+    problems = []
+    bad_params = [n for n, f in param_ok.items() if not np.asarray(f)[chain]]
+    if bad_params:
+        problems.append(f"the initial unconstrained value was non-finite at sites {bad_params}")
+    if not np.isfinite(np.asarray(pe)[chain]):
+        problems.append(f"the potential energy was {float(np.asarray(pe)[chain])}")
+    bad_grads = [n for n, f in grad_ok.items() if not np.asarray(f)[chain]]
+    if bad_grads:
+        problems.append(f"the gradient was non-finite at sites {bad_grads}")
+    name = getattr(fns.model, "__qualname__", repr(fns.model))
+    raise InitializationError(
+        f"`{api}` could not find a valid initial point for model `{name}` after {max_tries} tries "
+        f"with {strategy.describe()} (chain {chain} of {num_chains}): {'; '.join(problems)}. Check "
+        "that the model's log density is finite and differentiable on the support of its priors, "
+        "or pass init_strategy=init_to_value(values={...}) with a point known to be valid."
+    )

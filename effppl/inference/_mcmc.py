@@ -1,0 +1,321 @@
+"""The `MCMC` driver: initialisation, chunked warmup and sampling, results.
+
+A thin driver over `Sampler` (compiled, cached by structure): it splits the model arguments into
+structure and arrays, finds initial points, calls the compiled chunks under a tqdm progress bar,
+and stores the draws. A second `run` with new data of the same shapes compiles nothing.
+"""
+
+import functools
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm.auto as tqdm
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .._errors import EffpplError
+from ._cache import split_args
+from ._fns import model_fns
+from ._init import find_initial_params
+from ._kernels import _HMCFamily
+from ._sampler import sampler_for, warmup_schedule
+
+__all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
+
+_CHAIN_METHODS = ("vectorized", "sharded")
+
+
+class MCMCError(EffpplError, ValueError):
+    """Invalid MCMC settings, model, or call order."""
+
+
+class DivergenceWarning(UserWarning):
+    """Some post-warmup transitions diverged (including non-finite log densities)."""
+
+
+class MCMCState(NamedTuple):
+    """The chains' state after warmup or sampling (leading axis: chain).
+
+    `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
+    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
+    """
+
+    position: dict
+    logdensity: Any
+    logdensity_grad: dict
+    step_size: Any
+    inverse_mass_matrix: Any
+
+
+def _as_key(rng_key, api):
+    if isinstance(rng_key, jax.Array) and jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
+        if rng_key.shape != ():
+            raise MCMCError(f"`{api}` expected a single PRNG key, but got key array of shape {rng_key.shape}.")
+        return rng_key
+    arr = np.asarray(rng_key) if not isinstance(rng_key, jax.Array) else rng_key
+    if arr.dtype != np.uint32 or arr.shape != (2,):
+        raise MCMCError(
+            f"`{api}` expected a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), but "
+            f"got {type(rng_key).__name__} of dtype {arr.dtype} and shape {arr.shape}."
+        )
+    return jax.random.wrap_key_data(arr)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _split_each(keys, shape):
+    return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
+
+
+def _chunks(total: int, progress: bool):
+    size = max(1, math.ceil(total / 20)) if progress else max(total, 1)
+    for start in range(0, total, size):
+        yield np.arange(start, min(start + size, total), dtype=np.int32)
+
+
+def _concat(parts):
+    if len(parts) == 1:
+        return parts[0]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
+
+
+class MCMC:
+    """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
+
+    **Arguments:**
+
+    - `kernel`: `NUTS(model, ...)` or `HMC(model, ...)`.
+    - `num_warmup`: adaptation transitions per chain (discarded).
+    - `num_samples`: transitions per chain after warmup; `num_samples // thinning` are kept.
+    - `num_chains`: number of chains.
+    - `chain_method`: `"vectorized"` (one `jit(vmap)` over chains on one device) or `"sharded"`
+      (the same computation with the chain axis sharded over the local devices; the largest
+      number of devices that divides `num_chains` is used). Both give the same draws.
+    - `thinning`: keep every `thinning`-th draw.
+    - `progress_bar`: show a tqdm bar over warmup and sampling (run in ~20 chunks of one compiled
+      function; with `False`, each phase is a single call).
+
+    **Raises:** `MCMCError` (a `ValueError`) for invalid settings.
+
+    **References:** Stan Reference Manual, "MCMC sampling" and "HMC algorithm parameters";
+    Hoffman & Gelman (2014); blackjax `window_adaptation`.
+
+    Example:
+        >>> mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, num_chains=4)  # doctest: +SKIP
+        >>> mcmc.run(jax.random.key(0), x, y=y)                                        # doctest: +SKIP
+        >>> mcmc.print_summary()                                                       # doctest: +SKIP
+        >>> idata = mcmc.to_arviz()                                                    # doctest: +SKIP
+    """
+
+    def __init__(self, kernel, *, num_warmup: int, num_samples: int, num_chains: int = 1,
+                 chain_method: str = "vectorized", thinning: int = 1, progress_bar: bool = True):
+        def check(name, value, ok, expected):
+            if not ok:
+                raise MCMCError(f"`effppl.infer.MCMC(..., {name}=...)` expected {expected}, but got {value!r}.")
+
+        def is_int(v, low):
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
+
+        check("kernel", kernel, isinstance(kernel, _HMCFamily), "an effppl.infer NUTS or HMC kernel")
+        check("num_warmup", num_warmup, is_int(num_warmup, 0), "an int >= 0")
+        check("num_samples", num_samples, is_int(num_samples, 1), "an int >= 1")
+        check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")
+        check("thinning", thinning, is_int(thinning, 1) and thinning <= num_samples,
+              f"an int in [1, num_samples={num_samples}]")
+        check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
+              f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
+        self.kernel = kernel
+        self.num_warmup, self.num_samples = int(num_warmup), int(num_samples)
+        self.num_chains, self.thinning = int(num_chains), int(thinning)
+        self.chain_method, self.progress_bar = chain_method, bool(progress_bar)
+        self.post_warmup_state: MCMCState | None = None
+        self._results = None
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _mesh(self):
+        devices = jax.local_devices()
+        n = max(d for d in range(1, len(devices) + 1) if self.num_chains % d == 0)
+        return Mesh(np.asarray(devices[:n]), ("chain",))
+
+    def _place(self, tree, mesh, spec):
+        if mesh is None:
+            return tree
+        return jax.device_put(tree, NamedSharding(mesh, spec))
+
+    def _prepare(self, rng_key, args, kwargs, api):
+        key = _as_key(rng_key, api)
+        structure, dynamic = split_args(api, args, kwargs)
+        fns = model_fns(self.kernel.model, structure)
+        info = fns.site_info(dynamic)
+        if not info.latent:
+            raise MCMCError(
+                f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "
+                "sample. Use effppl.infer.Predictive to draw from a model without latent sites."
+            )
+        if info.discrete_latent:
+            raise MCMCError(
+                f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
+                f"model `{fns.name}` has a discrete support. Marginalise it out of the model "
+                "(enumeration is not supported) or observe it."
+            )
+        mesh = self._mesh() if self.chain_method == "sharded" else None
+        dynamic = self._place(dynamic, mesh, PartitionSpec())
+        return key, fns, dynamic, mesh, info
+
+    def _do_warmup(self, key, fns, sampler, dynamic, mesh, bar):
+        init_key, warm_key = jax.random.split(key)
+        params, pe, grad = find_initial_params(
+            fns, self.kernel.init_strategy, init_key, self.num_chains, dynamic
+        )
+        params, pe, grad = self._place((params, pe, grad), mesh, PartitionSpec("chain"))
+        state, astate = sampler.start(params, pe, grad)
+        if self.num_warmup == 0:
+            step_size, imm = jax.vmap(sampler._final)(astate)
+            return state, step_size, imm
+        keys = jax.random.split(warm_key, self.num_chains)
+        keys = _split_each(self._place(keys, mesh, PartitionSpec("chain")), self.num_warmup)
+        schedule = warmup_schedule(self.num_warmup)
+        bar.set_description("warmup")
+        for steps in _chunks(self.num_warmup, self.progress_bar):
+            state, astate, step_size, imm, n_div = sampler.warmup(
+                state, astate, keys, steps, schedule, dynamic
+            )
+            if self.progress_bar:
+                jax.block_until_ready(state)
+                bar.update(len(steps))
+        return state, step_size, imm
+
+    def warmup(self, rng_key, *args, **kwargs) -> None:
+        """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
+
+        **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
+        """
+        api = "effppl.infer.MCMC.warmup"
+        key, fns, dynamic, mesh, _ = self._prepare(rng_key, args, kwargs, api)
+        sampler = sampler_for(fns, self.kernel)
+        with tqdm.tqdm(total=self.num_warmup, disable=not self.progress_bar) as bar:
+            state, step_size, imm = self._do_warmup(key, fns, sampler, dynamic, mesh, bar)
+        self.post_warmup_state = MCMCState(
+            position=state.position, logdensity=state.logdensity,
+            logdensity_grad=state.logdensity_grad, step_size=step_size, inverse_mass_matrix=imm,
+        )
+
+    def run(self, rng_key, *args, **kwargs) -> None:
+        """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
+
+        **Arguments:**
+
+        - `rng_key`: `jax.random.key(seed)` or a raw `uint32[2]` `jax.random.PRNGKey(seed)`.
+        - `*args`, `**kwargs`: the model's arguments. Arrays are data (arguments of the compiled
+          sampler: new values of the same shapes re-use it); every other leaf is static and keys it.
+
+        **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
+
+        **Raises:** `InitializationError` when no chain finds a finite starting point;
+        `MCMCError` for a model without continuous latent sites.
+
+        **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
+        density at a proposal counts as a divergence; it never stops sampling.
+        """
+        api = "effppl.infer.MCMC.run"
+        key, fns, dynamic, mesh, info = self._prepare(rng_key, args, kwargs, api)
+        sampler = sampler_for(fns, self.kernel)
+        warm_key, sample_key = jax.random.split(key)
+        num_draws = self.num_samples // self.thinning
+        pws = self.post_warmup_state
+        total = num_draws * self.thinning + (0 if pws is not None else self.num_warmup)
+        with tqdm.tqdm(total=total, disable=not self.progress_bar) as bar:
+            if pws is None:
+                state, step_size, imm = self._do_warmup(warm_key, fns, sampler, dynamic, mesh, bar)
+            else:
+                state = self.kernel.init_state(pws.position, pws.logdensity, pws.logdensity_grad)
+                step_size, imm = pws.step_size, pws.inverse_mass_matrix
+            keys = jax.random.split(sample_key, self.num_chains)
+            keys = _split_each(self._place(keys, mesh, PartitionSpec("chain")),
+                               (num_draws, self.thinning))
+            bar.set_description("sample")
+            values, stats, n_div = [], [], 0
+            for steps in _chunks(num_draws, self.progress_bar):
+                state, v, s = sampler.sample(state, step_size, imm, keys, steps, dynamic)
+                values.append(v)
+                stats.append(s)
+                if self.progress_bar:
+                    n_div += int(np.sum(np.asarray(s["diverging"])))
+                    bar.set_postfix_str(f"{n_div} divergences")
+                    bar.update(len(steps) * self.thinning)
+        self._results = dict(
+            samples=_concat(values), stats=_concat(stats), fns=fns, dynamic=dynamic, info=info,
+            last_state=MCMCState(position=state.position, logdensity=state.logdensity,
+                                 logdensity_grad=state.logdensity_grad, step_size=step_size,
+                                 inverse_mass_matrix=imm),
+        )
+        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
+        if n_div:
+            warnings.warn(
+                f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
+                f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
+                "The draws may be biased; increase target_accept_prob or reparameterise.",
+                DivergenceWarning, stacklevel=2,
+            )
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _get(self, name, api):
+        if self._results is None:
+            raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
+        return self._results[name]
+
+    @staticmethod
+    def _flatten(tree, group_by_chain):
+        if group_by_chain:
+            return tree
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+
+    def get_samples(self, group_by_chain: bool = False) -> dict:
+        """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.
+
+        Latent sites are constrained (in their support); deterministic sites are included.
+        """
+        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
+
+    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
+        """Per-draw sampler statistics, shaped like `get_samples`.
+
+        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
+        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
+        `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
+        """
+        return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
+
+    @property
+    def last_state(self) -> MCMCState:
+        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
+        return self._get("last_state", "last_state")
+
+    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
+        """Print mean, sd, quantiles, bulk ESS and split R-hat per site, and the divergences.
+
+        Diagnostics come from `numpyro.diagnostics.print_summary` (Gelman et al. 2013, BDA3 §11.4;
+        Vehtari et al. 2021 for rank-normalised split R-hat).
+        """
+        from numpyro.diagnostics import print_summary
+
+        samples = self._get("samples", "print_summary")
+        info = self._results["info"]
+        if exclude_deterministic:
+            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
+        print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
+        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
+        print(f"Number of divergences: {n_div}")
+
+    def to_arviz(self):
+        """An `arviz.InferenceData` with groups `posterior`, `sample_stats`, `log_likelihood`
+        (pointwise, per observed site) and `observed_data`.
+        """
+        from ._arviz import to_inference_data
+
+        self._get("samples", "to_arviz")
+        return to_inference_data(self._results)

@@ -1,0 +1,169 @@
+"""Prior and posterior predictive draws, and pointwise log likelihoods."""
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from .._errors import EffpplError
+from ._cache import split_args
+from ._fns import model_fns
+from ._mcmc import _as_key
+
+__all__ = ["Predictive", "log_likelihood"]
+
+
+class PredictiveError(EffpplError, ValueError):
+    """Invalid arguments to `Predictive` or `log_likelihood`."""
+
+
+def _batch_shape(api, samples: dict, batch_ndims: int):
+    shape = None
+    for name, value in samples.items():
+        s = tuple(np.shape(value)[:batch_ndims])
+        if len(s) < batch_ndims:
+            raise PredictiveError(
+                f"`{api}` expected site `{name}` to have {batch_ndims} batch dimension(s), but "
+                f"got shape {np.shape(value)}."
+            )
+        if shape is not None and s != shape:
+            raise PredictiveError(
+                f"`{api}` expected every site to share the batch shape {shape}, but site `{name}` "
+                f"has batch shape {s}."
+            )
+        shape = s
+    return shape
+
+
+def _flatten(tree, batch_ndims):
+    def flat(x):
+        x = x if hasattr(x, "reshape") else np.asarray(x)
+        return x.reshape((-1,) + tuple(x.shape[batch_ndims:]))
+
+    return jax.tree.map(flat, tree)
+
+
+def _unflatten(tree, batch_shape):
+    return jax.tree.map(lambda x: x.reshape(batch_shape + x.shape[1:]), tree)
+
+
+class Predictive:
+    """Draw from the prior predictive, or the posterior predictive given posterior draws.
+
+    Each draw runs the model with the latent sites fixed to one posterior draw (posterior
+    predictive) or drawn from the prior (prior predictive, `posterior_samples=None`); sites
+    inside loops come back stacked along their loop axes. Observed sites are redrawn only when
+    their observation is not passed, so call it with `y=None`.
+
+    **Arguments:**
+
+    - `model`: the model.
+    - `posterior_samples`: dict site -> array `[*batch, ...]` (e.g. `mcmc.get_samples()`), or `None`.
+    - `num_samples`: number of prior draws (required without `posterior_samples`).
+    - `return_sites`: names to return; by default the sample sites not in `posterior_samples`, and
+      the deterministic sites.
+    - `batch_ndims`: leading batch dimensions of `posterior_samples` (2 for
+      `get_samples(group_by_chain=True)`).
+    - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
+      (by default they are recomputed).
+
+    **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
+    `[*batch, ...]`.
+
+    **Raises:** `PredictiveError` (a `ValueError`) for inconsistent batch shapes or unknown sites.
+
+    Example:
+        >>> prior = Predictive(model, num_samples=100)(jax.random.key(0), x)        # doctest: +SKIP
+        >>> post = Predictive(model, mcmc.get_samples())(jax.random.key(1), x)    # doctest: +SKIP
+    """
+
+    def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
+                 num_samples: int | None = None, return_sites: Sequence[str] | None = None,
+                 batch_ndims: int = 1, condition_deterministic: bool = False):
+        api = "effppl.infer.Predictive"
+        if posterior_samples is None and num_samples is None:
+            raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
+        if return_sites is not None and (isinstance(return_sites, str) or not all(
+                isinstance(s, str) for s in return_sites)):
+            raise PredictiveError(f"`{api}(..., return_sites=...)` expected a sequence of site names, but got {return_sites!r}.")
+        self.model = model
+        self.posterior_samples = dict(posterior_samples or {})
+        self.return_sites = None if return_sites is None else tuple(return_sites)
+        self.batch_ndims = int(batch_ndims)
+        self.condition_deterministic = bool(condition_deterministic)
+        batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
+        if batch_shape is None:
+            batch_shape = (1,) * (self.batch_ndims - 1) + (int(num_samples),)
+        elif num_samples is not None and num_samples != int(np.prod(batch_shape)):
+            warnings.warn(
+                f"{api}: num_samples={num_samples} differs from the {int(np.prod(batch_shape))} "
+                "posterior draws; using the posterior draws.", UserWarning, stacklevel=2,
+            )
+        self._batch_shape = batch_shape
+        self.num_samples = int(np.prod(batch_shape))
+
+    def __call__(self, rng_key, *args, **kwargs) -> dict:
+        """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
+        api = "effppl.infer.Predictive"
+        key = _as_key(rng_key, api)
+        structure, dynamic = split_args(api, args, kwargs)
+        fns = model_fns(self.model, structure)
+        info = fns.site_info(dynamic)
+        sample_sites = set(info.latent) | set(info.observed)
+        fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
+        samples = {n: v for n, v in self.posterior_samples.items() if n in fixable}
+        if self.return_sites is None:
+            sites = {n for n in sample_sites if n not in self.posterior_samples}
+            sites |= set(info.deterministic)
+        else:
+            unknown = [n for n in self.return_sites if n not in sample_sites | set(info.deterministic)]
+            if unknown:
+                raise PredictiveError(
+                    f"`{api}(..., return_sites=...)` names sites {unknown} that model "
+                    f"`{fns.name}` does not have; its sites are {sorted(sample_sites | set(info.deterministic))}."
+                )
+            sites = set(self.return_sites)
+        keys = jax.random.split(key, self.num_samples)
+        out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims), dynamic)
+        return _unflatten(out, self._batch_shape)
+
+
+def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims: int = 1,
+                   **kwargs) -> dict:
+    """Pointwise log likelihood `log p(y | theta)` of every observed site, per posterior draw.
+
+    **Arguments:**
+
+    - `model`: the model.
+    - `posterior_samples`: dict site -> array `[*batch, ...]` with every latent site (extra
+      entries, such as deterministic sites, are ignored).
+    - `*args`, `**kwargs`: the model's arguments, with the observations.
+    - `batch_ndims`: leading batch dimensions of `posterior_samples` (0, 1 or 2).
+
+    **Returns:** dict observed site -> `log_prob` array `[*batch, *site_shape]` (elementwise,
+    not summed; sites in loops stacked along their loop axes).
+
+    **Raises:** `PredictiveError` when a latent site is missing from `posterior_samples`.
+
+    **References:** Vehtari, Gelman & Gabry (2017), "Practical Bayesian model evaluation using
+    leave-one-out cross-validation and WAIC" (the input of `arviz.loo` / `arviz.waic`).
+    """
+    api = "effppl.infer.log_likelihood"
+    structure, dynamic = split_args(api, args, kwargs)
+    fns = model_fns(model, structure)
+    info = fns.site_info(dynamic)
+    missing = [n for n in info.latent if n not in posterior_samples]
+    if missing:
+        raise PredictiveError(
+            f"`{api}` expected posterior draws of every latent site of model `{fns.name}`, but "
+            f"sites {missing} are missing from `posterior_samples`."
+        )
+    samples = {n: posterior_samples[n] for n in info.latent}
+    if batch_ndims == 0:
+        samples = jax.tree.map(lambda x: x[None] if hasattr(x, 'shape') else np.asarray(x)[None], samples)
+        batch_shape = ()
+    else:
+        batch_shape = _batch_shape(api, samples, batch_ndims)
+    out = fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)), dynamic)
+    return jax.tree.map(lambda x: x.reshape(tuple(batch_shape) + x.shape[1:]), out)

@@ -1,0 +1,187 @@
+"""The PPL's primitives: `sample`, `deterministic`, `factor` perform effect operations; `plate`
+broadcasts distributions like NumPyro's.
+
+A `sample` site performs the operation `sample_op(msg, name=..., is_observed=..., ...)`. The
+message `msg` is a dict pytree holding the distribution (`fn`), the site's current `value`
+(`None` until some handler decides it), and optional `scale`, `mask` and `rng_key`; its static
+part (the site name, the distribution's treedef, which fields are present) decides at translation
+time what each handler does. Handlers forward: each clause does its job and re-performs the
+operation for the handlers outside it (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from numpyro.distributions.batch_util import promote_batch_shape
+
+from . import effects as fx
+from ._errors import EffpplError
+
+
+class SiteError(EffpplError, ValueError):
+    """A model's sample site is used in a way effppl cannot give a meaning to."""
+
+
+def _value_type(msg, **static):
+    if msg["value"] is not None:
+        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
+    leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
+    key = jax.random.PRNGKey(0)
+    return jax.eval_shape(lambda ls: jax.tree_util.tree_unflatten(tree, ls).sample(key), leaves)
+
+
+sample_op = fx.Operation("sample", out=_value_type)
+deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
+                                jax.ShapeDtypeStruct(value.shape, value.dtype))
+
+
+def _batch_message(args, dims, in_tree):
+    """Move every batched leaf's axis to the front and broadcast the others (vmap as a plate)."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
+             for a, d in zip(args, dims)]
+    return jax.tree_util.tree_unflatten(in_tree, moved)
+
+
+def _sample_batch_rule(args, dims, *, in_tree, static):
+    (msg,) = _batch_message(args, dims, in_tree)
+    msg = dict(msg, fn=promote_batch_shape(msg["fn"]))
+    if msg["rng_key"] is not None:  # one key per site occurrence: draws differ across the batch
+        msg["rng_key"] = msg["rng_key"][0]
+    out = sample_op(msg, **dict(static))
+    return [out], [0]
+
+
+def _deterministic_batch_rule(args, dims, *, in_tree, static):
+    (value,) = _batch_message(args, dims, in_tree)
+    return [deterministic_op(value, **dict(static))], [0]
+
+
+sample_op.batch_rule = _sample_batch_rule
+deterministic_op.batch_rule = _deterministic_batch_rule
+
+
+# --------------------------------------------------------------------------------------------
+# plate: lexical broadcasting, resolved while the model is traced
+
+_plates = threading.local()
+
+
+def _active_plates():
+    if not hasattr(_plates, "stack"):
+        _plates.stack = []
+    return _plates.stack
+
+
+class plate(contextlib.ContextDecorator):
+    """Declare conditionally independent draws along a batch dimension, like `numpyro.plate`.
+
+    Inside `with plate(name, size, dim)`, every `sample` site's distribution is expanded so its
+    batch shape has `size` at `dim` (allocated right to left when `dim` is None).
+
+    **Arguments:**
+    - `name`: the plate's name (str).
+    - `size`: the number of independent draws (int).
+    - `dim`: a negative batch dimension, or None to allocate one.
+
+    **Raises:** `SiteError` when a distribution's batch shape conflicts with the plate.
+
+    **Example:** `with plate("data", 100): sample("y", dist.Normal(mu, 1.0), obs=y)`
+    """
+
+    def __init__(self, name: str, size: int, dim: int | None = None):
+        if dim is not None and dim >= 0:
+            raise SiteError(f"effppl.plate({name!r}, ..., dim={dim}) expected a negative dim.")
+        self.name, self.size, self.dim = name, int(size), dim
+
+    def __enter__(self):
+        stack = _active_plates()
+        if self.dim is None:
+            used = {p.dim for p in stack}
+            self.dim = next(d for d in range(-1, -100, -1) if d not in used)
+            self._allocated = True
+        stack.append(self)
+        return jnp.arange(self.size)
+
+    def __exit__(self, *exc):
+        _active_plates().remove(self)
+        if getattr(self, "_allocated", False):
+            self.dim, self._allocated = None, False
+        return False
+
+
+def _broadcast_to_plates(name, fn):
+    stack = _active_plates()
+    if not stack:
+        return fn
+    batch = list(fn.batch_shape)
+    width = max(len(batch), max(-p.dim for p in stack))
+    batch = [1] * (width - len(batch)) + batch
+    for p in stack:
+        have = batch[p.dim]
+        if have not in (1, p.size):
+            raise SiteError(f"Site `{name}`: its distribution has batch shape {fn.batch_shape}, "
+                            f"size {have} at dim {p.dim}, which conflicts with plate "
+                            f"`{p.name}` of size {p.size}.")
+        batch[p.dim] = p.size
+    return fn if tuple(batch) == tuple(fn.batch_shape) else fn.expand(tuple(batch))
+
+
+# --------------------------------------------------------------------------------------------
+# The user-facing primitives
+
+
+def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None):
+    """Draw (or observe) the random variable `name` from the distribution `fn`.
+
+    **Arguments:**
+    - `name`: the site name (str); unique outside loops. Inside `lax.scan` the n-th occurrence
+      is row n of the site's stacked value.
+    - `fn`: a `numpyro.distributions.Distribution` (re-exported as `effppl.distributions`).
+    - `obs`: observed value, array of shape `fn.shape()` (broadcastable), or None for a latent.
+    - `infer`: optional dict of static inference hints (hashable values).
+
+    **Returns:** the site's value, shape `fn.batch_shape + fn.event_shape`.
+
+    **Raises:** `SiteError` naming the site when `obs` has an incompatible shape or `fn` is not a
+    distribution; `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
+    """
+    if not isinstance(fn, dist.Distribution):
+        raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
+                        f"{type(fn).__name__}.")
+    fn = _broadcast_to_plates(name, fn)
+    if obs is not None:
+        obs = jnp.asarray(obs)
+        try:
+            jnp.broadcast_shapes(obs.shape, fn.shape())
+        except ValueError:
+            raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an observation of shape "
+                            f"{fn.shape()} (batch {fn.batch_shape} + event {fn.event_shape}), but "
+                            f"got shape {obs.shape}.") from None
+        if fn.event_shape and obs.shape[obs.ndim - len(fn.event_shape):] != fn.event_shape:
+            raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
+                            f"match the event shape {fn.event_shape}.")
+    msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
+    infer = tuple(sorted((infer or {}).items()))
+    return sample_op(msg, name=name, is_observed=obs is not None, intervened=False, infer=infer)
+
+
+def deterministic(name: str, value):
+    """Record `value` as the deterministic site `name` (in traces and posterior samples).
+
+    **Returns:** `value` unchanged.
+    """
+    return deterministic_op(jnp.asarray(value), name=name)
+
+
+def factor(name: str, log_factor):
+    """Add `log_factor` (array; summed) to the log joint density, as the observed site `name`
+    of a `Unit` distribution (as `numpyro.factor` does)."""
+    unit = dist.Unit(jnp.asarray(log_factor))
+    return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
