@@ -21,6 +21,7 @@ import numpyro.distributions as dist
 from numpyro.distributions.batch_util import promote_batch_shape
 
 from . import effects as fx
+from .effects import _compat
 from ._errors import EffpplError
 
 
@@ -33,7 +34,10 @@ def _value_type(msg, **static):
         return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
     leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
     key = jax.random.PRNGKey(0)
-    return jax.eval_shape(lambda ls: jax.tree_util.tree_unflatten(tree, ls).sample(key), leaves)
+    try:
+        return jax.eval_shape(lambda ls: jax.tree_util.tree_unflatten(tree, ls).sample(key), leaves)
+    except NotImplementedError:  # e.g. ImproperUniform: a real-valued site that cannot be drawn
+        return jax.ShapeDtypeStruct(msg["fn"].shape(), jnp.result_type(float))
 
 
 sample_op = fx.Operation("sample", out=_value_type)
@@ -49,9 +53,21 @@ def _batch_message(args, dims, in_tree):
     return jax.tree_util.tree_unflatten(in_tree, moved)
 
 
+def _with_vmap_index(msg):
+    """Under a `jax.vmap` inside the model, add the element index to the message, so the
+    operation is batched (one independent draw per element, like a plate)."""
+    index = _compat.vmap_index()
+    return msg if index is None else dict(msg, plates=(*msg.get("plates", ()), index))
+
+
 def _sample_batch_rule(args, dims, *, in_tree, static):
+    plate_dims = jax.tree_util.tree_unflatten(in_tree, dims)[0].get("plates", ())
     (msg,) = _batch_message(args, dims, in_tree)
-    msg = dict(msg, fn=promote_batch_shape(msg["fn"]))
+    plates = tuple(p for p, d in zip(msg.get("plates", ()), plate_dims) if d is None)
+    msg = {k: v for k, v in msg.items() if k != "plates"}
+    if plates:
+        msg["plates"] = tuple(p[0] for p in plates)
+    msg = _with_vmap_index(dict(msg, fn=promote_batch_shape(msg["fn"])))
     if msg["rng_key"] is not None:  # one key per site occurrence: draws differ across the batch
         msg["rng_key"] = msg["rng_key"][0]
     out = sample_op(msg, **dict(static))
@@ -169,7 +185,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                             f"match the event shape {fn.event_shape}.")
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     infer = tuple(sorted((infer or {}).items()))
-    return sample_op(msg, name=name, is_observed=obs is not None, intervened=False, infer=infer)
+    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None,
+                     intervened=False, infer=infer)
 
 
 def deterministic(name: str, value):

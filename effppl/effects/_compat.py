@@ -123,6 +123,18 @@ def split_args(args, kwargs):
     return [x for x, d in zip(leaves, dynamic) if d], rebuild
 
 
+def vmap_index():
+    """Inside a `jax.vmap` being traced, the batched index of the current element (int array
+    batched along the vmapped axis); else None. Lets an operation under a `vmap` see the batch
+    even when none of its arguments depend on it."""
+    trace = _core.trace_ctx.trace
+    if not isinstance(trace, batching.BatchTrace):
+        return None
+    with _core.set_current_trace(trace.parent_trace):
+        index = jax.numpy.arange(trace.axis_data.size)
+    return batching.BatchTracer(trace, index, 0)
+
+
 def bind_eqn(eqn, invals):
     """Re-emit `eqn` unchanged on `invals` in the current trace; returns the list of outputs."""
     bind_params = eqn.primitive.get_bind_params(eqn.params)

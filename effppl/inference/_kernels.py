@@ -72,13 +72,22 @@ class _HMCFamily:
     def kernel_kwargs(self) -> dict:
         raise NotImplementedError
 
-    def stats(self, info) -> dict:
-        """Per-transition statistics, named as in `arviz` `sample_stats`."""
+    def stats(self, info, dtype) -> dict:
+        """Per-transition statistics, named as in `arviz` `sample_stats` (floats as `dtype`)."""
         return {
-            "diverging": info.is_divergent,
-            "acceptance_rate": info.acceptance_rate,
-            "energy": info.energy,
+            "diverging": jnp.asarray(info.is_divergent, bool),
+            "acceptance_rate": jnp.asarray(info.acceptance_rate, dtype),
+            "energy": jnp.asarray(info.energy, dtype),
             "n_steps": jnp.asarray(info.num_integration_steps, jnp.int32),
+        }
+
+    def empty_stats(self, dtype) -> dict:
+        """Zeros with the structure and dtypes of `stats`."""
+        return {
+            "diverging": jnp.zeros((), bool),
+            "acceptance_rate": jnp.zeros((), dtype),
+            "energy": jnp.zeros((), dtype),
+            "n_steps": jnp.zeros((), jnp.int32),
         }
 
     def __repr__(self) -> str:
@@ -183,7 +192,10 @@ class NUTS(_HMCFamily):
     def kernel_kwargs(self) -> dict:
         return {"max_num_doublings": self.max_tree_depth}
 
-    def stats(self, info) -> dict:
-        out = super().stats(info)
+    def stats(self, info, dtype) -> dict:
+        out = super().stats(info, dtype)
         out["tree_depth"] = jnp.asarray(info.num_trajectory_expansions, jnp.int32)
         return out
+
+    def empty_stats(self, dtype) -> dict:
+        return dict(super().empty_stats(dtype), tree_depth=jnp.zeros((), jnp.int32))

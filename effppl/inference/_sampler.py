@@ -1,15 +1,17 @@
-"""Compiled warmup and sampling chunks: blackjax kernels and blackjax's window adaptation.
+"""Compiled MCMC chunks: blackjax kernels and blackjax's window adaptation.
 
-One `Sampler` per (model, argument structure, kernel settings), cached. Its functions are
-`jax.jit(jax.vmap(...))` over chains and take the model data as an argument, so the MCMC driver
-calls them chunk after chunk (for the progress bar) and run after run without recompiling.
+One `Sampler` per (model, argument structure, kernel settings), cached. Its chunk function is a
+`jax.jit(jax.vmap(...))` over chains that takes the model data as an argument and serves *both*
+phases: the warmup and the sampling chunks run the same executable (one XLA compilation of the
+kernel per run configuration, as in NumPyro), chunk after chunk (for the progress bar) and run after
+run (new data of the same shapes) without recompiling.
 
 **Window adaptation.** `blackjax.window_adaptation(...).run` runs the whole warmup in one call.
-To report progress in chunks we run the very same step it scans — blackjax's kernel followed by
-the update of blackjax's staged-adaptation engine (`_make_engine`, the engine behind
-`window_adaptation`, with the `welford_diag`/`welford_dense` metric recipe) on Stan's schedule
+To report progress in chunks we run the very step it scans — blackjax's kernel followed by the
+update of blackjax's staged-adaptation engine (`_make_engine`: the engine behind
+`window_adaptation`, with its `welford_diag`/`welford_dense` metric recipe) on Stan's schedule
 (`build_schedule`) — chunk by chunk. `tests/inference` checks that the result equals
-`blackjax.window_adaptation(...).run` for the same key, so a change inside blackjax is caught.
+`blackjax.window_adaptation(...).run` for the same keys, so a change inside blackjax is caught.
 """
 
 import functools
@@ -34,24 +36,30 @@ def adaptation_engine(dense_mass: bool, target_accept_prob: float):
 
 @functools.lru_cache(maxsize=32)
 def warmup_schedule(num_warmup: int) -> np.ndarray:
-    """Stan's warmup schedule, `int32[num_warmup, 2]` rows `(slow?, ends a slow window?)`."""
-    sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
+    """Stan's warmup schedule, `int32[max(num_warmup, 1), 2]`, rows `(slow?, ends a window?)`."""
+    if num_warmup == 0:
+        sched = np.zeros((1, 2), np.int32)
+    else:
+        sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
     sched.setflags(write=False)
     return sched
+
+
+def _strong(tree):
+    """`tree` without weakly-typed leaves, so a chunk's output carry has exactly its input's types
+    and feeding it back into the next chunk does not recompile."""
+    return jax.tree.map(lambda x: jnp.asarray(x).astype(jnp.asarray(x).dtype), tree)
+
+
+def _select(pred, on_true, on_false):
+    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
 class Sampler:
     """Compiled, chain-vectorised functions of one model + argument structure + kernel settings.
 
-    - `start(params, potential_energy, grad)` -> `(state, adapt_state)`
-    - `warmup(state, adapt_state, keys, steps, schedule, dynamic)` ->
-      `(state, adapt_state, step_size, inverse_mass_matrix, num_divergent)`
-    - `sample(state, step_size, inverse_mass_matrix, keys, steps, dynamic)` ->
-      `(state, values, stats)`
-
-    `keys` holds every key of the phase per chain (`[chain, num_warmup]`, or
-    `[chain, num_draws, thinning]`); `steps` (`int32[chunk]`) selects the chunk, so one executable
-    serves every chunk of the same length.
+    - `start(params, potential_energy, grad)` -> `(state, adapt_state)`, from the initial points.
+    - `chunk(length)`: the compiled chunk with output buffers of `length` draws (see `_chunk`).
     """
 
     def __init__(self, fns, kernel):
@@ -63,11 +71,18 @@ class Sampler:
             kernel.dense_mass, kernel.target_accept_prob
         )
         self.start = jax.jit(jax.vmap(self._start))
-        self.warmup = jax.jit(jax.vmap(self._warmup, in_axes=(0, 0, 0, None, None, None)))
-        self.sample = jax.jit(jax.vmap(self._sample, in_axes=(0, 0, 0, 0, None, None)))
+        self._chunks: dict = {}
 
-    def _tuned(self, astate):
-        """Step size and inverse mass matrix in force, honouring `adapt_*=False`."""
+    def chunk(self, length: int):
+        """`jit(vmap(_chunk))` over chains with buffers of `length` draws (cached per length)."""
+        if length not in self._chunks:
+            fn = functools.partial(self._chunk, length=length)
+            in_axes = (0, 0, 0, 0, 0) + (None,) * 7
+            self._chunks[length] = jax.jit(jax.vmap(fn, in_axes=in_axes))
+        return self._chunks[length]
+
+    def tuned(self, astate):
+        """Step size and inverse mass matrix in force during warmup (honours `adapt_*=False`)."""
         step_size, imm = astate.step_size, astate.inverse_mass_matrix
         if not self.kernel.adapt_step_size:
             step_size = jnp.asarray(self.kernel.step_size, jnp.result_type(float))
@@ -75,49 +90,73 @@ class Sampler:
             imm = jnp.eye(imm.shape[0], dtype=imm.dtype) if imm.ndim == 2 else jnp.ones_like(imm)
         return step_size, imm
 
-    def _final(self, astate):
+    def final(self, astate):
+        """Step size and inverse mass matrix after warmup."""
         step_size, imm = self._adapt_final(astate)
-        return self._tuned(astate._replace(step_size=step_size, inverse_mass_matrix=imm))
+        return self.tuned(astate._replace(step_size=step_size, inverse_mass_matrix=imm))
 
     def _start(self, params, potential_energy, grad):
         state = self.kernel.init_state(params, -potential_energy, jax.tree.map(jnp.negative, grad))
-        return state, self._adapt_init(params, self.kernel.step_size)
+        astate = self._adapt_init(params, self.kernel.step_size)
+        return _strong((state, astate))
 
-    def _warmup(self, state, astate, keys, steps, schedule, dynamic):
+    def _chunk(self, state, astate, step_size, imm, keys, schedule, start, num, sampling,
+               thinning, offset, dynamic, *, length):
+        """Run `num` (<= `length`) warmup steps or draws of one chain.
+
+        **Arguments:** `state`/`astate`: chain and adaptation states; `step_size`/`imm`: the
+        kernel parameters while sampling (ignored in warmup, which uses the adaptation state's);
+        `keys[num_warmup + num_draws * thinning]`: every key of the run; `schedule`: Stan's
+        schedule; `start`: index of the first warmup step / draw; `sampling`: phase flag;
+        `thinning`: transitions per draw; `offset`: number of warmup transitions (where the
+        sampling keys start); `dynamic`: the model data.
+
+        **Returns:** `(state, astate, (step_size, imm) after warmup, values[length],
+        stats[length], number of divergent transitions)`; buffer rows past `num` are zeros.
+        """
         logdensity = self.fns.logdensity_fn(dynamic)
+        last = schedule.shape[0] - 1
+        dtype = jnp.result_type(state.logdensity)
 
-        def one_step(carry, i):
-            state, astate = carry
-            step_size, imm = self._tuned(astate)
-            state, info = self._kernel(keys[i], state, logdensity, step_size, imm, **self._kwargs)
-            stage = schedule[i]
-            astate = self._adapt_update(
-                astate, (stage[0], stage[1]), state.position, state.logdensity_grad,
+        def transition(j, carry):
+            state, astate, stats, n_div, i = carry
+            k = jnp.where(sampling, offset + i * thinning + j, i)
+            params = _select(sampling, (step_size, imm), self.tuned(astate))
+            new, info = self._kernel(keys[k], state, logdensity, *params, **self._kwargs)
+            stage = schedule[jnp.minimum(i, last)]
+            adapted = self._adapt_update(
+                astate, (stage[0], stage[1]), new.position, new.logdensity_grad,
                 info.acceptance_rate, i,
             )
-            return (state, astate), info.is_divergent
+            astate = _strong(_select(sampling, astate, adapted))
+            stats = self.kernel.stats(info, dtype)
+            return new, astate, stats, n_div + info.is_divergent.astype(jnp.int32), i
 
-        (state, astate), divergent = jax.lax.scan(one_step, (state, astate), steps)
-        step_size, imm = self._final(astate)
-        return state, astate, step_size, imm, jnp.sum(divergent, dtype=jnp.int32)
+        def record(state, stats):
+            values = self.fns.constrain(state.position, dynamic)
+            stats = dict(stats, lp=state.logdensity, step_size=jnp.asarray(step_size, dtype))
+            return values, stats
 
-    def _sample(self, state, step_size, imm, keys, steps, dynamic):
-        logdensity = self.fns.logdensity_fn(dynamic)
+        def one_draw(n, carry):
+            state, astate, stats, buffers, n_div = carry
+            inner = jnp.where(sampling, thinning, 1)
+            state, astate, stats, n_div, _ = jax.lax.fori_loop(
+                0, inner, transition, (state, astate, stats, n_div, start + n)
+            )
+            buffers = jax.lax.cond(
+                sampling,
+                lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, record(state, stats)),
+                lambda b: b,
+                buffers,
+            )
+            return state, astate, stats, buffers, n_div
 
-        def transition(state, key):
-            state, info = self._kernel(key, state, logdensity, step_size, imm, **self._kwargs)
-            return state, self.kernel.stats(info)
-
-        def one_draw(state, i):
-            # `thinning` transitions; the statistics of the last one are kept.
-            state, stats = jax.lax.scan(transition, state, keys[i])
-            stats = jax.tree.map(lambda x: x[-1], stats)
-            stats["lp"] = state.logdensity
-            stats["step_size"] = jnp.asarray(step_size)
-            return state, (self.fns.constrain(state.position, dynamic), stats)
-
-        state, (values, stats) = jax.lax.scan(one_draw, state, steps)
-        return state, values, stats
+        zero_stats = self.kernel.empty_stats(dtype)
+        shapes = jax.eval_shape(lambda: record(state, zero_stats))
+        buffers = jax.tree.map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
+        carry = (state, astate, zero_stats, buffers, jnp.int32(0))
+        state, astate, _, (values, stats), n_div = jax.lax.fori_loop(0, num, one_draw, carry)
+        return _strong(state), astate, _strong(self.final(astate)), values, stats, n_div
 
 
 def sampler_for(fns, kernel) -> Sampler:

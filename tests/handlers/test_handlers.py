@@ -1,0 +1,302 @@
+"""The PPL handlers against NumPyro on the same model and against hand-written log densities."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as nd
+import pytest
+from jax.scipy import stats
+from numpyro.infer.util import log_density as np_log_density
+from numpyro.infer.util import potential_energy as np_potential_energy
+
+import effppl
+from effppl import distributions as dist
+from effppl import handlers
+
+from ..effects._util import assert_translated
+
+Y8 = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+S8 = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools(sample, plate):
+    def model(y, sigma):
+        mu = sample("mu", dist.Normal(0, 5))
+        tau = sample("tau", dist.HalfCauchy(5))
+        with plate("J", y.shape[0]):
+            theta = sample("theta_tilde", dist.Normal(0, 1))
+            sample("y", dist.Normal(mu + tau * theta, sigma), obs=y)
+    return model
+
+
+def logistic(sample, plate):
+    def model(x, y):
+        w = sample("w", dist.Normal(jnp.zeros(x.shape[1]), 1.0).to_event(1))
+        b = sample("b", dist.Normal(0.0, 10.0))
+        with plate("N", x.shape[0]):
+            sample("y", dist.Bernoulli(logits=x @ w + b), obs=y)
+    return model
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------- flat models equal NumPyro
+
+@pytest.mark.parametrize("u", [0.0, 1.3, -2.0])
+def test_eight_schools_equals_numpyro(u):
+    ours = eight_schools(effppl.sample, effppl.plate)
+    theirs = eight_schools(numpyro.sample, numpyro.plate)
+    params = {"mu": u, "tau": abs(u) + 0.5, "theta_tilde": jnp.linspace(-1, 1, 8) * u}
+    _close(effppl.log_density(ours, (Y8, S8), {}, params)[0],
+           np_log_density(theirs, (Y8, S8), {}, params)[0])
+    _close(handlers.potential_energy(ours, (Y8, S8), {}, params),
+           np_potential_energy(theirs, (Y8, S8), {}, params))
+
+
+def test_logistic_regression_equals_numpyro():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)), (rng.random(40) > 0.5).astype(float)
+    params = {"w": jnp.array([0.3, -1.0, 2.0]), "b": jnp.array(0.7)}
+    ours, theirs = logistic(effppl.sample, effppl.plate), logistic(numpyro.sample, numpyro.plate)
+    _close(handlers.potential_energy(ours, (x, y), {}, params),
+           np_potential_energy(theirs, (x, y), {}, params))
+    assert_translated(lambda p: handlers.potential_energy(ours, (x, y), {}, p), params)
+
+
+# ---------------------------------------------------------------- sites inside control flow
+
+def random_walk(T):
+    def step(x, _):
+        x = effppl.sample("x", dist.Normal(x, 1.0))
+        return x, x
+    return jax.lax.scan(step, 0.0, None, length=T)[1]
+
+
+def test_latent_sites_in_scan_are_stacked_rows():
+    xs = jnp.array([0.5, -0.2, 1.0, 0.3])
+    prev = jnp.concatenate([jnp.zeros(1), xs[:-1]])
+    lp, tr = effppl.log_density(random_walk, (4,), {}, {"x": xs})
+    _close(lp, jnp.sum(stats.norm.logpdf(xs, prev, 1.0)))
+    _close(tr["x"]["value"], xs)
+    _close(handlers.potential_energy(random_walk, (4,), {}, {"x": xs}), -lp)
+
+
+def test_seed_gives_a_fresh_key_per_scan_iteration():
+    draws = handlers.trace(handlers.seed(random_walk, 3)).get_trace(6)["x"]["value"]
+    assert draws.shape == (6,) and len(np.unique(np.diff(np.asarray(draws)))) == 5
+    again = handlers.trace(handlers.seed(random_walk, 3)).get_trace(6)["x"]["value"]
+    _close(draws, again)
+
+
+def test_substitute_and_do_set_every_occurrence_in_scan():
+    xs = jnp.arange(5.0)
+    out = handlers.substitute(random_walk, {"x": xs})(5)
+    _close(out, xs)
+    out = handlers.do(handlers.seed(random_walk, 0), {"x": xs})(5)
+    _close(out, xs)
+    lp, _ = effppl.log_density(handlers.do(random_walk, {"x": xs}), (5,), {}, {})
+    _close(lp, 0.0)  # intervened sites contribute no density
+
+
+def hierarchical(y):  # y: (G, T)
+    def group(_, yg):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+
+        def step(z, yt):
+            z = effppl.sample("z", dist.Normal(z, 0.5))
+            effppl.sample("y", dist.Normal(z + mu, 1.0), obs=yt)
+            return z, None
+        jax.lax.scan(step, 0.0, yg)
+        return None, None
+    jax.lax.scan(group, None, y)
+
+
+def test_nested_scans_give_outer_inner_shaped_sites():
+    G, T = 3, 4
+    rng = np.random.default_rng(1)
+    y, mu, z = rng.normal(size=(G, T)), rng.normal(size=G), rng.normal(size=(G, T))
+    lp, tr = effppl.log_density(hierarchical, (y,), {}, {"mu": mu, "z": z})
+    prev = np.concatenate([np.zeros((G, 1)), z[:, :-1]], axis=1)
+    ref = (stats.norm.logpdf(mu).sum() + stats.norm.logpdf(z, prev, 0.5).sum()
+           + stats.norm.logpdf(y, z + mu[:, None], 1.0).sum())
+    _close(lp, ref)
+    assert tr["z"]["value"].shape == (G, T) and tr["mu"]["value"].shape == (G,)
+    prior = handlers.trace(handlers.seed(hierarchical, 0)).get_trace(y)
+    assert prior["z"]["value"].shape == (G, T) and prior["y"]["value"].shape == (G, T)
+
+
+def regime_switching(regime, y):
+    def step(x, inp):
+        r, yt = inp
+        x = jax.lax.cond(r == 0, lambda: effppl.sample("x", dist.Normal(x, 1.0)),
+                         lambda: effppl.sample("x", dist.StudentT(3.0, x, 2.0)))
+        effppl.sample("y", dist.Normal(x, 0.5), obs=yt)
+        return x, None
+    jax.lax.scan(step, 0.0, (regime, y))
+
+
+def test_cond_with_different_families_per_branch():
+    regime, y = jnp.array([0, 1, 1, 0, 1]), jnp.linspace(-1, 1, 5)
+    xs = jnp.array([0.3, 0.1, -0.4, 0.2, 0.0])
+    prev = jnp.concatenate([jnp.zeros(1), xs[:-1]])
+    ref = jnp.sum(jnp.where(regime == 0, stats.norm.logpdf(xs, prev, 1.0),
+                            stats.t.logpdf(xs, 3.0, prev, 2.0))) + \
+        jnp.sum(stats.norm.logpdf(y, xs, 0.5))
+    _close(effppl.log_density(regime_switching, (regime, y), {}, {"x": xs})[0], ref)
+
+
+def test_each_cond_branch_applies_its_own_bijector_and_one_branch_sites():
+    def model(z):
+        s = jax.lax.cond(z > 0, lambda: effppl.sample("s", dist.HalfNormal(1.0)),
+                         lambda: effppl.sample("s", dist.Uniform(0.0, 2.0)))
+        jax.lax.cond(z > 0, lambda: effppl.sample("only", dist.Exponential(1.0)), lambda: 0.0)
+        effppl.sample("o", dist.Normal(0.0, s), obs=1.0)
+    u = {"s": jnp.array(0.3), "only": jnp.array(-0.5)}
+    s = jnp.exp(0.3)
+    ref_pos = (stats.norm.logpdf(s) + jnp.log(2) + 0.3 + stats.norm.logpdf(1.0, 0, s)
+               + stats.expon.logpdf(jnp.exp(-0.5)) - 0.5)
+    _close(-handlers.potential_energy(model, (1.0,), {}, u), ref_pos)
+    sg = jax.nn.sigmoid(0.3)
+    ref_neg = jnp.log(0.5) + jnp.log(2 * sg * (1 - sg)) + stats.norm.logpdf(1.0, 0, 2 * sg)
+    _close(-handlers.potential_energy(model, (-1.0,), {}, u), ref_neg)
+
+
+def test_observed_sites_in_data_dependent_while_loop():
+    def model(y, n):
+        mu = effppl.sample("mu", dist.Normal(0, 1))
+
+        def body(i):
+            effppl.sample("y", dist.Normal(mu, 1.0), obs=y[i])
+            return i + 1
+        jax.lax.while_loop(lambda i: i < n, body, 0)
+    y = jnp.array([0.5, -1.0, 2.0])
+    f = jax.jit(lambda n: handlers.potential_energy(model, (y, n), {}, {"mu": 0.1}))
+    for n in (0, 2, 3):
+        _close(f(n), -(stats.norm.logpdf(0.1) + jnp.sum(stats.norm.logpdf(y[:n], 0.1))))
+    with pytest.raises(effppl.SiteError, match="`mu`.*while"):
+        def latent_in_while(n):
+            jax.lax.while_loop(lambda c: c[0] < n,
+                               lambda c: (c[0] + 1, effppl.sample("mu", dist.Normal(c[1], 1.0))),
+                               (0, 0.0))
+        handlers.trace(handlers.seed(latent_in_while, 0)).get_trace(3)
+
+
+def test_vmap_inside_model_behaves_like_a_plate():
+    def model(y):
+        mu = effppl.sample("mu", dist.Normal(0, 1))
+
+        def one(yi):
+            z = effppl.sample("z", dist.Normal(mu, 1.0))
+            effppl.sample("obs", dist.Normal(z, 1.0), obs=yi)
+            return z
+        return jax.vmap(one)(y)
+    y, z = jnp.array([0.5, -1.0, 2.0]), jnp.array([0.1, 0.2, 0.3])
+    ref = stats.norm.logpdf(0.2) + stats.norm.logpdf(z, 0.2).sum() + stats.norm.logpdf(y, z).sum()
+    _close(effppl.log_density(model, (y,), {}, {"mu": 0.2, "z": z})[0], ref)
+    draws = handlers.trace(handlers.seed(model, 0)).get_trace(y)["z"]["value"]
+    assert draws.shape == (3,) and len(np.unique(np.asarray(draws))) == 3
+
+
+def test_dependent_support_uses_current_values():
+    def model():
+        a = effppl.sample("a", dist.Uniform(0.0, 1.0))
+        effppl.sample("b", dist.ImproperUniform(dist.constraints.interval(0.0, 1.0 - a), (), ()))
+    for ua, ub in [(0.5, 3.0), (-2.0, 10.0), (4.0, -1.0)]:
+        c = handlers.constrain_fn(model, (), {}, {"a": jnp.array(ua), "b": jnp.array(ub)})
+        assert 0 < c["b"] < 1 - c["a"]
+        back = handlers.unconstrain_fn(model, (), {}, c)
+        _close(back["a"], ua)
+        _close(back["b"], ub)
+        a, sa, sb = jax.nn.sigmoid(ua), jax.nn.sigmoid(ua), jax.nn.sigmoid(ub)
+        ref = jnp.log(sa * (1 - sa)) + jnp.log((1 - a) * sb * (1 - sb))
+        _close(-handlers.potential_energy(model, (), {}, {"a": ua, "b": ub}), ref)
+
+
+def test_handlers_mask_scale_block_condition_replay():
+    model = eight_schools(effppl.sample, effppl.plate)
+    params = {"mu": 0.5, "tau": 1.5, "theta_tilde": jnp.zeros(8)}
+    base = effppl.log_density(model, (Y8, S8), {}, params)[0]
+    scaled = effppl.log_density(handlers.scale(model, 2.0), (Y8, S8), {}, params)[0]
+    _close(scaled, 2 * base)
+    masked = effppl.log_density(handlers.mask(model, False), (Y8, S8), {}, params)[0]
+    _close(masked, 0.0)
+    tr = handlers.trace(handlers.seed(model, 1)).get_trace(Y8, S8)
+    assert set(tr) == {"mu", "tau", "theta_tilde", "y"} and tr["y"]["is_observed"]
+    replayed = handlers.trace(handlers.replay(model, tr)).get_trace(Y8, S8)
+    _close(replayed["mu"]["value"], tr["mu"]["value"])
+    blocked = handlers.trace(handlers.block(handlers.seed(model, 1), hide=["mu"])).get_trace(Y8, S8)
+    assert "mu" not in blocked and "tau" in blocked
+    cond = handlers.trace(handlers.condition(handlers.seed(model, 2), {"mu": 3.0})).get_trace(Y8, S8)
+    assert cond["mu"]["is_observed"] and float(cond["mu"]["value"]) == 3.0
+
+
+def test_compiled_log_density_does_not_recompile_for_new_data():
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *_, **__: compiles.append(name) if "backend_compile" in name else None)
+    model = logistic(effppl.sample, effppl.plate)
+    f = jax.jit(lambda p, x, y: handlers.potential_energy(model, (x, y), {}, p))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(30, 2)), (rng.random(30) > 0.5).astype(float)
+    p = {"w": jnp.ones(2), "b": jnp.array(0.0)}
+    f(p, x, y).block_until_ready()
+    n = len(compiles)
+    f(p, x + 1.0, 1.0 - y).block_until_ready()
+    assert len(compiles) == n
+    f(p, np.ones((31, 2)), np.ones(31)).block_until_ready()  # a new shape does compile
+    assert len(compiles) > n
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_duplicate_site_name_is_an_error_naming_the_site():
+    def model():
+        effppl.sample("a", dist.Normal(0, 1))
+        effppl.sample("a", dist.Normal(0, 1))
+    with pytest.raises(effppl.SiteError, match="Duplicate site name `a`"):
+        handlers.trace(handlers.seed(model, 0)).get_trace()
+
+
+def test_obs_shape_mismatch_names_the_site():
+    def model():
+        effppl.sample("y", dist.Normal(jnp.zeros(3), 1.0), obs=jnp.zeros(4))
+    with pytest.raises(effppl.SiteError, match="`y`|'y'"):
+        effppl.log_density(model, (), {}, {})
+
+
+def test_latent_without_value_names_the_site():
+    with pytest.raises(effppl.SiteError, match="`x`"):
+        effppl.log_density(random_walk, (3,), {}, {})
+    with pytest.raises(effppl.effects.UnhandledEffectError, match="sample"):
+        random_walk(3)
+
+
+def test_validate_args_out_of_support_names_the_site():
+    def model():
+        effppl.sample("s", dist.Normal(0.0, -1.0, validate_args=True))
+    with pytest.raises(ValueError, match="scale|Normal"):
+        handlers.seed(model, 0)()
+
+
+def test_no_tracer_leaks_through_handlers():
+    model = eight_schools(effppl.sample, effppl.plate)
+    params = {"mu": 0.5, "tau": 1.5, "theta_tilde": jnp.zeros(8)}
+    with jax.checking_leaks():
+        handlers.trace(handlers.seed(model, 0)).get_trace(Y8, S8)
+        jax.jit(lambda p: handlers.potential_energy(model, (Y8, S8), {}, p))(params)
+        jax.grad(lambda p: handlers.potential_energy(model, (Y8, S8), {}, p))(params)
+
+
+def test_model_leaking_a_tracer_is_reported_not_silent():
+    leaked = []
+
+    def model():
+        x = effppl.sample("x", dist.Normal(0, 1))
+        leaked.append(x)
+        return x
+    handlers.seed(model, 0)()
+    with pytest.raises(jax.errors.UnexpectedTracerError):
+        jnp.sin(leaked[0]) + 1.0
