@@ -69,12 +69,6 @@ def _split_each(keys, shape):
     return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
 
 
-def _chunks(total: int, progress: bool):
-    size = max(1, math.ceil(total / 20)) if progress else max(total, 1)
-    for start in range(0, total, size):
-        yield np.arange(start, min(start + size, total), dtype=np.int32)
-
-
 def _concat(parts):
     if len(parts) == 1:
         return parts[0]
@@ -145,7 +139,12 @@ class MCMC:
             return tree
         return jax.device_put(tree, NamedSharding(mesh, spec))
 
-    def _prepare(self, rng_key, args, kwargs, api):
+    def _chunk_length(self, num_warmup: int, num_draws: int) -> int:
+        if self.progress_bar:
+            return max(1, math.ceil((num_warmup + num_draws) / 20))
+        return max(num_warmup, num_draws, 1)
+
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool):
         key = _as_key(rng_key, api)
         structure, dynamic = split_args(api, args, kwargs)
         fns = model_fns(self.kernel.model, structure)
@@ -162,46 +161,78 @@ class MCMC:
                 "(enumeration is not supported) or observe it."
             )
         mesh = self._mesh() if self.chain_method == "sharded" else None
+        chains = PartitionSpec("chain")
         dynamic = self._place(dynamic, mesh, PartitionSpec())
-        return key, fns, dynamic, mesh, info
+        sampler = sampler_for(fns, self.kernel)
+        init_key, run_key = jax.random.split(key)
 
-    def _do_warmup(self, key, fns, sampler, dynamic, mesh, bar):
-        init_key, warm_key = jax.random.split(key)
-        params, pe, grad = find_initial_params(
-            fns, self.kernel.init_strategy, init_key, self.num_chains, dynamic
-        )
-        params, pe, grad = self._place((params, pe, grad), mesh, PartitionSpec("chain"))
-        state, astate = sampler.start(params, pe, grad)
-        if self.num_warmup == 0:
-            step_size, imm = jax.vmap(sampler._final)(astate)
-            return state, step_size, imm
-        keys = jax.random.split(warm_key, self.num_chains)
-        keys = _split_each(self._place(keys, mesh, PartitionSpec("chain")), self.num_warmup)
-        schedule = warmup_schedule(self.num_warmup)
-        bar.set_description("warmup")
-        for steps in _chunks(self.num_warmup, self.progress_bar):
-            state, astate, step_size, imm, n_div = sampler.warmup(
-                state, astate, keys, steps, schedule, dynamic
+        pws = self.post_warmup_state if sample else None
+        if pws is None:
+            num_warmup = self.num_warmup
+            init = find_initial_params(fns, self.kernel.init_strategy, init_key, self.num_chains,
+                                       dynamic, api=api)
+            state, astate, tuned = sampler.start(*self._place(init, mesh, chains))
+        else:
+            num_warmup = 0
+            grad = jax.tree.map(jnp.negative, pws.logdensity_grad)
+            state, astate, _ = sampler.start(pws.position, -pws.logdensity, grad)
+            tuned = (pws.step_size, pws.inverse_mass_matrix)
+        num_draws = self.num_samples // self.thinning if sample else 0
+        thinning = self.thinning
+        keys = self._place(jax.random.split(run_key, self.num_chains), mesh, chains)
+        keys = _split_each(keys, num_warmup + num_draws * thinning)
+        schedule = warmup_schedule(num_warmup)
+        length = self._chunk_length(num_warmup, num_draws)
+        chunk = sampler.chunk(length)
+        values, stats, n_div = [], [], 0
+
+        def call(state, astate, tuned, start, num, sampling):
+            return chunk(state, astate, *tuned, keys, schedule, np.int32(start), np.int32(num),
+                         np.bool_(sampling), np.int32(thinning), np.int32(num_warmup), dynamic)
+
+        total = num_warmup + num_draws * thinning
+        with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
+            for start in range(0, num_warmup, length):
+                num = min(length, num_warmup - start)
+                state, astate, tuned, _, _, nd = call(state, astate, tuned, start, num, False)
+                if self.progress_bar:
+                    bar.set_postfix_str(f"{int(np.sum(np.asarray(nd)))} divergences in warmup")
+                    bar.update(num)
+            bar.set_description("sample")
+            for start in range(0, num_draws, length):
+                num = min(length, num_draws - start)
+                state, _, _, v, st, nd = call(state, astate, tuned, start, num, True)
+                if num < length:
+                    v, st = jax.tree.map(lambda x: x[:, :num], (v, st))
+                values.append(v)
+                stats.append(st)
+                if self.progress_bar:
+                    n_div += int(np.sum(np.asarray(st["diverging"])))
+                    bar.set_postfix_str(f"{n_div} divergences")
+                    bar.update(num * thinning)
+        last = MCMCState(position=state.position, logdensity=state.logdensity,
+                         logdensity_grad=state.logdensity_grad, step_size=tuned[0],
+                         inverse_mass_matrix=tuned[1])
+        if not sample:
+            self.post_warmup_state = last
+            return
+        self._results = dict(samples=_concat(values), stats=_concat(stats), fns=fns,
+                             dynamic=dynamic, info=info, last_state=last)
+        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
+        if n_div:
+            warnings.warn(
+                f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
+                f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
+                "The draws may be biased; increase target_accept_prob or reparameterise.",
+                DivergenceWarning, stacklevel=3,
             )
-            if self.progress_bar:
-                jax.block_until_ready(state)
-                bar.update(len(steps))
-        return state, step_size, imm
 
     def warmup(self, rng_key, *args, **kwargs) -> None:
         """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
 
         **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
         """
-        api = "effppl.infer.MCMC.warmup"
-        key, fns, dynamic, mesh, _ = self._prepare(rng_key, args, kwargs, api)
-        sampler = sampler_for(fns, self.kernel)
-        with tqdm.tqdm(total=self.num_warmup, disable=not self.progress_bar) as bar:
-            state, step_size, imm = self._do_warmup(key, fns, sampler, dynamic, mesh, bar)
-        self.post_warmup_state = MCMCState(
-            position=state.position, logdensity=state.logdensity,
-            logdensity_grad=state.logdensity_grad, step_size=step_size, inverse_mass_matrix=imm,
-        )
+        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False)
 
     def run(self, rng_key, *args, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
@@ -214,52 +245,13 @@ class MCMC:
 
         **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
 
-        **Raises:** `InitializationError` when no chain finds a finite starting point;
+        **Raises:** `InitializationError` when a chain finds no finite starting point;
         `MCMCError` for a model without continuous latent sites.
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
-        api = "effppl.infer.MCMC.run"
-        key, fns, dynamic, mesh, info = self._prepare(rng_key, args, kwargs, api)
-        sampler = sampler_for(fns, self.kernel)
-        warm_key, sample_key = jax.random.split(key)
-        num_draws = self.num_samples // self.thinning
-        pws = self.post_warmup_state
-        total = num_draws * self.thinning + (0 if pws is not None else self.num_warmup)
-        with tqdm.tqdm(total=total, disable=not self.progress_bar) as bar:
-            if pws is None:
-                state, step_size, imm = self._do_warmup(warm_key, fns, sampler, dynamic, mesh, bar)
-            else:
-                state = self.kernel.init_state(pws.position, pws.logdensity, pws.logdensity_grad)
-                step_size, imm = pws.step_size, pws.inverse_mass_matrix
-            keys = jax.random.split(sample_key, self.num_chains)
-            keys = _split_each(self._place(keys, mesh, PartitionSpec("chain")),
-                               (num_draws, self.thinning))
-            bar.set_description("sample")
-            values, stats, n_div = [], [], 0
-            for steps in _chunks(num_draws, self.progress_bar):
-                state, v, s = sampler.sample(state, step_size, imm, keys, steps, dynamic)
-                values.append(v)
-                stats.append(s)
-                if self.progress_bar:
-                    n_div += int(np.sum(np.asarray(s["diverging"])))
-                    bar.set_postfix_str(f"{n_div} divergences")
-                    bar.update(len(steps) * self.thinning)
-        self._results = dict(
-            samples=_concat(values), stats=_concat(stats), fns=fns, dynamic=dynamic, info=info,
-            last_state=MCMCState(position=state.position, logdensity=state.logdensity,
-                                 logdensity_grad=state.logdensity_grad, step_size=step_size,
-                                 inverse_mass_matrix=imm),
-        )
-        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
-        if n_div:
-            warnings.warn(
-                f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
-                f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
-                "The draws may be biased; increase target_accept_prob or reparameterise.",
-                DivergenceWarning, stacklevel=2,
-            )
+        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True)
 
     # -- results ---------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ def _select(pred, on_true, on_false):
 class Sampler:
     """Compiled, chain-vectorised functions of one model + argument structure + kernel settings.
 
-    - `start(params, potential_energy, grad)` -> `(state, adapt_state)`, from the initial points.
+    - `start(params, potential_energy, grad)` -> `(state, adapt_state, (step_size, imm))`.
     - `chunk(length)`: the compiled chunk with output buffers of `length` draws (see `_chunk`).
     """
 
@@ -98,7 +98,7 @@ class Sampler:
     def _start(self, params, potential_energy, grad):
         state = self.kernel.init_state(params, -potential_energy, jax.tree.map(jnp.negative, grad))
         astate = self._adapt_init(params, self.kernel.step_size)
-        return _strong((state, astate))
+        return _strong((state, astate, self.tuned(astate)))
 
     def _chunk(self, state, astate, step_size, imm, keys, schedule, start, num, sampling,
                thinning, offset, dynamic, *, length):

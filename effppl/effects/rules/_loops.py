@@ -22,10 +22,10 @@ from .._translate import BARRIER, CrossesBarrier, frame_params, inline, register
 
 
 def _cast(xs, avals):
-    """`xs` with exactly the (non-weak) dtypes of `avals`, so loop carries keep one type."""
+    """`xs` with the dtypes of `avals`, so loop carries keep one type."""
     def cast(x, aval):
         have = _compat.typeof(x)
-        if have.dtype == aval.dtype and not getattr(have, "weak_type", False):
+        if have.dtype == aval.dtype:
             return x
         return jax.lax.convert_element_type(x, aval.dtype)
     return [cast(x, a) for x, a in zip(xs, avals)]
