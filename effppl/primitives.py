@@ -172,6 +172,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
     fn = _broadcast_to_plates(name, fn)
+    if getattr(fn, "_validate_args", False):
+        _validate_at_run_time(name, fn)
     if obs is not None:
         obs = jnp.asarray(obs)
         try:
@@ -187,6 +189,28 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     infer = tuple(sorted((infer or {}).items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None,
                      intervened=False, infer=infer)
+
+
+def _validate_at_run_time(name, fn):
+    """`validate_args=True` with traced parameters: NumPyro cannot check them while tracing, so
+    check when the compiled code runs, raising an error that names the site."""
+    names, valid = [], []
+    for param, constraint in getattr(fn, "arg_constraints", {}).items():
+        value = getattr(fn, param, None)
+        if value is None or not isinstance(value, jax.core.Tracer):
+            continue
+        names.append(param)
+        valid.append(jnp.all(constraint(value)))
+    if not names:
+        return
+
+    def check(*flags):
+        bad = [n for n, ok in zip(names, flags) if not bool(ok)]
+        if bad:
+            raise SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
+                            f"{', '.join(bad)} (outside their support; validate_args=True).")
+
+    jax.debug.callback(check, *valid)
 
 
 def deterministic(name: str, value):

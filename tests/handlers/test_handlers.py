@@ -300,3 +300,12 @@ def test_model_leaking_a_tracer_is_reported_not_silent():
     handlers.seed(model, 0)()
     with pytest.raises(jax.errors.UnexpectedTracerError):
         jnp.sin(leaked[0]) + 1.0
+
+
+def test_validate_args_with_traced_parameters_checked_at_run_time():
+    def model(s):
+        effppl.sample("obs", dist.Normal(0.0, s, validate_args=True), obs=1.0)
+    f = jax.jit(lambda s: effppl.log_density(model, (s,), {}, {})[0])
+    _close(f(2.0), stats.norm.logpdf(1.0, 0.0, 2.0))
+    with pytest.raises(Exception, match="Site `obs`.*scale"):
+        jax.block_until_ready(f(-1.0))
