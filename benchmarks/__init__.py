@@ -1,0 +1,53 @@
+"""Benchmarks of effppl against NumPyro, Oryx and hand-written JAX (the paper's §7.2, Tables 1, 2).
+
+Run from the command line:
+
+    python -m benchmarks --quick                     # six models, small data, a few minutes
+    python -m benchmarks --paper --json benchmarks/results/paper_cpu.json
+
+or from Python:
+
+    import benchmarks
+    config = benchmarks.make_config("quick", models=["proportion_test"], nuts=False)
+    results = benchmarks.run(config)
+    print(benchmarks.render(results))
+    benchmarks.check(results)   # raises AgreementError if two log densities differ
+
+See `benchmarks/README.md` for what is measured and the JSON layout.
+"""
+
+from ._config import FRAMEWORKS, MODEL_NAMES, MODES, Mode, RunConfig, make_mode
+from ._errors import AgreementError, BenchmarkConfigError, BenchmarkError, OryxEnvironmentError
+from ._oryx import DEFAULT_VENV
+from ._report import plot, render, write_json
+from ._run import SCHEMA, check, run
+
+
+def make_config(mode="quick", models=MODEL_NAMES, frameworks=FRAMEWORKS, nuts=True, seed=0,
+                num_evals=None, oryx_venv=DEFAULT_VENV, progress=False):
+    """A validated `RunConfig`.
+
+    **Arguments:**
+    - `mode`: `"quick"` or `"paper"`.
+    - `models`, `frameworks`: names from `MODEL_NAMES` and `FRAMEWORKS`.
+    - `nuts`: run the end-to-end NUTS comparison.
+    - `seed`: seed of the data, the agreement points and NUTS.
+    - `num_evals`: overrides the mode's number of timed evaluations.
+    - `oryx_venv`: folder of the pinned Oryx environment.
+    - `progress`: show a tqdm progress bar.
+
+    **Raises:** `BenchmarkConfigError` on an unknown name.
+    """
+    from ._config import check_names
+    return RunConfig(mode=make_mode(mode, num_evals),
+                     models=check_names("models", models, MODEL_NAMES),
+                     frameworks=check_names("frameworks", frameworks, FRAMEWORKS),
+                     nuts=bool(nuts), seed=int(seed), oryx_venv=str(oryx_venv),
+                     progress=bool(progress))
+
+
+__all__ = [
+    "AgreementError", "BenchmarkConfigError", "BenchmarkError", "FRAMEWORKS", "MODEL_NAMES",
+    "MODES", "Mode", "OryxEnvironmentError", "RunConfig", "SCHEMA", "check", "make_config",
+    "plot", "render", "run", "write_json",
+]

@@ -1,0 +1,172 @@
+"""Timing and agreement of one framework's log density (the paper's Tables 1 and 2, §7.2).
+
+Three timings per target, each on the same flattened function of `(params, data)`:
+- `trace_s` (seconds): producing the framework's jaxpr of the log density; JAX tracing for NumPyro
+  and hand-written JAX, effect elimination for effppl (the "x" of Table 2);
+- `compile_s` (seconds): `jax.jit(value_and_grad(f)).lower(...).compile()` of that jaxpr, so every
+  framework is compiled from the program it produced (the "y" of Table 2);
+- `run_s` (seconds): `num_evals` log-density-and-gradient evaluations inside one compiled
+  `lax.fori_loop` (Table 1); each iteration shifts the point by `1e-3 * sin(i)` so no evaluation can
+  be hoisted out of the loop, and sums value and gradient into the carry so none is dead code.
+"""
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import jaxpr_as_fun
+
+
+def _flat(fn, example):
+    """`fn` of a pytree as a function of its leaves, and a function rebuilding it from a jaxpr."""
+    leaves, treedef = jax.tree_util.tree_flatten(example)
+
+    def flat_fn(*flat):
+        return fn(*jax.tree_util.tree_unflatten(treedef, flat))
+
+    def from_jaxpr(closed_jaxpr):
+        run = jaxpr_as_fun(closed_jaxpr)
+
+        def fn_from_jaxpr(*tree):
+            return run(*jax.tree_util.tree_leaves(tree))[0]
+
+        return fn_from_jaxpr
+
+    return flat_fn, leaves, from_jaxpr
+
+
+def _timed(thunk):
+    start = time.perf_counter()
+    out = thunk()
+    jax.block_until_ready(out)
+    return time.perf_counter() - start, out
+
+
+def _eval_loop(log_density, num_evals):
+    value_and_grad = jax.value_and_grad(log_density)
+
+    def run(params, data):
+        def body(i, acc):
+            shift = 1e-3 * jnp.sin(i.astype(acc.dtype))
+            point = jax.tree_util.tree_map(lambda x: x + shift.astype(x.dtype), params)
+            value, grad = value_and_grad(point, data)
+            grad_sum = sum(jnp.sum(g) for g in jax.tree_util.tree_leaves(grad))
+            return acc + value + grad_sum
+
+        init = jnp.zeros((), jnp.result_type(float))
+        return lax.fori_loop(0, num_evals, body, init)
+
+    return run
+
+
+def measure(target, params, data, mode):
+    """Times `target` on `params` (dict of unconstrained arrays) and `data` (dict of arrays).
+
+    **Arguments:**
+    - `target`: a `benchmarks._targets.Target`.
+    - `params`, `data`: pytrees of arrays in the run's default dtype (float32 unless x64 is on).
+    - `mode`: a `benchmarks._config.Mode` (`num_evals`, `timing_repeats`, `run_repeats`).
+
+    **Returns:** a dict with `trace_s`, `trace_first_s`, `compile_s`, `total_s` (= trace + compile),
+    `run_s`, `run_all_s`, `num_evals` and `evals_per_s` (evaluations per second), `loop_result`
+    (the loop's sum, a finite-ness check), `num_eqns` (equations in the produced jaxpr).
+    """
+    params = jax.device_put(params)
+    data = jax.device_put(data)
+    flat_fn, leaves, from_jaxpr = _flat(target.log_density, (params, data))
+
+    trace_times = []
+    for _ in range(mode.timing_repeats):
+        seconds, closed_jaxpr = _timed(lambda: target.make_jaxpr(flat_fn)(*leaves))
+        trace_times.append(seconds)
+    fn = from_jaxpr(closed_jaxpr)
+
+    compile_times = []
+    for _ in range(mode.timing_repeats):
+        seconds, _ = _timed(
+            lambda: jax.jit(jax.value_and_grad(fn)).lower(params, data).compile())
+        compile_times.append(seconds)
+
+    loop = jax.jit(_eval_loop(fn, mode.num_evals)).lower(params, data).compile()
+    run_times, result = [], None
+    for _ in range(mode.run_repeats):
+        seconds, result = _timed(lambda: loop(params, data))
+        run_times.append(seconds)
+
+    trace_s = statistics.median(trace_times)
+    compile_s = statistics.median(compile_times)
+    run_s = min(run_times)
+    return {
+        "trace_s": trace_s,
+        "trace_first_s": trace_times[0],
+        "trace_all_s": trace_times,
+        "compile_s": compile_s,
+        "compile_all_s": compile_times,
+        "total_s": trace_s + compile_s,
+        "run_s": run_s,
+        "run_all_s": run_times,
+        "num_evals": mode.num_evals,
+        "evals_per_s": mode.num_evals / run_s,
+        "loop_result": float(result),
+        "num_eqns": len(closed_jaxpr.jaxpr.eqns),
+        "dtype": str(jnp.result_type(float)),
+    }
+
+
+def evaluate_points(target, points, data):
+    """Log density and gradient of `target` at each unconstrained point, in float64.
+
+    **Arguments:**
+    - `points`: list of dicts site -> float64 numpy array.
+    - `data`: dict of numpy arrays (cast to 64-bit inside).
+
+    **Returns:** list of `(value: float, grad: dict site -> float64 array)`, one per point.
+    """
+    with jax.enable_x64(True):
+        example = (points[0], data)
+        flat_fn, leaves, from_jaxpr = _flat(target.log_density, example)
+        fn = from_jaxpr(target.make_jaxpr(flat_fn)(*leaves))
+        value_and_grad = jax.jit(jax.value_and_grad(fn))
+        out = []
+        for point in points:
+            value, grad = value_and_grad(point, data)
+            out.append((float(value), {k: np.asarray(v, np.float64) for k, v in grad.items()}))
+        return out
+
+
+def random_points(latent_shapes, num_points, seed):
+    """`num_points` dicts site -> float64 array drawn uniformly on (-2, 2) (NumPyro's init range)."""
+    rng = np.random.default_rng(seed)
+    return [{site: rng.uniform(-2.0, 2.0, size=tuple(shape)) for site, shape in
+             sorted(latent_shapes.items())} for _ in range(num_points)]
+
+
+def compare(reference, other, rtol):
+    """Agreement of `other` with `reference`, both lists of `(value, grad)` from `evaluate_points`.
+
+    Values agree when `|a - b| <= rtol * max(1, |b|)`; a gradient agrees when every component is
+    within `rtol * max(1, max|g_ref|)` of the reference (gradients have components near zero).
+
+    **Returns:** dict with `ok`, `max_rel_err_value`, `max_rel_err_grad`, `values`, `ref_values`.
+    """
+    value_errs, grad_errs = [], []
+    for (v_ref, g_ref), (v, g) in zip(reference, other):
+        value_errs.append(abs(v - v_ref) / max(1.0, abs(v_ref)))
+        if set(g) != set(g_ref):
+            grad_errs.append(float("inf"))
+            continue
+        scale = max([1.0] + [float(np.max(np.abs(x))) for x in g_ref.values() if x.size])
+        diffs = [float(np.max(np.abs(g[k] - g_ref[k]))) for k in g_ref if g_ref[k].size]
+        grad_errs.append(max(diffs, default=0.0) / scale)
+    max_v, max_g = max(value_errs), max(grad_errs)
+    finite = all(np.isfinite(v) for v, _ in other)
+    return {
+        "ok": bool(finite and max_v <= rtol and max_g <= rtol),
+        "max_rel_err_value": max_v,
+        "max_rel_err_grad": max_g,
+        "values": [v for v, _ in other],
+        "ref_values": [v for v, _ in reference],
+    }

@@ -1,0 +1,281 @@
+"""Tables in the layout of the paper's Tables 1 and 2 (§7.2), the JSON file and the PNG chart.
+
+Table 1 gives the time (seconds) of `num_evals` log-density-and-gradient evaluations; Table 2 the
+compile time as `z (x + y)` seconds: elimination or tracing `x`, XLA compilation `y`, total `z`.
+Every cell carries its ratio to the hand-written baseline of the same environment (Oryx's against the
+baseline timed in the Oryx environment) and the fastest entry of a row, by that ratio, is marked `*`.
+"""
+
+import json
+import pathlib
+
+from ._config import FRAMEWORK_LABELS, FRAMEWORKS, MODEL_LABELS
+
+_ORDER = ("handwritten", "effppl", "oryx", "numpyro")
+
+
+def _baseline(model, fw):
+    key = "oryx_handwritten" if fw == "oryx" else None
+    row = model.get(key) if key else model["frameworks"].get("handwritten")
+    return row if row and row.get("status") == "ok" else None
+
+
+def _ratio(model, fw, field):
+    row, base = model["frameworks"].get(fw), _baseline(model, fw)
+    if not row or row.get("status") != "ok" or base is None:
+        return None
+    return row[field] / base[field]
+
+
+def _cell(model, fw, field, fmt, notes):
+    row = model["frameworks"].get(fw)
+    if row is None:
+        return "—"
+    if row.get("status") != "ok":
+        mark = f"[{_note(notes, row.get('reason', row['status']))}]"
+        return f"{row['status']} {mark}"
+    text = fmt(row)
+    ratio = _ratio(model, fw, field)
+    return f"{text} ({ratio:.2f}x)" if ratio is not None else text
+
+
+def _note(notes, reason):
+    reason = reason.splitlines()[0][:300]
+    if reason not in notes:
+        notes.append(reason)
+    return notes.index(reason) + 1
+
+
+def _frameworks(results):
+    asked = results["config"]["frameworks"]
+    return [fw for fw in _ORDER if fw in asked]
+
+
+def _size(model):
+    size = model.get("size")
+    if isinstance(size, (int, float)):
+        return f"{size:,}"
+    return str(size) if size is not None else "—"
+
+
+def _render(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule] + [line(r) for r in rows])
+
+
+def _table(results, field, fmt, title):
+    fws, notes, rows = _frameworks(results), [], []
+    for name, model in results["models"].items():
+        cells = [_cell(model, fw, field, fmt, notes) for fw in fws]
+        ratios = {fw: _ratio(model, fw, field) for fw in fws}
+        ratios = {fw: r for fw, r in ratios.items() if r is not None}
+        if ratios:
+            best = min(ratios, key=ratios.get)
+            cells[fws.index(best)] = "*" + cells[fws.index(best)]
+        rows.append([MODEL_LABELS.get(name, name), _size(model)] + cells)
+    header = ["Model", "Size"] + [f"{FRAMEWORK_LABELS[fw]} (s)" for fw in fws]
+    out = [title, _render(header, rows)]
+    out += [f"  [{i}] {n}" for i, n in enumerate(notes, 1)]
+    return "\n".join(out)
+
+
+def runtime_table(results):
+    """Table 1: seconds for `num_evals` log-density-and-gradient evaluations, ratio to HW."""
+    n = results["config"]["num_evals"]
+    return _table(results, "run_s", lambda r: f"{r['run_s']:.4g}",
+                  f"Table 1. Runtime of {n:,} log-density + gradient evaluations in one jitted "
+                  "fori_loop (seconds; ratio to hand-written; * fastest)")
+
+
+def compile_table(results):
+    """Table 2: `z (x + y)` seconds: tracing/elimination x, XLA compile y, total z; ratio of z."""
+    return _table(results, "total_s",
+                  lambda r: f"{r['total_s']:.3g} ({r['trace_s']:.3g} + {r['compile_s']:.3g})",
+                  "Table 2. Compile time z (x + y) seconds: x elimination/tracing, y XLA "
+                  "(lower + compile of value_and_grad); ratio of z to hand-written; * fastest")
+
+
+def agreement_table(results):
+    """Agreement of every log density with the hand-written one at the same points (float64)."""
+    rows = []
+    for name, model in results["models"].items():
+        agreement = model.get("agreement", {})
+        for fw, row in agreement.get("frameworks", {}).items():
+            rows.append([MODEL_LABELS.get(name, name), fw, agreement["reference"],
+                         f"{row['max_rel_err_value']:.1e}", f"{row['max_rel_err_grad']:.1e}",
+                         "ok" if row["ok"] else "DISAGREE"])
+    header = ["Model", "Framework", "Against", "max rel err (value)", "max rel err (grad)",
+              f"rtol {results['config']['rtol']:g}"]
+    title = (f"Agreement of log densities and gradients at {results['config']['num_points']} "
+             "random unconstrained points (float64)")
+    return title + "\n" + (_render(header, rows) if rows else "  (nothing to compare)")
+
+
+def nuts_table(results):
+    """End-to-end NUTS, effppl vs NumPyro: wall times (s), min bulk ESS/s, divergences."""
+    rows, notes = [], []
+    for name, model in results["models"].items():
+        nuts = model.get("nuts")
+        if not nuts:
+            continue
+        agree = nuts.get("posterior_agreement", {})
+        if "ok" in agree:
+            agree_text = (f"{'ok' if agree['ok'] else 'DIFFER'} (max {agree['max_z']:.1f} MCSE, "
+                          f"{agree['frac_within']:.0%} within {agree['z']:g})")
+        else:
+            agree_text = f"[{_note(notes, agree.get('reason', 'skipped'))}]"
+        for fw in ("effppl", "numpyro"):
+            row = nuts.get(fw, {})
+            if row.get("status") == "ok":
+                cells = [f"{row['first_wall_s']:.3g}", f"{row['repeat_wall_s']:.3g}",
+                         f"{row['repeat_compile_s']:.3g}", f"{row['min_bulk_ess']:.0f}",
+                         f"{row['ess_per_s']:.3g}", f"{row['ess_per_s_sampling']:.3g}",
+                         str(row["divergences"])]
+            else:
+                mark = f"{row.get('status', '—')} [{_note(notes, row.get('reason', ''))}]"
+                cells = [mark, "", "", "", "", "", ""]
+            rows.append([MODEL_LABELS.get(name, name), FRAMEWORK_LABELS[fw]] + cells
+                        + [agree_text if fw == "numpyro" else ""])
+    if not rows:
+        return ""
+    c = results["config"]
+    header = ["Model", "PPL", "first run (s)", "repeat (s)", "of which compile (s)",
+              "min bulk ESS", "ESS/s", "ESS/s w/o compile", "divergences", "posterior means"]
+    title = (f"End-to-end NUTS ({c['num_warmup']} warmup, {c['num_samples']} samples, "
+             f"{c['num_chains']} chains, same for both)")
+    out = [title, _render(header, rows)] + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)]
+    return "\n".join(out)
+
+
+def expressiveness_note(results):
+    """One paragraph on Oryx's handling of latents inside `lax.cond` / `lax.scan`."""
+    info = results.get("oryx", {}).get("expressiveness")
+    if not info or "cond" not in info:
+        return ""
+    cond, scan = info["cond"], info["scan"]
+    lines = ["Oryx expressiveness (paper §7.2):"]
+    if cond.get("silently_wrong"):
+        lines.append(f"  latent inside lax.cond: joint_log_prob returned {cond['oryx']:.4f}, the "
+                     f"correct value is {cond['correct']:.4f}"
+                     + (" (the latent's term was silently dropped)"
+                        if cond.get("dropped_latent") else "") + ", with no warning.")
+    elif cond.get("error"):
+        lines.append(f"  latent inside lax.cond: rejected ({cond['error'][:120]}).")
+    else:
+        lines.append("  latent inside lax.cond: correct value.")
+    if scan.get("error"):
+        lines.append(f"  latent inside lax.scan: rejected ({scan['error'][:120]}).")
+    elif scan.get("silently_wrong"):
+        lines.append(f"  latent inside lax.scan: wrong value {scan['oryx']:.4f} "
+                     f"(correct {scan['correct']:.4f}).")
+    else:
+        lines.append("  latent inside lax.scan: correct value.")
+    return "\n".join(lines)
+
+
+def header(results):
+    """Machine, device and versions, one line each."""
+    v = results["versions"]
+    devices = ", ".join(f"{d['platform']}:{d['kind']}" for d in results["devices"])
+    oryx = results.get("oryx", {})
+    oryx_text = (f"Oryx env: jax {_oryx_versions(results).get('jax', '?')}, oryx "
+                 f"{_oryx_versions(results).get('oryx', '?')}" if oryx.get("status") == "ok"
+                 else f"Oryx: {oryx.get('status')} ({oryx.get('reason', '')[:200]})")
+    return "\n".join([
+        f"effppl benchmarks, mode {results['mode']}, dtype {results['dtype']}",
+        f"machine: {results['machine']['cpu']} ({results['machine']['cpu_count']} CPUs); "
+        f"devices: {devices}",
+        f"jax {v['jax']}, numpyro {v['numpyro']}, blackjax {v['blackjax']}, effppl {v['effppl']}; "
+        + oryx_text,
+    ])
+
+
+def _oryx_versions(results):
+    info = results.get("oryx", {}).get("expressiveness", {})
+    if "versions" in info:
+        return info["versions"]
+    for model in results["models"].values():
+        row = model.get("frameworks", {}).get("oryx", {})
+        if "versions" in row:
+            return row["versions"]
+    return {}
+
+
+def render(results):
+    """Everything printed at the end of a run."""
+    parts = [header(results), runtime_table(results), compile_table(results),
+             agreement_table(results), nuts_table(results), expressiveness_note(results)]
+    return "\n\n".join(p for p in parts if p)
+
+
+def write_json(results, path):
+    """Writes `results` to `path` (folders created), indented, keys in insertion order."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=_default) + "\n")
+    return path
+
+
+def _default(value):
+    try:
+        import numpy as np
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+    except ImportError:
+        pass
+    return repr(value)
+
+
+def plot(results, path):
+    """A PNG with two panels: runtime ratio to hand-written, and compile time z (log scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fws = [fw for fw in _frameworks(results)]
+    names = list(results["models"])
+    labels = [MODEL_LABELS.get(n, n) for n in names]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / max(1, len(fws))
+    for k, fw in enumerate(fws):
+        xs = np.arange(len(names)) + (k - (len(fws) - 1) / 2) * width
+        ratio = [_ratio(results["models"][n], fw, "run_s") for n in names]
+        total = [_value(results["models"][n], fw, "total_s") for n in names]
+        label = f"{FRAMEWORK_LABELS[fw]} ({fw})"
+        axes[0].bar(xs, [r if r is not None else 0 for r in ratio], width, label=label)
+        axes[1].bar(xs, [t if t is not None else 0 for t in total], width, label=label)
+        for x, r in zip(xs, ratio):
+            if r is None:
+                axes[0].text(x, 0.02, "skip", rotation=90, ha="center", va="bottom", fontsize=7)
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_ylabel("runtime / hand-written")
+    n = results["config"]["num_evals"]
+    axes[0].set_title(f"{n:,} log-density + gradient evaluations")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("seconds (elimination/tracing + XLA compile)")
+    axes[1].set_title("compile time")
+    for ax in axes:
+        ax.set_xticks(np.arange(len(names)))
+        ax.set_xticklabels(labels, rotation=20, ha="right")
+        ax.legend(fontsize=8)
+    devices = ", ".join(sorted({d["kind"] for d in results["devices"]}))
+    fig.suptitle(f"effppl benchmarks ({results['mode']} mode, {devices})")
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _value(model, fw, field):
+    row = model["frameworks"].get(fw)
+    return row[field] if row and row.get("status") == "ok" else None
+
+
+__all__ = ["render", "write_json", "plot", "FRAMEWORKS"]
