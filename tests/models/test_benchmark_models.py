@@ -1,0 +1,98 @@
+"""The six benchmark models: interface, data shapes, and three log densities that agree."""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.util import constrain_fn, log_density, potential_energy
+
+from models import BENCHMARK_MODELS
+from tests.models._effppl import require_log_density
+
+MODULES = [importlib.import_module(f"models.{name}") for name in BENCHMARK_MODELS]
+ids = [m.NAME for m in MODULES]
+
+
+@pytest.fixture(scope="module", params=MODULES, ids=ids)
+def case(request):
+    model = request.param
+    args, kwargs = model.make_data("quick")
+    return model, args, kwargs
+
+
+def _points(model, args, kwargs, num=3, seed=0):
+    """`num` unconstrained points, uniform in (-2, 2) as NumPyro's `init_to_uniform`."""
+    rng = np.random.default_rng(seed)
+    shapes = model.latent_shapes(*args, **kwargs)
+    return [{k: jnp.asarray(rng.uniform(-2, 2, s)) for k, s in shapes.items()} for _ in range(num)]
+
+
+def test_interface_is_complete():
+    for model in MODULES:
+        assert model.NAME in BENCHMARK_MODELS and set(model.SIZES) == {"quick", "paper"}
+        for fn in ("make_data", "effppl_model", "numpyro_model", "handwritten_log_density",
+                   "latent_shapes"):
+            assert callable(getattr(model, fn)), (model.NAME, fn)
+
+
+def test_paper_sizes():
+    sizes = {m.NAME: m.SIZES["paper"] for m in MODULES}
+    assert sizes == {"proportion_test": 3_000_000, "stochastic_volatility": 2_517, "bnn": 50_000,
+                     "hmm": 5_000, "ucbadmit": 49_152, "hsgp": 7_305}
+
+
+@pytest.mark.parametrize("size", ["quick", "paper"])
+def test_make_data_returns_numpy_of_the_named_size(size):
+    for model in MODULES:
+        args, kwargs = model.make_data(size)
+        assert all(isinstance(a, np.ndarray) for a in args), model.NAME
+        assert all(isinstance(v, (int, float)) for v in kwargs.values()), model.NAME
+        assert args[-1].shape[0] == model.SIZES[size], model.NAME  # the observations
+
+
+def test_make_data_is_deterministic_per_seed():
+    for model in MODULES:
+        (a, _), (b, _) = model.make_data("quick", seed=3), model.make_data("quick", seed=3)
+        assert all(np.array_equal(x, y) for x, y in zip(a, b)), model.NAME
+
+
+def test_latent_shapes_match_numpyro(case):
+    model, args, kwargs = case
+
+    def unconstrained():  # abstract evaluation only: nothing is compiled
+        seeded = handlers.seed(model.numpyro_model, jax.random.PRNGKey(0))
+        trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+        return {name: biject_to(site["fn"].support).inv(site["value"])
+                for name, site in trace.items()
+                if site["type"] == "sample" and not site["is_observed"]}
+
+    expected = {k: v.shape for k, v in jax.eval_shape(unconstrained).items()}
+    assert model.latent_shapes(*args, **kwargs) == expected
+
+
+def test_handwritten_equals_numpyro_potential_with_gradient(case):
+    model, args, kwargs = case
+    numpyro_fn = jax.jit(jax.value_and_grad(
+        lambda p: -potential_energy(model.numpyro_model, args, kwargs, p)))
+    hand_fn = jax.jit(jax.value_and_grad(
+        lambda p: model.handwritten_log_density(p, *args, **kwargs)))
+    for params in _points(model, args, kwargs):
+        (expected, expected_grad), (actual, grad) = numpyro_fn(params), hand_fn(params)
+        np.testing.assert_allclose(actual, expected, rtol=1e-6)
+        for name in params:
+            np.testing.assert_allclose(grad[name], expected_grad[name], rtol=1e-6, atol=1e-8,
+                                       err_msg=f"d/d{name}")
+
+
+def test_effppl_log_density_equals_numpyro(case):
+    effppl_log_density = require_log_density()
+    model, args, kwargs = case
+    numpyro_fn = jax.jit(lambda v: log_density(model.numpyro_model, args, kwargs, v)[0])
+    effppl_fn = jax.jit(lambda v: effppl_log_density(model.effppl_model, args, kwargs, v)[0])
+    for params in _points(model, args, kwargs):
+        values = constrain_fn(model.numpyro_model, args, kwargs, params)
+        np.testing.assert_allclose(effppl_fn(values), numpyro_fn(values), rtol=1e-6)
