@@ -139,10 +139,16 @@ class MCMC:
             return tree
         return jax.device_put(tree, NamedSharding(mesh, spec))
 
-    def _chunk_length(self, num_warmup: int, num_draws: int) -> int:
+    def _chunk_plan(self, num_warmup: int, num_draws: int) -> tuple[int, int]:
+        """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
+
+        Without a progress bar each phase is one call, and the buffer length is the number of
+        draws (warmup records nothing, so its calls are not bounded by the buffer).
+        """
         if self.progress_bar:
-            return max(1, math.ceil((num_warmup + num_draws) / 20))
-        return max(num_warmup, num_draws, 1)
+            length = max(1, math.ceil((num_warmup + num_draws) / 20))
+            return length, length
+        return max(num_warmup, 1), max(num_draws, 1)
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool):
         key = _as_key(rng_key, api)
@@ -179,12 +185,14 @@ class MCMC:
             tuned = (pws.step_size, pws.inverse_mass_matrix)
         num_draws = self.num_samples // self.thinning if sample else 0
         thinning = self.thinning
+        # The chunk's buffer length is that of a full run, also for `warmup()` alone, so that
+        # `warmup()` and the `run()` after it can share one executable.
+        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
         keys = self._place(jax.random.split(run_key, self.num_chains), mesh, chains)
         keys = _split_each(keys, num_warmup + num_draws * thinning)
-        schedule = warmup_schedule(num_warmup)
-        length = self._chunk_length(num_warmup, num_draws)
+        schedule = warmup_schedule(self.num_warmup)
         chunk = sampler.chunk(length)
-        values, stats, n_div = [], [], 0
+        values, stats, n_div, warmup_div = [], [], 0, 0
 
         def call(state, astate, tuned, start, num, sampling):
             return chunk(state, astate, *tuned, keys, schedule, np.int32(start), np.int32(num),
@@ -192,11 +200,12 @@ class MCMC:
 
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
-            for start in range(0, num_warmup, length):
-                num = min(length, num_warmup - start)
+            for start in range(0, num_warmup, warmup_length):
+                num = min(warmup_length, num_warmup - start)
                 state, astate, tuned, _, _, nd = call(state, astate, tuned, start, num, False)
                 if self.progress_bar:
-                    bar.set_postfix_str(f"{int(np.sum(np.asarray(nd)))} divergences in warmup")
+                    warmup_div += int(np.sum(np.asarray(nd)))
+                    bar.set_postfix_str(f"{warmup_div} divergences in warmup")
                     bar.update(num)
             bar.set_description("sample")
             for start in range(0, num_draws, length):

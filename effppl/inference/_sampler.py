@@ -40,7 +40,8 @@ def warmup_schedule(num_warmup: int) -> np.ndarray:
     if num_warmup == 0:
         sched = np.zeros((1, 2), np.int32)
     else:
-        sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
+        with jax.ensure_compile_time_eval():
+            sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
     sched.setflags(write=False)
     return sched
 
@@ -102,7 +103,7 @@ class Sampler:
 
     def _chunk(self, state, astate, step_size, imm, keys, schedule, start, num, sampling,
                thinning, offset, dynamic, *, length):
-        """Run `num` (<= `length`) warmup steps or draws of one chain.
+        """Run `num` warmup steps, or `num` (<= `length`) draws, of one chain.
 
         **Arguments:** `state`/`astate`: chain and adaptation states; `step_size`/`imm`: the
         kernel parameters while sampling (ignored in warmup, which uses the adaptation state's);
@@ -115,6 +116,7 @@ class Sampler:
         stats[length], number of divergent transitions)`; buffer rows past `num` are zeros.
         """
         logdensity = self.fns.logdensity_fn(dynamic)
+        schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
         dtype = jnp.result_type(state.logdensity)
 

@@ -1,0 +1,71 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from effppl.inference import (
+    MCMC,
+    NUTS,
+    InitializationError,
+    init_to_median,
+    init_to_uniform,
+    init_to_value,
+)
+
+from . import _models as m
+
+CHAINS = 3
+
+
+def _initial_point(model, strategy, *data, key=0):
+    """The unconstrained initial point per chain (a run with no warmup, stopped before sampling)."""
+    mcmc = MCMC(NUTS(model, init_strategy=strategy), num_warmup=0, num_samples=1,
+                num_chains=CHAINS, progress_bar=False)
+    mcmc.warmup(jax.random.key(key), *data)
+    return {k: np.asarray(v) for k, v in mcmc.post_warmup_state.position.items()}
+
+
+def test_init_to_value_sets_given_sites_and_draws_the_rest():
+    y = jnp.arange(5.0)
+    point = _initial_point(m.scale_model, init_to_value(values={"sigma": 2.0, "mu": 0.5}), y)
+    np.testing.assert_allclose(point["sigma"], np.log(2.0))  # unconstrained: log
+    np.testing.assert_allclose(point["mu"], 0.5)
+    point = _initial_point(m.scale_model, init_to_value(values={"sigma": 2.0}), y)
+    np.testing.assert_allclose(point["sigma"], np.log(2.0))
+    assert np.all(np.abs(point["mu"]) < 2.0) and len(np.unique(point["mu"])) == CHAINS
+
+
+def test_init_to_uniform_respects_radius():
+    point = _initial_point(m.scale_model, init_to_uniform(radius=0.25), jnp.arange(5.0))
+    for value in point.values():
+        assert np.all(np.abs(value) < 0.25)
+    assert len(np.unique(point["mu"])) == CHAINS
+
+
+def test_init_to_median_follows_dependencies():
+    point = _initial_point(m.hierarchical, init_to_median(num_samples=31), jnp.asarray(3.0))
+    assert np.all(np.abs(point["mu"] - 3.0) < 0.8)
+    # theta's prior median is taken given mu's median, not given a random draw of mu.
+    np.testing.assert_allclose(point["theta"], point["mu"], atol=0.01)
+
+
+def test_init_failure_names_model_and_non_finite_potential():
+    with pytest.raises(InitializationError, match=r"model `always_nan`.*potential energy was nan"):
+        _initial_point(m.always_nan, init_to_uniform(), jnp.asarray(0.0))
+
+
+def test_init_failure_names_sites_with_non_finite_gradient():
+    with pytest.raises(InitializationError, match=r"gradient was non-finite at sites \['x'\]"):
+        _initial_point(m.nan_gradient, init_to_uniform(), jnp.asarray(0.0))
+
+
+def test_init_failure_names_value_outside_support():
+    with pytest.raises(InitializationError, match=r"after 100 tries.*non-finite at sites \['sigma'\]"):
+        _initial_point(m.scale_model, init_to_value(values={"sigma": -1.0}), jnp.arange(5.0))
+
+
+def test_invalid_strategy_settings_raise():
+    with pytest.raises(ValueError, match="radius"):
+        init_to_uniform(radius=0)
+    with pytest.raises(ValueError, match="num_samples"):
+        init_to_median(num_samples=0)

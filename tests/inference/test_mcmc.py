@@ -1,0 +1,228 @@
+import warnings
+
+import arviz as az
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from effppl.inference import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
+from effppl.inference import _sampler
+from effppl.inference._cache import split_args
+from effppl.inference._fns import model_fns
+
+from . import _models as m
+
+WARMUP, SAMPLES, CHAINS = 200, 400, 2
+
+
+def _run(kernel, data, *, key=0, num_warmup=WARMUP, num_samples=SAMPLES, num_chains=CHAINS, **kw):
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                progress_bar=False, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DivergenceWarning)
+        mcmc.run(jax.random.key(key), *data)
+    return mcmc
+
+
+@pytest.fixture(scope="module")
+def y():
+    return jnp.asarray(m.normal_normal_data())
+
+
+@pytest.fixture(scope="module")
+def nuts_run(y):
+    return _run(NUTS(m.normal_normal), (y,))
+
+
+def _assert_normal_posterior(draws, mean, sd, ess):
+    # Means within 5 Monte Carlo standard errors, sds within 15%.
+    assert abs(np.mean(draws) - mean) < 5 * sd / np.sqrt(ess)
+    assert np.std(draws) == pytest.approx(sd, rel=0.15)
+
+
+def test_nuts_recovers_conjugate_normal_posterior(nuts_run, y):
+    mean, sd = m.normal_normal_posterior(np.asarray(y))
+    draws = np.asarray(nuts_run.get_samples()["mu"])
+    ess = float(az.ess(np.asarray(nuts_run.get_samples(group_by_chain=True)["mu"])))
+    assert ess > 100
+    _assert_normal_posterior(draws, mean, sd, ess)
+
+
+def test_hmc_recovers_conjugate_normal_posterior(y):
+    mcmc = _run(HMC(m.normal_normal, num_steps=5), (y,))
+    mean, sd = m.normal_normal_posterior(np.asarray(y))
+    ess = float(az.ess(np.asarray(mcmc.get_samples(group_by_chain=True)["mu"])))
+    _assert_normal_posterior(np.asarray(mcmc.get_samples()["mu"]), mean, sd, ess)
+    assert np.all(np.asarray(mcmc.get_extra_fields()["n_steps"]) == 5)
+    assert "tree_depth" not in mcmc.get_extra_fields()
+
+
+def test_dense_mass_recovers_correlated_gaussian_posterior():
+    X, y = m.regression_data()
+    mcmc = _run(NUTS(m.regression, dense_mass=True), (jnp.asarray(X), jnp.asarray(y)))
+    mean, cov = m.regression_posterior(X, y)
+    draws = np.asarray(mcmc.get_samples()["beta"])
+    assert np.all(np.abs(draws.mean(0) - mean) < 5 * np.sqrt(np.diag(cov) / 200))
+    np.testing.assert_allclose(np.cov(draws.T), cov, rtol=0.25, atol=0.1 * np.abs(cov).max())
+    imm = np.asarray(mcmc.last_state.inverse_mass_matrix)
+    assert imm.shape == (CHAINS, 2, 2)
+    # The adapted dense inverse mass matrix captures the strong posterior correlation.
+    corr = imm[:, 0, 1] / np.sqrt(imm[:, 0, 0] * imm[:, 1, 1])
+    assert np.all(corr < -0.9) or np.all(corr > 0.9)
+
+
+def test_get_samples_shapes_group_by_chain(nuts_run, y):
+    flat, grouped = nuts_run.get_samples(), nuts_run.get_samples(group_by_chain=True)
+    assert set(flat) == {"mu", "mu2"}
+    assert grouped["mu"].shape == (CHAINS, SAMPLES)
+    assert flat["mu"].shape == (CHAINS * SAMPLES,)
+    np.testing.assert_array_equal(flat["mu"], grouped["mu"].reshape(-1))
+    np.testing.assert_allclose(flat["mu2"], 2 * flat["mu"], rtol=1e-6)
+    extra = nuts_run.get_extra_fields(group_by_chain=True)
+    assert set(extra) == {"diverging", "acceptance_rate", "energy", "n_steps", "tree_depth",
+                          "lp", "step_size"}
+    assert all(v.shape == (CHAINS, SAMPLES) for v in extra.values())
+    assert extra["diverging"].dtype == bool
+    # One adapted step size per chain, constant after warmup.
+    assert np.all(np.asarray(extra["step_size"]) == np.asarray(extra["step_size"])[:, :1])
+
+
+def test_thinning_keeps_every_kth_draw(nuts_run, y):
+    thin = _run(NUTS(m.normal_normal), (y,), thinning=4)
+    assert thin.get_samples(group_by_chain=True)["mu"].shape == (CHAINS, SAMPLES // 4)
+    # Draw d of a thinned run is transition 4d+3 of the same chain (same key, same warmup).
+    np.testing.assert_allclose(thin.get_samples(group_by_chain=True)["mu"],
+                               nuts_run.get_samples(group_by_chain=True)["mu"][:, 3::4], rtol=1e-6)
+
+
+def test_progress_bar_chunks_give_same_draws(nuts_run, y, capsys):
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=WARMUP, num_samples=SAMPLES, num_chains=CHAINS,
+                progress_bar=True)
+    mcmc.run(jax.random.key(0), y)
+    assert "sample" in capsys.readouterr().err
+    np.testing.assert_array_equal(mcmc.get_samples()["mu"], nuts_run.get_samples()["mu"])
+
+
+def test_raw_and_typed_keys_give_same_draws(nuts_run, y):
+    raw = MCMC(NUTS(m.normal_normal), num_warmup=WARMUP, num_samples=SAMPLES, num_chains=CHAINS,
+               progress_bar=False)
+    raw.run(jax.random.PRNGKey(0), y)
+    np.testing.assert_array_equal(raw.get_samples()["mu"], nuts_run.get_samples()["mu"])
+    with pytest.raises(MCMCError, match="expected a PRNG key"):
+        raw.run(7, y)
+
+
+def test_post_warmup_state_skips_warmup(y):
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=30, num_samples=30, num_chains=CHAINS,
+                progress_bar=False)
+    mcmc.warmup(jax.random.key(0), y)
+    state = mcmc.post_warmup_state
+    assert state.position["mu"].shape == (CHAINS,)
+    mcmc.run(jax.random.key(1), y)
+    assert mcmc.get_samples()["mu"].shape == (CHAINS * 30,)
+    np.testing.assert_allclose(mcmc.get_extra_fields(group_by_chain=True)["step_size"][:, 0],
+                               state.step_size, rtol=1e-6)
+
+
+def test_print_summary_reports_diagnostics_and_divergences(nuts_run, capsys):
+    nuts_run.print_summary()
+    out = capsys.readouterr().out
+    assert "r_hat" in out and "n_eff" in out and " mu " in out
+    assert "mu2" not in out
+    assert "Number of divergences: 0" in out
+
+
+def test_to_arviz_has_all_groups(nuts_run, y):
+    idata = nuts_run.to_arviz()
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data"):
+        assert hasattr(idata, group)
+    assert idata.posterior["mu"].shape == (CHAINS, SAMPLES)
+    for stat in ("diverging", "acceptance_rate", "tree_depth", "n_steps", "energy", "step_size", "lp"):
+        assert idata.sample_stats[stat].shape == (CHAINS, SAMPLES)
+    np.testing.assert_allclose(idata.observed_data["y"], y)
+    ll = np.asarray(idata.log_likelihood["y"])
+    assert ll.shape == (CHAINS, SAMPLES, y.shape[0])
+    mu = np.asarray(idata.posterior["mu"])[..., None]
+    expected = -0.5 * ((np.asarray(y) - mu) / m.NOISE) ** 2 - np.log(m.NOISE * np.sqrt(2 * np.pi))
+    np.testing.assert_allclose(ll, expected, rtol=1e-6)
+    assert np.isfinite(az.waic(idata).elpd_waic)
+
+
+def test_nan_log_density_is_a_divergence_not_a_crash():
+    data = (jnp.asarray(0.9),)
+    mcmc = MCMC(NUTS(m.nan_region), num_warmup=100, num_samples=200, num_chains=CHAINS,
+                progress_bar=False)
+    with pytest.warns(DivergenceWarning, match="divergent"):
+        mcmc.run(jax.random.key(0), *data)
+    x = np.asarray(mcmc.get_samples()["x"])
+    assert np.all(np.isfinite(x)) and np.all(x <= 1.0)
+    assert np.asarray(mcmc.get_extra_fields()["diverging"]).sum() > 0
+
+
+def test_window_adaptation_matches_blackjax(y):
+    """The chunked warmup runs the same computation as `blackjax.window_adaptation(...).run`."""
+    num_warmup, key = 150, jax.random.key(11)
+    kernel = NUTS(m.normal_normal, dense_mass=True)
+    structure, dynamic = split_args("test", (y,), {})
+    fns = model_fns(kernel.model, structure)
+    sampler = _sampler.sampler_for(fns, kernel)
+    position = {"mu": jnp.asarray(0.3)}
+    logdensity = fns.logdensity_fn(dynamic)
+    (expected, params), _ = blackjax.window_adaptation(
+        blackjax.nuts, logdensity, is_mass_matrix_diagonal=False,
+    ).run(key, position, num_steps=num_warmup)
+
+    def ours(position):
+        pe, grad = jax.value_and_grad(lambda p: -logdensity(p))(position)
+        state, astate, tuned = sampler._start(position, pe, grad)
+        keys = jax.random.split(key, num_warmup)
+        out = sampler._chunk(state, astate, *tuned, keys, _sampler.warmup_schedule(num_warmup),
+                             0, num_warmup, False, 1, num_warmup, dynamic, length=1)
+        return out[0], out[2]
+
+    state, (step_size, imm) = jax.jit(ours)(position)
+    np.testing.assert_allclose(state.position["mu"], expected.position["mu"], rtol=1e-5)
+    np.testing.assert_allclose(step_size, params["step_size"], rtol=1e-5)
+    np.testing.assert_allclose(imm, params["inverse_mass_matrix"], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_warmup=-1, num_samples=10), "num_warmup"),
+        (dict(num_warmup=10, num_samples=0), "num_samples"),
+        (dict(num_warmup=10, num_samples=10, chain_method="parallel"), "sharded"),
+        (dict(num_warmup=10, num_samples=10, thinning=20), "thinning"),
+    ],
+)
+def test_invalid_mcmc_settings_raise(kwargs, match):
+    with pytest.raises(MCMCError, match=match):
+        MCMC(NUTS(m.normal_normal), **kwargs)
+
+
+def test_invalid_kernel_settings_raise():
+    with pytest.raises(KernelSettingsError, match="target_accept_prob"):
+        NUTS(m.normal_normal, target_accept_prob=1.5)
+    with pytest.raises(KernelSettingsError, match="num_steps"):
+        HMC(m.normal_normal, num_steps=0)
+    with pytest.raises(KernelSettingsError, match="dense_mass"):
+        NUTS(m.normal_normal, dense_mass=[("mu",)])
+    with pytest.raises(MCMCError, match="NUTS or HMC"):
+        MCMC(m.normal_normal, num_warmup=1, num_samples=1)
+
+
+def test_model_without_continuous_latent_sites_raises():
+    mcmc = MCMC(NUTS(m.discrete_latent), num_warmup=1, num_samples=1, progress_bar=False)
+    with pytest.raises(MCMCError, match="site `k`.*discrete"):
+        mcmc.run(jax.random.key(0), jnp.asarray(0.5))
+    mcmc = MCMC(NUTS(m.no_latent), num_warmup=1, num_samples=1, progress_bar=False)
+    with pytest.raises(MCMCError, match="no latent sample site"):
+        mcmc.run(jax.random.key(0), jnp.asarray(0.5))
+
+
+def test_results_before_run_raise():
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=1, num_samples=1)
+    with pytest.raises(MCMCError, match="call `mcmc.run"):
+        mcmc.get_samples()
