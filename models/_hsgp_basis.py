@@ -2,9 +2,12 @@
 
 As in NumPyro's `examples/hsgp.py` (after Riutort-Mayol et al. 2023, "Practical Hilbert space
 approximate Bayesian Gaussian processes for probabilistic programming", and Solin & Särkkä 2020),
-with two numerical changes that leave the values unchanged up to rounding:
+with three numerical changes that leave the values unchanged up to rounding:
 
 - products with `diag(1..M)` are written as broadcasts (same products, no zero terms);
+- the square root of the squared-exponential spectral density is taken in log space: the published
+  `sqrt(alpha sqrt(2 pi) length exp(-length**2 w**2 / 2))` underflows to 0 in float32 for long
+  length scales (length * w > ~13), where the gradient of `sqrt` is then `inf * 0 = nan`;
 - the periodic coefficients use `I_j(a) e^{-a}` directly (`models._special.bessel_ive`) instead of
   `exp(a) * ive(j, a) / exp(a)`, which overflows float32 (inf / inf = nan) once `a = length**-2`
   exceeds ~88.7, i.e. for year length scales below ~0.106.
@@ -15,13 +18,13 @@ import jax.numpy as jnp
 from models._special import bessel_ive
 
 
-def diag_spectral_density_se(alpha, length, L, M):
-    """Squared-exponential spectral density at the `M` square-root eigenvalues on `[-L, L]`.
-
-    As published, the amplitude enters as `alpha` (not `alpha**2`): `alpha sqrt(2 pi) length
-    exp(-length**2 w**2 / 2)`."""
+def sqrt_diag_spectral_density_se(alpha, length, L, M):
+    """Square root of the squared-exponential spectral density at the `M` square-root eigenvalues
+    `w` on `[-L, L]`. As published, the amplitude enters as `alpha` (not `alpha**2`):
+    `sqrt(alpha sqrt(2 pi) length exp(-length**2 w**2 / 2))`."""
     sqrt_eigenvalues = jnp.arange(1, 1 + M) * jnp.pi / 2 / L
-    return alpha * jnp.sqrt(2 * jnp.pi) * length * jnp.exp(-0.5 * length**2 * sqrt_eigenvalues**2)
+    log_spd = jnp.log(alpha) + 0.5 * jnp.log(2 * jnp.pi) + jnp.log(length)
+    return jnp.exp(0.5 * (log_spd - 0.5 * length**2 * sqrt_eigenvalues**2))
 
 
 def eigenfunctions_se(x, L, M):

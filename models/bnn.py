@@ -7,12 +7,11 @@ non-linear function of x in [-1, 1] with polynomial features, standardised; nump
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax.scipy.stats import gamma, norm
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-
 from models._data import resolve_size
 
 NAME = "bnn"

@@ -10,13 +10,12 @@ drawn from the model's generative process with numpy and a fixed seed.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax.nn import log_sigmoid
 from jax.scipy.special import gammaln, logsumexp
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-
 from models._data import resolve_size
 
 NAME = "hmm"

@@ -11,26 +11,26 @@ Deviations from the published example (values unchanged up to rounding):
 
 - argument order: the data arrays first and `y` next, then the static `w0, L, M1, M2, M3` as
   keywords (`make_data` returns them in `kwargs`), so every array can be traced;
-- the periodic coefficients avoid the float32 overflow of `exp(a)` (see `models._hsgp_basis`);
+- the periodic coefficients avoid the float32 overflow of `exp(a)`, and the square root of the SE
+  spectral density is taken in log space (finite float32 gradients), see `models._hsgp_basis`;
 - NumPyro's `scope(fn, "trend")` prefixes are written out as `"trend/..."` in the effppl model.
 """
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax.scipy.special import gammaln
 from jax.scipy.stats import norm
+from numpyro.handlers import scope
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-from numpyro.handlers import scope
-
 from models._data import load_births, resolve_size
 from models._hsgp_basis import (
     diag_spectral_density_periodic,
-    diag_spectral_density_se,
     eigenfunctions_periodic,
     eigenfunctions_se,
+    sqrt_diag_spectral_density_se,
 )
 
 NAME = "hsgp"
@@ -70,7 +70,7 @@ def make_data(size="quick", seed=0):
 def _trend_gp(prefix, x, L, M):
     alpha = effppl.sample(f"{prefix}/alpha", dist.HalfNormal(1.0))
     length = effppl.sample(f"{prefix}/length", dist.InverseGamma(10.0, 2.0))
-    spd = jnp.sqrt(diag_spectral_density_se(alpha, length, L, M))
+    spd = sqrt_diag_spectral_density_se(alpha, length, L, M)
     with effppl.plate(f"{prefix}/basis", M):
         beta = effppl.sample(f"{prefix}/beta", dist.Normal(0, 1))
     return effppl.deterministic(f"{prefix}/f", eigenfunctions_se(x, L, M) @ (spd * beta))
@@ -128,7 +128,7 @@ def effppl_model(x, day_of_week, day_of_year, memorial_days_indicator, labour_da
 # --- NumPyro, as published (with `scope`) ---
 def _np_approx_se_ncp(x, alpha, length, L, M):
     phi = eigenfunctions_se(x, L, M)
-    spd = jnp.sqrt(diag_spectral_density_se(alpha, length, L, M))
+    spd = sqrt_diag_spectral_density_se(alpha, length, L, M)
     with numpyro.plate("basis", M):
         beta = numpyro.sample("beta", dist.Normal(0, 1))
     return numpyro.deterministic("f", phi @ (spd * beta))
@@ -220,7 +220,7 @@ def _se_gp(params, prefix, x, L, M):
     beta = params[f"{prefix}/beta"]
     lp = _log_half_normal(alpha, 1.0) + _log_inverse_gamma(length, 10.0, 2.0) + jac_a + jac_l
     lp += jnp.sum(norm.logpdf(beta))
-    spd = jnp.sqrt(diag_spectral_density_se(alpha, length, L, M))
+    spd = sqrt_diag_spectral_density_se(alpha, length, L, M)
     return lp, eigenfunctions_se(x, L, M) @ (spd * beta)
 
 

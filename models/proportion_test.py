@@ -10,12 +10,11 @@ Deviation: `jnp.dot(design_matrix, beta)` for `design_matrix.dot(beta)`, so nump
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax.nn import softplus
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-
 from models._data import resolve_size
 
 NAME = "proportion_test"

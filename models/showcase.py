@@ -23,16 +23,15 @@ from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax import lax
 from jax.scipy.special import gammaln, logsumexp
 from jax.scipy.stats import gamma, norm, t
-
-import effppl
-from effppl import distributions as dist
-import numpyro
 from numpyro.contrib.control_flow import cond as np_cond
 from numpyro.contrib.control_flow import scan as np_scan
 
+import effppl
+from effppl import distributions as dist
 
 
 class Showcase(NamedTuple):

@@ -7,12 +7,11 @@ and Hoffman & Gelman (2014), NUTS paper §5; a benchmark model of the paper ("Ha
 """
 
 import jax.numpy as jnp
+import numpyro
 from jax.scipy.stats import norm, t
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-
 from models._data import load_sp500, resolve_size
 
 NAME = "stochastic_volatility"

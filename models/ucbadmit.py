@@ -11,14 +11,13 @@ when it is `None` the model computes `len(np.unique(dept))` as the published exa
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax.nn import softplus
 from jax.scipy.special import expit, gammaln
 from jax.scipy.stats import norm
 
 import effppl
 from effppl import distributions as dist
-import numpyro
-
 from models._data import load_ucbadmit, resolve_size
 
 NAME = "ucbadmit"

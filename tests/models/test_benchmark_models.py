@@ -75,13 +75,13 @@ def test_latent_shapes_match_numpyro(case):
 
 
 def test_handwritten_equals_numpyro_potential_with_gradient(case):
-    model, args, kwargs = case
+    model, args, kwargs = case  # data are jit arguments: XLA does not constant-fold them
     numpyro_fn = jax.jit(jax.value_and_grad(
-        lambda p: -potential_energy(model.numpyro_model, args, kwargs, p)))
+        lambda p, a: -potential_energy(model.numpyro_model, a, kwargs, p)))
     hand_fn = jax.jit(jax.value_and_grad(
-        lambda p: model.handwritten_log_density(p, *args, **kwargs)))
+        lambda p, a: model.handwritten_log_density(p, *a, **kwargs)))
     for params in _points(model, args, kwargs):
-        (expected, expected_grad), (actual, grad) = numpyro_fn(params), hand_fn(params)
+        (expected, expected_grad), (actual, grad) = numpyro_fn(params, args), hand_fn(params, args)
         np.testing.assert_allclose(actual, expected, rtol=1e-6)
         for name in params:
             np.testing.assert_allclose(grad[name], expected_grad[name], rtol=1e-6, atol=1e-8,
@@ -91,8 +91,24 @@ def test_handwritten_equals_numpyro_potential_with_gradient(case):
 def test_effppl_log_density_equals_numpyro(case):
     effppl_log_density = require_log_density()
     model, args, kwargs = case
-    numpyro_fn = jax.jit(lambda v: log_density(model.numpyro_model, args, kwargs, v)[0])
-    effppl_fn = jax.jit(lambda v: effppl_log_density(model.effppl_model, args, kwargs, v)[0])
+
+    @jax.jit
+    def numpyro_fn(params, a):  # constrained values, and NumPyro's log joint at them
+        values = constrain_fn(model.numpyro_model, a, kwargs, params)
+        return values, log_density(model.numpyro_model, a, kwargs, values)[0]
+
+    effppl_fn = jax.jit(lambda v, a: effppl_log_density(model.effppl_model, a, kwargs, v)[0])
     for params in _points(model, args, kwargs):
-        values = constrain_fn(model.numpyro_model, args, kwargs, params)
-        np.testing.assert_allclose(effppl_fn(values), numpyro_fn(values), rtol=1e-6)
+        values, expected = numpyro_fn(params, args)
+        np.testing.assert_allclose(effppl_fn(values, args), expected, rtol=1e-6)
+
+
+def test_effppl_potential_equals_handwritten(case):
+    require_log_density()
+    from effppl.handlers import potential_energy as effppl_potential_energy
+
+    model, args, kwargs = case
+    effppl_fn = jax.jit(lambda p, a: -effppl_potential_energy(model.effppl_model, a, kwargs, p))
+    hand_fn = jax.jit(lambda p, a: model.handwritten_log_density(p, *a, **kwargs))
+    for params in _points(model, args, kwargs):
+        np.testing.assert_allclose(effppl_fn(params, args), hand_fn(params, args), rtol=1e-6)
