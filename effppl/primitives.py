@@ -171,9 +171,9 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
-    fn = _broadcast_to_plates(name, fn)
-    if getattr(fn, "_validate_args", False):
+    if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
+    fn = _broadcast_to_plates(name, fn)
     if obs is not None:
         obs = jnp.asarray(obs)
         try:
@@ -192,8 +192,9 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
 
 
 def _validate_at_run_time(name, fn):
-    """`validate_args=True` with traced parameters: NumPyro cannot check them while tracing, so
-    check when the compiled code runs, raising an error that names the site."""
+    """Explicit `validate_args=True` with traced parameters: NumPyro cannot check them while
+    tracing, so check when the compiled code runs (a host callback, so only on request), raising
+    an error that names the site."""
     names, valid = [], []
     for param, constraint in getattr(fn, "arg_constraints", {}).items():
         value = getattr(fn, param, None)
