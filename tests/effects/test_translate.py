@@ -248,3 +248,35 @@ def test_general_clause_resuming_later_and_post_processing():
                    ret=lambda p, r: r + p)
     # first ask: p=0 -> value 0, p=1; second: value 1, p=2; ret: 1 + 2 = 3; *10 *10
     check(h2, 300.0)
+
+
+def test_tail_resumptive_translation_does_not_duplicate_code():
+    """Straight-line and looped programs translate to no more equations than they had: the
+    tail-resumptive path materialises no continuation (translation is linear in program size)."""
+    def prog(x):
+        for _ in range(200):
+            put(get() * 0.5 + x)
+        return get()
+    handled = state(prog, 0.0)
+    source = jax.make_jaxpr(handled)(1.0).eqns[0].params["body"].jaxpr
+    translated = assert_translated(handled, 1.0).jaxpr
+    n_source = sum(e.primitive.name != "perform" for e in source.eqns)
+    assert len(translated.eqns) <= n_source
+    np.testing.assert_allclose(handled(1.0)[1], 2.0 * (1 - 0.5 ** 200))
+
+
+def test_writer_accumulates_across_scan_and_reader_inside_cond():
+    tell = fx.Operation("tell", out=lambda x: ())
+
+    def prog(flag):
+        def step(c, x):
+            tell(x * jax.lax.cond(flag, lambda: ask(), lambda: 1.0))
+            return c, None
+        jax.lax.scan(step, 0.0, jnp.arange(4.0))
+        return jnp.float64(0.0)
+    writer = fx.handle(prog, params=jnp.float64(0.0),
+                       clauses={tell: lambda p, x, resume: resume(p + x, ())},
+                       ret=lambda p, r: p)
+    reader = fx.handle(writer, clauses={ask: lambda p, resume: resume(p, jnp.float64(2.0))})
+    check(reader, 12.0, True)
+    check(reader, 6.0, False)
