@@ -40,7 +40,9 @@ class Mode(NamedTuple):
     - `num_points`: random unconstrained points at which all log densities must agree (count).
     - `timing_repeats`: repeats of the tracing and compile timings; the median is reported.
     - `run_repeats`: repeats of the evaluation loop; the minimum is reported.
-    - `num_warmup`, `num_samples`, `num_chains`: NUTS settings, the same for every framework.
+    - `num_warmup`, `num_samples`, `num_chains`, `max_tree_depth`: NUTS settings, the same for
+      every framework (a small `max_tree_depth` bounds the quick mode's time on hard posteriors,
+      at most 2**depth - 1 leapfrog steps per draw).
     """
 
     name: str
@@ -51,13 +53,14 @@ class Mode(NamedTuple):
     num_warmup: int
     num_samples: int
     num_chains: int
+    max_tree_depth: int
 
 
 MODES = {
-    "quick": Mode(name="quick", num_evals=200, num_points=3, timing_repeats=3, run_repeats=3,
-                  num_warmup=150, num_samples=150, num_chains=2),
+    "quick": Mode(name="quick", num_evals=200, num_points=3, timing_repeats=1, run_repeats=3,
+                  num_warmup=100, num_samples=100, num_chains=2, max_tree_depth=6),
     "paper": Mode(name="paper", num_evals=100_000, num_points=3, timing_repeats=3, run_repeats=1,
-                  num_warmup=500, num_samples=1000, num_chains=4),
+                  num_warmup=500, num_samples=1000, num_chains=4, max_tree_depth=10),
 }
 
 RTOL = 1e-6

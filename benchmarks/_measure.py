@@ -38,6 +38,22 @@ def _flat(fn, example):
     return flat_fn, leaves, from_jaxpr
 
 
+def _walk(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs nested in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _walk(inner)
+
+
+def _callbacks(closed_jaxpr):
+    """Host callbacks left in a jaxpr (each one is a device-to-host round trip per evaluation)."""
+    return sum("callback" in eqn.primitive.name for eqn in _walk(closed_jaxpr.jaxpr))
+
+
 def _timed(thunk):
     start = time.perf_counter()
     out = thunk()
@@ -72,7 +88,8 @@ def measure(target, params, data, mode):
 
     **Returns:** a dict with `trace_s`, `trace_first_s`, `compile_s`, `total_s` (= trace + compile),
     `run_s`, `run_all_s`, `num_evals` and `evals_per_s` (evaluations per second), `loop_result`
-    (the loop's sum, a finite-ness check), `num_eqns` (equations in the produced jaxpr).
+    (the loop's sum, a finite-ness check), `num_eqns` (top-level equations in the produced jaxpr),
+    `num_callbacks` (host callbacks anywhere in it: each costs a device-host round trip).
     """
     params = jax.device_put(params)
     data = jax.device_put(data)
@@ -112,6 +129,7 @@ def measure(target, params, data, mode):
         "evals_per_s": mode.num_evals / run_s,
         "loop_result": float(result),
         "num_eqns": len(closed_jaxpr.jaxpr.eqns),
+        "num_callbacks": _callbacks(closed_jaxpr),
         "dtype": str(jnp.result_type(float)),
     }
 
@@ -154,13 +172,15 @@ def compare(reference, other, rtol):
     """
     value_errs, grad_errs = [], []
     for (v_ref, g_ref), (v, g) in zip(reference, other):
-        value_errs.append(abs(v - v_ref) / max(1.0, abs(v_ref)))
+        err = abs(v - v_ref) / max(1.0, abs(v_ref))
+        value_errs.append(err if np.isfinite(err) else float("inf"))
         if set(g) != set(g_ref):
             grad_errs.append(float("inf"))
             continue
         scale = max([1.0] + [float(np.max(np.abs(x))) for x in g_ref.values() if x.size])
         diffs = [float(np.max(np.abs(g[k] - g_ref[k]))) for k in g_ref if g_ref[k].size]
-        grad_errs.append(max(diffs, default=0.0) / scale)
+        err = max(diffs, default=0.0) / scale
+        grad_errs.append(err if np.isfinite(err) else float("inf"))
     max_v, max_g = max(value_errs), max(grad_errs)
     finite = all(np.isfinite(v) for v, _ in other)
     return {

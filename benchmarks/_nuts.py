@@ -22,7 +22,8 @@ def _numpyro_mcmc(module, mode):
     from numpyro.infer import MCMC, NUTS
 
     def make(jit_model_args):
-        return MCMC(NUTS(module.numpyro_model), num_warmup=mode.num_warmup,
+        kernel = NUTS(module.numpyro_model, max_tree_depth=mode.max_tree_depth)
+        return MCMC(kernel, num_warmup=mode.num_warmup,
                     num_samples=mode.num_samples, num_chains=mode.num_chains,
                     chain_method="vectorized", progress_bar=False, jit_model_args=jit_model_args)
 
@@ -47,7 +48,8 @@ def _effppl_mcmc(module, mode):
 
     def make(jit_model_args):
         del jit_model_args  # effppl always passes data as arguments of its cached function
-        return mcmc_cls(nuts_cls(module.effppl_model), num_warmup=mode.num_warmup,
+        kernel = nuts_cls(module.effppl_model, max_tree_depth=mode.max_tree_depth)
+        return mcmc_cls(kernel, num_warmup=mode.num_warmup,
                         num_samples=mode.num_samples, num_chains=mode.num_chains,
                         progress_bar=False)
 
@@ -112,6 +114,7 @@ def run_nuts(framework, module, args, kwargs, mode, seed):
         "num_warmup": mode.num_warmup,
         "num_samples": mode.num_samples,
         "num_chains": mode.num_chains,
+        "max_tree_depth": mode.max_tree_depth,
         "jit_model_args": jit_model_args,
     }
     return figures, samples

@@ -400,6 +400,149 @@ def _ucbadmit():
                        handwritten=handwritten)
 
 
+def _bessel_ive(num_orders, z, threshold=20.0, terms=100):
+    """`I_n(z) e^{-z}` for `n = 0 .. num_orders - 1`, without loops (as `models/_special.py`).
+
+    TFP's `bessel_ive` cannot be used under Oryx: its `log_prob` interpreter re-binds the
+    primitives inside TFP's `custom_gradient`, leaving a `while_loop` that reverse mode rejects.
+    Here: the power series summed in log space for `z < threshold`, and `i0e`, `i1e` with the
+    recurrence `I_{n+1} = I_{n-1} - (2n / z) I_n` (Abramowitz & Stegun 9.6.26) above it."""
+    from jax.scipy.special import i0e, i1e
+    small = z < threshold
+    zs = jnp.where(small, z, 1.0)
+    k = jnp.arange(terms, dtype=z.dtype)
+    n = jnp.arange(num_orders, dtype=z.dtype)[:, None]
+    log_terms = (2 * k + n) * jnp.log(zs / 2) - gammaln(k + 1) - gammaln(k + n + 1)
+    series = jnp.exp(logsumexp(log_terms, axis=-1) - zs)
+    zl = jnp.where(small, threshold, z)
+    rows = [i0e(zl), i1e(zl)]
+    for order in range(1, num_orders - 1):
+        rows.append(rows[order - 1] - (2.0 * order / zl) * rows[order])
+    return jnp.where(small, series, jnp.stack(rows[:num_orders]))
+
+
+def _hsgp_basis(x, static):
+    """HSGP bases (Riutort-Mayol et al. 2023), as `models/_hsgp_basis.py`."""
+    L, w0 = static["kw_L"], static["kw_w0"]
+
+    def se_spd(alpha, length, m):
+        sqrt_eig = jnp.arange(1, 1 + m) * jnp.pi / 2 / L
+        return alpha * jnp.sqrt(2 * jnp.pi) * length * jnp.exp(-0.5 * length**2 * sqrt_eig**2)
+
+    def se_phi(m):
+        return jnp.sin((jnp.pi / (2 * L)) * (L + x[:, None]) * jnp.arange(1, m + 1)) / jnp.sqrt(L)
+
+    def periodic_q2(alpha, length, m):
+        a = length ** (-2)
+        c = jnp.where(jnp.arange(m) > 0, 2.0, 1.0)
+        return c * alpha**2 * _bessel_ive(m, a)
+
+    def periodic_phi(m):
+        mw0x = w0 * x[:, None] * jnp.arange(m)
+        return jnp.cos(mw0x), jnp.sin(mw0x)
+
+    return se_spd, se_phi, periodic_q2, periodic_phi
+
+
+_HOLIDAYS = ("memorial", "labour", "thanksgiving")
+
+
+@_register("hsgp")
+def _hsgp():
+    """`models/hsgp.py`: Vehtari's birthdays model with three HSGPs, weekday, horseshoe day of year
+    and holiday effects (NumPyro's `examples/hsgp.py`)."""
+    tfd = _tfd()
+
+    def program(data, static):
+        m1, m2, m3 = static["kw_M1"], static["kw_M2"], static["kw_M3"]
+
+        def f(key, x, day_of_week, day_of_year, memorial, labour, thanksgiving):
+            se_spd, se_phi, periodic_q2, periodic_phi = _hsgp_basis(x, static)
+            keys = iter(jax.random.split(key, 32))
+
+            def rv(dist, name):
+                return _rv(dist, name, next(keys))
+
+            def normals(shape, name, scale=1.0):
+                return rv(tfd.Independent(tfd.Normal(jnp.zeros(shape), _c(scale)), 1), name)
+
+            intercept = rv(tfd.Normal(_c(0.0), _c(1.0)), "intercept")
+            gps = {}
+            for prefix, m in (("trend", m1), ("week-trend", m3)):
+                alpha = rv(tfd.HalfNormal(_c(1.0)), f"{prefix}/alpha")
+                length = rv(tfd.InverseGamma(_c(10.0), _c(2.0)), f"{prefix}/length")
+                beta = normals((m,), f"{prefix}/beta")
+                gps[prefix] = se_phi(m) @ (jnp.sqrt(se_spd(alpha, length, m)) * beta)
+            alpha = rv(tfd.HalfNormal(_c(1.0)), "year/alpha")
+            length = rv(tfd.HalfNormal(_c(0.2)), "year/length")
+            beta_cos = normals((m2,), "year/beta_cos")
+            beta_sin = normals((m2 - 1,), "year/beta_sin")
+            q2 = periodic_q2(alpha, length, m2)
+            cosines, sines = periodic_phi(m2)
+            f2 = cosines @ (q2 * beta_cos) + sines[:, 1:] @ (q2[1:] * beta_sin)
+            week = normals((6,), "week/_beta")
+            weekday = jnp.concatenate((-jnp.sum(week, keepdims=True), week))[day_of_week]
+            tau = rv(tfd.HalfNormal(_c(0.2)), "day/tau")
+            c_aux = rv(tfd.InverseGamma(_c(25.0), _c(25.0)), "day/c_aux")
+            c = 2 * jnp.sqrt(c_aux)
+            lam = rv(tfd.Independent(tfd.HalfCauchy(jnp.zeros(366), _c(1.0)), 1), "day/lam")
+            lam_tilde = jnp.sqrt(c) * lam / jnp.sqrt(c + (tau * lam) ** 2)
+            day_beta = rv(tfd.Independent(tfd.Normal(_c(0.0), tau * lam_tilde), 1), "day/beta")
+            day = day_beta[day_of_year]
+            for name, indicator in zip(_HOLIDAYS, (memorial, labour, thanksgiving)):
+                day = day + rv(tfd.Normal(_c(0.0), _c(1.0)), f"{name}/beta") * indicator
+            f = intercept + gps["trend"] + f2 + jnp.exp(gps["week-trend"]) * weekday + day
+            sigma = rv(tfd.HalfNormal(_c(0.5)), "sigma")
+            return rv(tfd.Independent(tfd.Normal(f, sigma), 1), "y")
+        return f, tuple(data[f"arg{i}"] for i in range(6))
+
+    def handwritten(v, data, static):
+        m1, m2, m3 = static["kw_M1"], static["kw_M2"], static["kw_M3"]
+        x, day_of_week, day_of_year, *indicators, y = (data[f"arg{i}"] for i in range(7))
+        se_spd, se_phi, periodic_q2, periodic_phi = _hsgp_basis(x, static)
+
+        def inverse_gamma_lp(z, a, b):
+            return a * jnp.log(b) - gammaln(a) - (a + 1) * jnp.log(z) - b / z
+
+        lp = normal_lp(v["intercept"], 0.0, 1.0) + half_normal_lp(v["sigma"], 0.5)
+        gps = {}
+        for prefix, m in (("trend", m1), ("week-trend", m3)):
+            alpha, length, beta = (v[f"{prefix}/{k}"] for k in ("alpha", "length", "beta"))
+            lp += half_normal_lp(alpha, 1.0) + inverse_gamma_lp(length, 10.0, 2.0)
+            lp += jnp.sum(normal_lp(beta, 0.0, 1.0))
+            gps[prefix] = se_phi(m) @ (jnp.sqrt(se_spd(alpha, length, m)) * beta)
+        alpha, length = v["year/alpha"], v["year/length"]
+        beta_cos, beta_sin = v["year/beta_cos"], v["year/beta_sin"]
+        lp += half_normal_lp(alpha, 1.0) + half_normal_lp(length, 0.2)
+        lp += jnp.sum(normal_lp(beta_cos, 0.0, 1.0)) + jnp.sum(normal_lp(beta_sin, 0.0, 1.0))
+        q2 = periodic_q2(alpha, length, m2)
+        cosines, sines = periodic_phi(m2)
+        f2 = cosines @ (q2 * beta_cos) + sines[:, 1:] @ (q2[1:] * beta_sin)
+        week = v["week/_beta"]
+        lp += jnp.sum(normal_lp(week, 0.0, 1.0))
+        weekday = jnp.concatenate((-jnp.sum(week, keepdims=True), week))[day_of_week]
+        tau, c_aux, lam, day_beta = v["day/tau"], v["day/c_aux"], v["day/lam"], v["day/beta"]
+        c = 2 * jnp.sqrt(c_aux)
+        lam_tilde = jnp.sqrt(c) * lam / jnp.sqrt(c + (tau * lam) ** 2)
+        lp += half_normal_lp(tau, 0.2) + inverse_gamma_lp(c_aux, 25.0, 25.0)
+        lp += jnp.sum(half_cauchy_lp(lam, 1.0)) + jnp.sum(normal_lp(day_beta, 0.0, tau * lam_tilde))
+        day = day_beta[day_of_year]
+        for name, indicator in zip(_HOLIDAYS, indicators):
+            lp += normal_lp(v[f"{name}/beta"], 0.0, 1.0)
+            day = day + v[f"{name}/beta"] * indicator
+        f = v["intercept"] + gps["trend"] + f2 + jnp.exp(gps["week-trend"]) * weekday + day
+        return lp + jnp.sum(normal_lp(y, f, v["sigma"]))
+
+    positive = ["sigma", "trend/alpha", "trend/length", "week-trend/alpha", "week-trend/length",
+                "year/alpha", "year/length", "day/tau", "day/c_aux", "day/lam"]
+    real = ["intercept", "trend/beta", "week-trend/beta", "year/beta_cos", "year/beta_sin",
+            "week/_beta", "day/beta"] + [f"{name}/beta" for name in _HOLIDAYS]
+    transforms = {**{k: _exp for k in positive}, **{k: _identity for k in real}}
+    return WorkerModel(transforms=transforms, program=program,
+                       observed=lambda data, static: {"y": data["arg6"]},
+                       handwritten=handwritten)
+
+
 # ---------------------------------------------------------------------------------------------
 # Timing (the same protocol as benchmarks/_measure.py)
 

@@ -144,7 +144,7 @@ def nuts_table(results):
     header = ["Model", "PPL", "first run (s)", "repeat (s)", "of which compile (s)",
               "min bulk ESS", "ESS/s", "ESS/s w/o compile", "divergences", "posterior means"]
     title = (f"End-to-end NUTS ({c['num_warmup']} warmup, {c['num_samples']} samples, "
-             f"{c['num_chains']} chains, same for both)")
+             f"{c['num_chains']} chains, max tree depth {c['max_tree_depth']}, same for both)")
     out = [title, _render(header, rows)] + [f"  [{i}] {n}" for i, n in enumerate(notes, 1)]
     return "\n".join(out)
 

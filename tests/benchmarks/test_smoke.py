@@ -1,0 +1,99 @@
+"""Smoke tests of the benchmark harness: one quick model, tiny N, NumPyro and hand-written JAX."""
+
+import json
+import pathlib
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+import benchmarks
+from benchmarks.__main__ import main as cli_main
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import toy_model  # noqa: E402
+
+
+def _tiny(config):
+    mode = config.mode._replace(timing_repeats=1, run_repeats=1)
+    return config._replace(mode=mode)
+
+
+def _config(models, frameworks, **kwargs):
+    return _tiny(benchmarks.make_config("quick", models=models, frameworks=frameworks,
+                                        nuts=False, num_evals=5, **kwargs))
+
+
+def test_run_quick_model_gives_every_figure_and_agreement(tmp_path):
+    config = _config(["proportion_test"], ["effppl", "numpyro", "handwritten"])
+    results = benchmarks.run(config)
+    path = benchmarks.write_json(results, tmp_path / "out.json")
+    loaded = json.loads(path.read_text())
+
+    assert loaded["schema"] == benchmarks.SCHEMA
+    for key in ("machine", "devices", "versions", "seeds", "config", "models", "oryx"):
+        assert key in loaded
+    assert loaded["versions"]["jax"] and loaded["versions"]["numpyro"]
+    model = loaded["models"]["proportion_test"]
+    for fw in ("numpyro", "handwritten"):
+        row = model["frameworks"][fw]
+        assert row["status"] == "ok", row
+        for field in ("trace_s", "compile_s", "total_s", "run_s", "evals_per_s"):
+            assert row[field] > 0
+        assert row["num_evals"] == 5
+    effppl_row = model["frameworks"]["effppl"]
+    assert effppl_row["status"] in ("ok", "skipped", "error")
+    if effppl_row["status"] != "ok":  # a skipped row carries a reason, never a zero time
+        assert effppl_row["reason"] and "run_s" not in effppl_row
+    agreement = model["agreement"]
+    assert agreement["reference"] == "handwritten"
+    assert agreement["frameworks"]["numpyro"]["ok"]
+    assert len(agreement["frameworks"]["numpyro"]["values"]) == 3
+    benchmarks.check(results)
+
+    text = benchmarks.render(results)
+    assert "Table 1" in text and "Table 2" in text and "Proportion" in text
+
+
+_RIGHT_DENSITY = toy_model.handwritten_log_density
+
+
+def _wrong_density(params, x, y=None):
+    return _RIGHT_DENSITY(params, x, y) + 1e-3 * jnp.sum(params["w"])
+
+
+def test_check_raises_when_log_densities_disagree(monkeypatch):
+    monkeypatch.setattr(toy_model, "handwritten_log_density", _wrong_density)
+    config = _config([], ["numpyro", "handwritten"])
+    results = benchmarks.run(config, modules={"toy": toy_model})
+    assert not results["models"]["toy"]["agreement"]["ok"]
+    with pytest.raises(benchmarks.AgreementError, match="toy/numpyro"):
+        benchmarks.check(results)
+
+
+def test_unknown_framework_is_a_config_error():
+    with pytest.raises(benchmarks.BenchmarkConfigError, match="pyro"):
+        benchmarks.make_config("quick", frameworks=["pyro"])
+    assert cli_main(["--quick", "--frameworks", "pyro", "--no-progress"]) == 2
+
+
+def test_chart_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = benchmarks.run(_config([], ["numpyro", "handwritten"]),
+                             modules={"toy": toy_model})
+    path = benchmarks.plot(results, tmp_path / "chart.png")
+    assert path.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_oryx_worker_agrees_and_notes_its_cond_bug():
+    config = _config(["proportion_test"], ["oryx", "handwritten"])
+    results = benchmarks.run(config)
+    if results["oryx"]["status"] != "ok":
+        pytest.skip(results["oryx"]["reason"])
+    model = results["models"]["proportion_test"]
+    assert model["frameworks"]["oryx"]["status"] == "ok"
+    assert model["oryx_handwritten"]["status"] == "ok"
+    assert model["agreement"]["frameworks"]["oryx:oryx"]["ok"]
+    cond = results["oryx"]["expressiveness"]["cond"]
+    assert cond["silently_wrong"] and cond["dropped_latent"]
