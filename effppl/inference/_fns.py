@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from . import _model
 from ._cache import ArgsStructure, cached
+from ._init import ModelContext
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns"]
 
@@ -87,7 +88,9 @@ class ModelFns:
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
-                for name, site in _model.get_trace(self.model, args, kwargs, rng_key=key).items():
+                with _model.initialising():
+                    sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
+                for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
 
             jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
@@ -132,17 +135,16 @@ class ModelFns:
         if key not in self._proposers:
 
             def propose(rng_key, strategy_dynamic, dynamic):
-                from ._init import ModelContext
-
                 args, kwargs = self.args(dynamic)
-                sites = _model.get_trace(
-                    self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
-                )
-                latent = tuple(
-                    n for n, s in sites.items() if s.kind == "sample" and not s.is_observed
-                )
-                ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
-                return strategy.propose(rng_key, ctx, strategy_dynamic)
+                with _model.initialising():
+                    sites = _model.get_trace(
+                        self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
+                    )
+                    latent = tuple(
+                        n for n, s in sites.items() if s.kind == "sample" and not s.is_observed
+                    )
+                    ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
+                    return strategy.propose(rng_key, ctx, strategy_dynamic)
 
             self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
         return self._proposers[key]

@@ -150,7 +150,8 @@ class MCMC:
             return length, length
         return max(num_warmup, 1), max(num_draws, 1)
 
-    def _execute(self, rng_key, args, kwargs, api, *, sample: bool):
+    def _prepare(self, rng_key, args, kwargs, api):
+        """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
         structure, dynamic = split_args(api, args, kwargs)
         fns = model_fns(self.kernel.model, structure)
@@ -167,50 +168,55 @@ class MCMC:
                 "(enumeration is not supported) or observe it."
             )
         mesh = self._mesh() if self.chain_method == "sharded" else None
-        chains = PartitionSpec("chain")
-        dynamic = self._place(dynamic, mesh, PartitionSpec())
-        sampler = sampler_for(fns, self.kernel)
-        init_key, run_key = jax.random.split(key)
+        return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
 
-        pws = self.post_warmup_state if sample else None
-        if pws is None:
-            num_warmup = self.num_warmup
-            init = find_initial_params(fns, self.kernel.init_strategy, init_key, self.num_chains,
-                                       dynamic, api=api)
-            state, astate, tuned = sampler.start(*self._place(init, mesh, chains))
-        else:
-            num_warmup = 0
+    def _initial_state(self, sampler, fns, key, dynamic, mesh, api, pws):
+        """`(state, adapt_state, (step_size, imm), num_warmup)` to start from."""
+        if pws is not None:  # continue after `warmup()` (or a previous run): no warmup
             grad = jax.tree.map(jnp.negative, pws.logdensity_grad)
             state, astate, _ = sampler.start(pws.position, -pws.logdensity, grad)
-            tuned = (pws.step_size, pws.inverse_mass_matrix)
-        num_draws = self.num_samples // self.thinning if sample else 0
+            return state, astate, (pws.step_size, pws.inverse_mass_matrix), 0
+        init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains, dynamic,
+                                   api=api)
+        state, astate, tuned = sampler.start(*self._place(init, mesh, PartitionSpec("chain")))
+        return state, astate, tuned, self.num_warmup
+
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool):
+        key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
+        sampler = sampler_for(fns, self.kernel)
+        init_key, run_key = jax.random.split(key)
+        pws = self.post_warmup_state if sample else None
+        state, astate, tuned, num_warmup = self._initial_state(
+            sampler, fns, init_key, dynamic, mesh, api, pws
+        )
         thinning = self.thinning
-        # The chunk's buffer length is that of a full run, also for `warmup()` alone, so that
-        # `warmup()` and the `run()` after it can share one executable.
+        num_draws = self.num_samples // thinning if sample else 0
+        # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
+        # and the `run()` after it can share one executable.
         warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
-        keys = self._place(jax.random.split(run_key, self.num_chains), mesh, chains)
+        keys = self._place(jax.random.split(run_key, self.num_chains), mesh, PartitionSpec("chain"))
         keys = _split_each(keys, num_warmup + num_draws * thinning)
-        schedule = warmup_schedule(self.num_warmup)
-        chunk = sampler.chunk(length)
-        values, stats, n_div, warmup_div = [], [], 0, 0
+        schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
 
         def call(state, astate, tuned, start, num, sampling):
             return chunk(state, astate, *tuned, keys, schedule, np.int32(start), np.int32(num),
                          np.bool_(sampling), np.int32(thinning), np.int32(num_warmup), dynamic)
 
+        values, stats, n_div = [], [], 0
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
             for start in range(0, num_warmup, warmup_length):
                 num = min(warmup_length, num_warmup - start)
                 state, astate, tuned, _, _, nd = call(state, astate, tuned, start, num, False)
                 if self.progress_bar:
-                    warmup_div += int(np.sum(np.asarray(nd)))
-                    bar.set_postfix_str(f"{warmup_div} divergences in warmup")
+                    n_div += int(np.sum(np.asarray(nd)))
+                    bar.set_postfix_str(f"{n_div} divergences in warmup")
                     bar.update(num)
             bar.set_description("sample")
+            n_div = 0
             for start in range(0, num_draws, length):
                 num = min(length, num_draws - start)
-                state, _, _, v, st, nd = call(state, astate, tuned, start, num, True)
+                state, _, _, v, st, _ = call(state, astate, tuned, start, num, True)
                 if num < length:
                     v, st = jax.tree.map(lambda x: x[:, :num], (v, st))
                 values.append(v)
@@ -227,13 +233,16 @@ class MCMC:
             return
         self._results = dict(samples=_concat(values), stats=_concat(stats), fns=fns,
                              dynamic=dynamic, info=info, last_state=last)
+        self._warn_divergences(fns, num_draws)
+
+    def _warn_divergences(self, fns, num_draws):
         n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
         if n_div:
             warnings.warn(
                 f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
                 f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
                 "The draws may be biased; increase target_accept_prob or reparameterise.",
-                DivergenceWarning, stacklevel=3,
+                DivergenceWarning, stacklevel=4,
             )
 
     def warmup(self, rng_key, *args, **kwargs) -> None:
@@ -243,7 +252,7 @@ class MCMC:
         """
         self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False)
 
-    def run(self, rng_key, *args, **kwargs) -> None:
+    def run(self, rng_key, *args, extra_fields=(), **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
 
         **Arguments:**
@@ -251,6 +260,8 @@ class MCMC:
         - `rng_key`: `jax.random.key(seed)` or a raw `uint32[2]` `jax.random.PRNGKey(seed)`.
         - `*args`, `**kwargs`: the model's arguments. Arrays are data (arguments of the compiled
           sampler: new values of the same shapes re-use it); every other leaf is static and keys it.
+        - `extra_fields`: accepted for NumPyro compatibility and ignored: every statistic of
+          `get_extra_fields` is always recorded.
 
         **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
 
@@ -260,6 +271,7 @@ class MCMC:
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
+        del extra_fields
         self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True)
 
     # -- results ---------------------------------------------------------------------------

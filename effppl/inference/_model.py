@@ -5,12 +5,18 @@ anything by itself. They use only NumPyro-compatible entry points of `effppl.han
 `potential_energy`, `constrain_fn`, `unconstrain_fn`, `seed`, `substitute`, `trace`.
 """
 
+import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
+from numpyro.distributions import ImproperUniform
+from numpyro.distributions.transforms import biject_to
+
 from .._errors import EffpplError
 
-__all__ = ["Site", "potential_energy", "constrain", "unconstrain", "get_trace"]
+__all__ = ["Site", "potential_energy", "constrain", "unconstrain", "get_trace", "initialising"]
 
 _REQUIRED = ("potential_energy", "constrain_fn", "unconstrain_fn", "seed", "substitute", "trace")
 
@@ -65,6 +71,35 @@ def constrain(model: Callable, args: tuple, kwargs: dict, params: dict) -> dict:
 def unconstrain(model: Callable, args: tuple, kwargs: dict, values: dict) -> dict:
     """Unconstrained values of the (constrained) latent `values`; needs every latent site."""
     return _handlers().unconstrain_fn(model, args, kwargs, values)
+
+
+# Initialisation needs *some* point for every latent site, also for sites whose distribution has no
+# sampler (`ImproperUniform`: flat priors). As NumPyro's initialisation does, such a site gets a
+# point uniform in (-2, 2) in unconstrained space -- but only inside `initialising()` and only in
+# the thread that entered it; everywhere else (`Predictive`) the distribution raises as usual.
+_init_state = threading.local()
+_improper_sample = ImproperUniform.sample
+
+
+def _improper_sample_for_init(self, key, sample_shape=()):
+    if not getattr(_init_state, "active", False):
+        return _improper_sample(self, key, sample_shape)
+    transform = biject_to(self.support)
+    shape = transform.inverse_shape(tuple(sample_shape) + tuple(self.shape()))
+    return transform(jax.random.uniform(key, shape, minval=-2.0, maxval=2.0))
+
+
+@contextlib.contextmanager
+def initialising():
+    """Within this context (this thread), improper sites draw an initialisation point."""
+    if ImproperUniform.sample is not _improper_sample_for_init:
+        ImproperUniform.sample = _improper_sample_for_init
+    previous = getattr(_init_state, "active", False)
+    _init_state.active = True
+    try:
+        yield
+    finally:
+        _init_state.active = previous
 
 
 def get_trace(

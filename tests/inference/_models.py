@@ -114,3 +114,10 @@ def local_level_prior(T=8):
         return x, None
 
     scan(step, x0, None, length=T)
+
+
+def improper_ordered(y=None):
+    """A flat prior without a sampler (ImproperUniform) on a positive ordered vector."""
+    mu = sample("mu", dist.ImproperUniform(dist.constraints.positive_ordered_vector, (), (2,)))
+    factor("prior", dist.Normal(3.0, 1.0).log_prob(mu[0]) + dist.Normal(10.0, 1.0).log_prob(mu[1]))
+    sample("y", dist.Normal(mu[0], 1.0), obs=y)

@@ -69,3 +69,9 @@ def test_invalid_strategy_settings_raise():
         init_to_uniform(radius=0)
     with pytest.raises(ValueError, match="num_samples"):
         init_to_median(num_samples=0)
+
+
+@pytest.mark.parametrize("strategy", [init_to_uniform(), init_to_median()])
+def test_site_without_sampler_gets_an_initial_point(strategy):
+    point = _initial_point(m.improper_ordered, strategy, jnp.asarray(3.0))
+    assert point["mu"].shape == (CHAINS, 2) and np.all(np.isfinite(point["mu"]))
