@@ -148,11 +148,19 @@ def _min_bulk_ess(samples):
     return float(min(np.nanmin(ess[k].values) for k in ess.data_vars))
 
 
-def compare_posteriors(samples_a, samples_b, z=POSTERIOR_Z):
+MIN_ESS = 20
+"""Below this bulk ESS the Monte Carlo standard errors are themselves unreliable."""
+
+
+def compare_posteriors(samples_a, samples_b, z=POSTERIOR_Z, min_ess=None):
     """Posterior means of two runs, compared in Monte Carlo standard errors.
 
+    **Arguments:** `samples_a`, `samples_b`: dicts site -> (chain, draw, ...); `z`: threshold in
+    combined MCSEs; `min_ess`: the smaller of the two runs' minimum bulk ESS, if known.
+
     **Returns:** dict with `ok` (every scalar component within `z` combined MCSEs, or at least 99%
-    of them when there are 100 or more), `max_z`, `frac_within`, `num_components`.
+    of them when there are 100 or more; `None`, inconclusive, when `min_ess < MIN_ESS`), `max_z`,
+    `frac_within`, `num_components`, `min_ess`.
     """
     import arviz as az
 
@@ -172,8 +180,10 @@ def compare_posteriors(samples_a, samples_b, z=POSTERIOR_Z):
     scores = np.concatenate(scores)
     within = float(np.mean(scores < z))
     needed = 1.0 if scores.size < 100 else 0.99
+    conclusive = min_ess is None or min_ess >= MIN_ESS
     return {
-        "ok": bool(within >= needed),
+        "ok": bool(within >= needed) if conclusive else None,
+        "min_ess": min_ess,
         "max_z": float(np.max(scores)),
         "frac_within": within,
         "num_components": int(scores.size),

@@ -12,6 +12,7 @@ import pathlib
 from ._config import FRAMEWORK_LABELS, FRAMEWORKS, MODEL_LABELS
 
 _ORDER = ("handwritten", "effppl", "oryx", "numpyro")
+_COLORS = {"handwritten": "C0", "effppl": "C1", "oryx": "C2", "numpyro": "C3"}
 
 
 def _baseline(model, fw):
@@ -35,6 +36,8 @@ def _cell(model, fw, field, fmt, notes):
         mark = f"[{_note(notes, row.get('reason', row['status']))}]"
         return f"{row['status']} {mark}"
     text = fmt(row)
+    if row.get("device_mismatch"):  # e.g. Oryx's CPU-only jaxlib beside a GPU run
+        text += f" on {row['device']['platform']}"
     ratio = _ratio(model, fw, field)
     return f"{text} ({ratio:.2f}x)" if ratio is not None else text
 
@@ -121,8 +124,9 @@ def nuts_table(results):
         if not nuts:
             continue
         agree = nuts.get("posterior_agreement", {})
-        if "ok" in agree:
-            agree_text = (f"{'ok' if agree['ok'] else 'DIFFER'} (max {agree['max_z']:.1f} MCSE, "
+        if "ok" in agree and agree.get("max_z") is not None:
+            verdict = {True: "ok", False: "DIFFER", None: "inconclusive, ESS < 20"}[agree["ok"]]
+            agree_text = (f"{verdict} (max {agree['max_z']:.1f} MCSE, "
                           f"{agree['frac_within']:.0%} within {agree['z']:g})")
         else:
             agree_text = f"[{_note(notes, agree.get('reason', 'skipped'))}]"
@@ -231,46 +235,60 @@ def _default(value):
 
 
 def plot(results, path):
-    """A PNG with two panels: runtime ratio to hand-written, and compile time z (log scale)."""
+    """A PNG: runtime ratio to hand-written and compile time z per model (log scales), and, when
+    NUTS ran, ESS per second of effppl and NumPyro."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fws = [fw for fw in _frameworks(results)]
+    fws = _frameworks(results)
     names = list(results["models"])
     labels = [MODEL_LABELS.get(n, n) for n in names]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    width = 0.8 / max(1, len(fws))
-    for k, fw in enumerate(fws):
-        xs = np.arange(len(names)) + (k - (len(fws) - 1) / 2) * width
-        ratio = [_ratio(results["models"][n], fw, "run_s") for n in names]
-        total = [_value(results["models"][n], fw, "total_s") for n in names]
-        label = f"{FRAMEWORK_LABELS[fw]} ({fw})"
-        axes[0].bar(xs, [r if r is not None else 0 for r in ratio], width, label=label)
-        axes[1].bar(xs, [t if t is not None else 0 for t in total], width, label=label)
-        for x, r in zip(xs, ratio):
-            if r is None:
-                axes[0].text(x, 0.02, "skip", rotation=90, ha="center", va="bottom", fontsize=7)
-    axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_ylabel("runtime / hand-written")
-    n = results["config"]["num_evals"]
-    axes[0].set_title(f"{n:,} log-density + gradient evaluations")
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("seconds (elimination/tracing + XLA compile)")
-    axes[1].set_title("compile time")
-    for ax in axes:
+    has_nuts = any("nuts" in results["models"][n] for n in names)
+    fig, axes = plt.subplots(1, 3 if has_nuts else 2, figsize=(19 if has_nuts else 13, 4.8))
+
+    def bars(ax, series, value_fn, log=True):
+        width = 0.8 / max(1, len(series))
+        for k, fw in enumerate(series):
+            xs = np.arange(len(names)) + (k - (len(series) - 1) / 2) * width
+            values = [value_fn(results["models"][n], fw) for n in names]
+            ax.bar(xs, [v if v is not None else np.nan for v in values], width,
+                   label=f"{FRAMEWORK_LABELS[fw]} ({fw})", color=_COLORS[fw])
+            for x, v in zip(xs, values):
+                if v is None:
+                    ax.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=7,
+                            transform=ax.get_xaxis_transform())
+        if log:
+            ax.set_yscale("log")
         ax.set_xticks(np.arange(len(names)))
         ax.set_xticklabels(labels, rotation=20, ha="right")
         ax.legend(fontsize=8)
+
+    bars(axes[0], fws, lambda m, fw: _ratio(m, fw, "run_s"))
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_ylabel("runtime / hand-written (same environment)")
+    axes[0].set_title(f"{results['config']['num_evals']:,} log-density + gradient evaluations")
+    bars(axes[1], fws, lambda m, fw: _value(m, fw, "total_s"))
+    axes[1].set_ylabel("seconds: elimination/tracing + XLA compile")
+    axes[1].set_title("compile time")
+    if has_nuts:
+        bars(axes[2], ["effppl", "numpyro"], _ess_per_s)
+        axes[2].set_ylabel("min bulk ESS / s (repeated run)")
+        axes[2].set_title("end-to-end NUTS")
     devices = ", ".join(sorted({d["kind"] for d in results["devices"]}))
     fig.suptitle(f"effppl benchmarks ({results['mode']} mode, {devices})")
     fig.tight_layout()
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _ess_per_s(model, fw):
+    row = model.get("nuts", {}).get(fw, {})
+    return row.get("ess_per_s") if row.get("status") == "ok" else None
 
 
 def _value(model, fw, field):

@@ -235,7 +235,8 @@ def _oryx_rows(name, data, points, config, oryx_python, out, evaluated):
     rows = {}
     for fw, figures in result["frameworks"].items():
         row = {k: v for k, v in figures.items() if k != "points"}
-        row.update(env="oryx", device=result["device"], versions=result["versions"])
+        row.update(env="oryx", device=result["device"], versions=result["versions"],
+                   device_mismatch=result["device"]["platform"] != jax.default_backend())
         rows[fw] = row
         if "points" in figures:
             evaluated[f"oryx:{fw}"] = figures["points"]
@@ -280,8 +281,9 @@ def _nuts_rows(name, module, args, kwargs, config, bar):
                     samples[fw] = got[1]
         _done(bar)
     if len(samples) == 2:
-        out["posterior_agreement"] = _nuts.compare_posteriors(samples["effppl"],
-                                                              samples["numpyro"])
+        min_ess = min(out[fw]["min_bulk_ess"] for fw in samples)
+        out["posterior_agreement"] = _nuts.compare_posteriors(
+            samples["effppl"], samples["numpyro"], min_ess=min_ess)
     else:
         out["posterior_agreement"] = _skipped("needs both effppl and numpyro NUTS runs")
     return out

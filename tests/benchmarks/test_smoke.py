@@ -97,3 +97,14 @@ def test_oryx_worker_agrees_and_notes_its_cond_bug():
     assert model["agreement"]["frameworks"]["oryx:oryx"]["ok"]
     cond = results["oryx"]["expressiveness"]["cond"]
     assert cond["silently_wrong"] and cond["dropped_latent"]
+
+
+def test_oryx_rows_are_skipped_with_a_reason_when_its_environment_cannot_be_made(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    config = _config([], ["oryx", "handwritten"], oryx_venv=blocker / "venv")
+    results = benchmarks.run(config, modules={"toy": toy_model}, log=lambda message: None)
+    assert results["oryx"]["status"] == "skipped" and results["oryx"]["reason"]
+    row = results["models"]["toy"]["frameworks"]["oryx"]
+    assert row["status"] == "skipped" and "run_s" not in row
+    assert "skipped" in benchmarks.render(results)
