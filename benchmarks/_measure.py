@@ -38,6 +38,12 @@ def _flat(fn, example):
     return flat_fn, leaves, from_jaxpr
 
 
+def _fresh(fn):
+    def fresh(*args):
+        return fn(*args)
+    return fresh
+
+
 def _walk(jaxpr):
     """Every equation of `jaxpr` and of the jaxprs nested in its equations' parameters."""
     for eqn in jaxpr.eqns:
@@ -84,7 +90,8 @@ def measure(target, params, data, mode):
     **Arguments:**
     - `target`: a `benchmarks._targets.Target`.
     - `params`, `data`: pytrees of arrays in the run's default dtype (float32 unless x64 is on).
-    - `mode`: a `benchmarks._config.Mode` (`num_evals`, `timing_repeats`, `run_repeats`).
+    - `mode`: a `benchmarks._config.Mode` (`num_evals`, `trace_repeats`, `compile_repeats`,
+      `run_repeats`).
 
     **Returns:** a dict with `trace_s`, `trace_first_s`, `compile_s`, `total_s` (= trace + compile),
     `run_s`, `run_all_s`, `num_evals` and `evals_per_s` (evaluations per second), `loop_result`
@@ -96,13 +103,14 @@ def measure(target, params, data, mode):
     flat_fn, leaves, from_jaxpr = _flat(target.log_density, (params, data))
 
     trace_times = []
-    for _ in range(mode.timing_repeats):
-        seconds, closed_jaxpr = _timed(lambda: target.make_jaxpr(flat_fn)(*leaves))
+    for _ in range(mode.trace_repeats):
+        fresh = _fresh(flat_fn)  # jax.make_jaxpr caches by function identity
+        seconds, closed_jaxpr = _timed(lambda: target.make_jaxpr(fresh)(*leaves))
         trace_times.append(seconds)
     fn = from_jaxpr(closed_jaxpr)
 
     compile_times = []
-    for _ in range(mode.timing_repeats):
+    for _ in range(mode.compile_repeats):
         seconds, _ = _timed(
             lambda: jax.jit(jax.value_and_grad(fn)).lower(params, data).compile())
         compile_times.append(seconds)

@@ -130,7 +130,8 @@ def run_model(python, model, arrays, static, points, mode, x64=False, timeout=No
             payload.update({f"point{i}/{k}": np.asarray(v, np.float64) for k, v in point.items()})
         np.savez(src, **payload)
         argv = ["bench", "--model", model, "--npz", str(src), "--out", str(out),
-                "--num-evals", str(mode.num_evals), "--timing-repeats", str(mode.timing_repeats),
+                "--num-evals", str(mode.num_evals), "--trace-repeats", str(mode.trace_repeats),
+                "--compile-repeats", str(mode.compile_repeats),
                 "--run-repeats", str(mode.run_repeats), "--num-points", str(len(points))]
         if x64:
             argv.append("--x64")

@@ -608,12 +608,13 @@ def _measure(fn, params, data, args):
     params, data = jax.device_put(params), jax.device_put(data)
     flat_fn, leaves, from_jaxpr = _flat(fn, (params, data))
     trace_times = []
-    for _ in range(args.timing_repeats):
-        seconds, closed = _timed(lambda: jax.make_jaxpr(flat_fn)(*leaves))
+    for _ in range(args.trace_repeats):
+        fresh = (lambda f: lambda *a: f(*a))(flat_fn)  # make_jaxpr caches by function identity
+        seconds, closed = _timed(lambda: jax.make_jaxpr(fresh)(*leaves))
         trace_times.append(seconds)
     jaxpr_fn = from_jaxpr(closed)
     compile_times = []
-    for _ in range(args.timing_repeats):
+    for _ in range(args.compile_repeats):
         seconds, _ = _timed(
             lambda: jax.jit(jax.value_and_grad(jaxpr_fn)).lower(params, data).compile())
         compile_times.append(seconds)
@@ -754,7 +755,8 @@ def main(argv=None):
     b.add_argument("--npz", required=True)
     b.add_argument("--out", required=True)
     b.add_argument("--num-evals", type=int, required=True)
-    b.add_argument("--timing-repeats", type=int, default=3)
+    b.add_argument("--trace-repeats", type=int, default=3)
+    b.add_argument("--compile-repeats", type=int, default=3)
     b.add_argument("--run-repeats", type=int, default=1)
     b.add_argument("--num-points", type=int, default=3)
     b.add_argument("--x64", action="store_true")

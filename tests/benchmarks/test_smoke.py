@@ -15,7 +15,7 @@ import toy_model  # noqa: E402
 
 
 def _tiny(config):
-    mode = config.mode._replace(timing_repeats=1, run_repeats=1)
+    mode = config.mode._replace(trace_repeats=1, compile_repeats=1, run_repeats=1)
     return config._replace(mode=mode)
 
 
