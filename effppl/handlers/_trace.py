@@ -12,6 +12,17 @@ from ._handler import Handler, forward, run_outermost, trace_model
 from ._sites import analyze
 
 
+def _unconstrained_type(site, fn_avals):
+    """The type of `biject_to(fn.support).inv(value)` (a simplex of K has K - 1 coordinates)."""
+    leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
+
+    def inv(ls, value):
+        return biject_to(jax.tree_util.tree_unflatten(tree, ls).support).inv(value)
+
+    return jax.eval_shape(inv, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
+
+
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
     `{name: {"type", "name", "value", "is_observed", "fn", "infer"}}`.
@@ -55,7 +66,8 @@ class trace(Handler):
                 entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
                                for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
                 if self.record_unconstrained and not site.is_observed:
-                    entry["unconstrained"] = jnp.zeros(lead + site.aval.shape, site.aval.dtype)
+                    u = _unconstrained_type(site, msg_avals["fn"])
+                    entry["unconstrained"] = jnp.zeros(lead + u.shape, u.dtype)
             bufs[name] = entry
         return bufs
 

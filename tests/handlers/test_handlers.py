@@ -309,3 +309,17 @@ def test_validate_args_with_traced_parameters_checked_at_run_time():
     _close(f(2.0), stats.norm.logpdf(1.0, 0.0, 2.0))
     with pytest.raises(Exception, match="Site `obs`.*scale"):
         jax.block_until_ready(f(-1.0))
+
+
+def test_unconstrain_fn_round_trips_simplex_sites_with_fewer_coordinates():
+    def model():
+        effppl.sample("p", dist.Dirichlet(jnp.ones(3)))
+        jax.lax.scan(lambda c, _: (c, effppl.sample("q", dist.Dirichlet(jnp.ones(4)))), 0.0, None,
+                     length=2)
+    u = {"p": jnp.array([0.1, -0.2]), "q": jnp.array([[0.3, 0.0, -1.0], [1.0, 2.0, 0.5]])}
+    c = handlers.constrain_fn(model, (), {}, u)
+    assert c["p"].shape == (3,) and c["q"].shape == (2, 4)
+    _close(c["q"].sum(-1), 1.0)
+    back = handlers.unconstrain_fn(model, (), {}, c)
+    np.testing.assert_allclose(back["p"], u["p"], atol=1e-9)
+    np.testing.assert_allclose(back["q"], u["q"], atol=1e-9)
