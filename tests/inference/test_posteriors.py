@@ -108,11 +108,6 @@ def hmm_example(y):
     factor("forward", jax.nn.logsumexp(gamma))
 
 
-@pytest.mark.xfail(
-    BACKEND == "effppl", strict=True, raises=TypeError,
-    reason="effppl.handlers.unconstrain_fn allocates a site's unconstrained buffer with the "
-           "constrained shape, which fails for a simplex (Dirichlet: K values, K-1 unconstrained)",
-)
 def test_hidden_markov_model_matches_posteriordb():
     data, reference = _reference("hmm_example-hmm_example")
     mcmc = _sample(hmm_example, jnp.asarray(data["y"], float))
