@@ -13,5 +13,5 @@ __all__ = ["EffpplError", "SiteError", "effects", "distributions", "handlers", "
 def __getattr__(name):
     if name in ("infer", "inference"):  # imported lazily: blackjax/arviz are heavy
         import importlib
-        return importlib.import_module(".inference", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(name)
