@@ -590,6 +590,18 @@ def _flat(fn, example):
     return flat_fn, leaves, from_jaxpr
 
 
+def _callbacks(closed):
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        yield from walk(inner)
+    return sum("callback" in eqn.primitive.name for eqn in walk(closed.jaxpr))
+
+
 def _eval_loop(fn, num_evals):
     value_and_grad = jax.value_and_grad(fn)
 
@@ -630,6 +642,7 @@ def _measure(fn, params, data, args):
             "total_s": trace_s + compile_s, "run_s": run_s, "run_all_s": run_times,
             "num_evals": args.num_evals, "evals_per_s": args.num_evals / run_s,
             "loop_result": float(result), "num_eqns": len(closed.jaxpr.eqns),
+            "num_callbacks": _callbacks(closed),
             "dtype": str(jnp.result_type(float))}
 
 

@@ -73,6 +73,7 @@ def run(config, modules=None, log=print):
         _step(bar, "oryx expressiveness")
         try:
             results["oryx"]["expressiveness"] = _oryx.expressiveness(oryx_python)
+            results["versions"]["oryx_env"] = results["oryx"]["expressiveness"]["versions"]
         except (OryxEnvironmentError, OSError) as err:
             results["oryx"]["expressiveness"] = _error(err)
         _done(bar)
@@ -113,8 +114,7 @@ def _now():
 def _versions():
     import importlib.metadata as md
     out = {"python": platform.python_version()}
-    for dist in ("jax", "jaxlib", "numpyro", "blackjax", "arviz", "effppl", "oryx",
-                 "tensorflow-probability"):
+    for dist in ("jax", "jaxlib", "numpyro", "blackjax", "arviz", "effppl", "matplotlib"):
         try:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
