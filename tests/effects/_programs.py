@@ -269,6 +269,7 @@ class _Scope(NamedTuple):
     sites: tuple[_Site, ...]  # outermost first
     loops: int = 0
     nesting: int = 0
+    favour: tuple[str, ...] = ()  # operations to perform more often here
 
     def bind(self, *names):
         return self._replace(vars=self.vars + names)
@@ -352,7 +353,7 @@ class _Gen:
                 choices += ["cond", "cond", "switch", "scan", "scan", "fori", "while", "while",
                             "jit"]
             if self.spare > 0 and self.opts.kinds:  # more often where it is more interesting
-                choices += ["handle"] * (1 + 3 * min(scope.loops, 1))
+                choices += ["handle"] * (2 + 2 * min(scope.loops, 1))
         return getattr(self, "gen_" + self.pick(choices))(scope, depth, ops)
 
     def sub(self, scope, depth):
@@ -383,7 +384,8 @@ class _Gen:
         return R.Let(name, value, self.sub(scope.bind(name), depth))
 
     def gen_perform(self, scope, depth, ops):
-        op = self.pick(ops)
+        favoured = [op for op in ops if op in scope.favour]
+        op = self.pick(favoured) if favoured and self.flip() else self.pick(ops)
         mode = self.resolve(op, scope)
         if mode in ("abort", "general"):
             self.general_left -= 1
@@ -466,12 +468,14 @@ class _Gen:
         target = next(iter(modes.values())).removeprefix("forward:") if kind == "forward" else None
         sandwich = [k for k in self.opts.kinds
                     if target in _HANDLES.get(k, ()) and target not in modes]
-        if sandwich and self.flip():
+        if sandwich and self.draw(st.integers(0, 3)) > 0:
             # A handler of the forwarded operation inside the forwarder: an operation performed
-            # in the forwarder's clause must skip it (paper §5.2), which only matters then.
+            # in the forwarder's clause must skip it (paper §5.2), which only matters then, and
+            # only when the body performs the forwarder's operation: favour it.
             kind = self.pick(sandwich)
             h2, params2, modes2 = getattr(self, "handler_" + kind)(inner)
-            inner2 = inner._replace(sites=inner.sites + (_Site(kind, modes2, scope.loops),))
+            inner2 = inner._replace(sites=inner.sites + (_Site(kind, modes2, scope.loops),),
+                                    favour=inner.favour + tuple(modes))
             body = R.Handle(h2, params2, self.handled(inner2, n - 1, depth))
         else:
             body = self.handled(inner, n - 1, depth)
@@ -482,14 +486,15 @@ class _Gen:
                 if self.resolve(op, scope) is not None]
 
     def ret(self, scope, result, extra=()):
-        """`result` plus some of `extra` (parameters) and maybe a variable closed over."""
+        """`result` plus some of `extra` (parameters) and maybe a variable closed over; it may
+        also log the result for the handlers outside."""
         terms = [e for e in extra if self.flip()]
         if scope.vars and self.draw(st.integers(0, 3)) == 0:
             terms.append(R.Var(self.pick(scope.vars)))
         out = R.Var(result)
         for t in terms:
             out = R.Binary(self.pick(("add", "sub")), out, t)
-        return out
+        return self.log(scope, R.Var(result), out)
 
     def handler_state(self, scope):
         s, r = self.name("s"), self.name("r")
@@ -534,7 +539,8 @@ class _Gen:
 
     def handler_recover(self, scope):
         r = self.name("r")
-        clause = R.Clause("raise_", ("exc",), R.Resume((), self.payload(scope, "exc")))
+        resume = R.Resume((), self.payload(scope, "exc"))
+        clause = R.Clause("raise_", ("exc",), self.log(scope, R.Var("exc"), resume))
         return R.Handler("recover", (), (clause,), self.ret(scope, r), r), (), {"raise_": "tail"}
 
     def handler_nondet(self, scope):
@@ -555,8 +561,9 @@ class _Gen:
         signature: the scoping of §5.2 matters then) for the handlers outside, with transformed
         arguments; counts, maybe logs, and resumes with the transformed result."""
         target = self.pick(self.forwardable(scope))
-        same_signature = [op for op in sorted(_FORWARDABLE) if _signature(op) == _signature(target)]
-        op = self.pick(same_signature)  # the same operation, or another
+        others = [op for op in sorted(_FORWARDABLE)
+                  if op != target and _signature(op) == _signature(target)]
+        op = self.pick(others) if others and self.draw(st.integers(0, 3)) > 0 else target
         spec, target_spec = OPS[op], OPS[target]
         n, r, t = self.name("fw"), self.name("r"), self.name("t")
         args = ("a",) * spec.n_args
@@ -593,7 +600,8 @@ def programs(draw, options: GenOptions = GenOptions()) -> Program:
     """A hypothesis strategy of closed, well-typed, terminating `Program`s (see module doc)."""
     n_inputs = draw(st.integers(0, options.max_inputs))
     inputs = tuple((f"x{i}", draw(st.sampled_from(_LITERALS))) for i in range(n_inputs))
-    n_handlers = draw(st.integers(1, options.max_handlers)) if options.kinds else 0
+    counts = [1] + [n for n in range(2, options.max_handlers + 1) for _ in range(n)]
+    n_handlers = draw(st.sampled_from(counts)) if options.kinds else 0  # shrinks towards 1
     n_top = draw(st.integers(min(1, n_handlers), min(n_handlers, 2)))
     gen = _Gen(draw, options, spare_handlers=n_handlers - n_top)
     scope = _Scope(vars=tuple(n for n, _ in inputs), sites=())

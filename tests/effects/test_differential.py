@@ -17,7 +17,6 @@ The default hypothesis profile `ci` runs 200 derandomized examples per test. For
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, note
@@ -154,6 +153,16 @@ def scoping_example():
     return _reader(10.0)(R.Handle(forward, (), _reader(20.0)(R.Perform("get"))))
 
 
+def scoping_in_loop():
+    """§5.2 where it bites, in a clause inlined into a loop: each iteration adds get() (10, from
+    the outer reader, via the forwarder) and ask() / 2 (20 / 2, from the inner one): 60."""
+    forward = _handler("ask-for-get", (), (R.Clause("get", (), R.Let(
+        "t", R.Perform("ask"), R.Resume((), V("t")))),))
+    body = _add(_add(V("c"), R.Perform("get")), R.Binary("mul", R.Perform("ask"), L(0.5)))
+    scan = R.Scan(3, L(0.0), "c", "i", body)
+    return _reader(10.0)(R.Handle(forward, (), _reader(20.0)(scan)))
+
+
 def abort_in_scan():
     """An abortive clause inside a scan: the state written before the raise survives, the rest
     of the loop never runs. state(0) outside abort; put(i) each iteration, raise at i == 2."""
@@ -227,6 +236,7 @@ EXAMPLES = {
     "safe_div": (Program(safe_div(42, 5)), np.int32(8)),
     "state": (Program(state_example()), (np.int32(2), np.int32(42))),
     "scoping": (Program(scoping_example()), np.float64(10.0)),
+    "scoping_in_loop": (Program(scoping_in_loop()), np.float64(60.0)),
     "abort_in_scan": (Program(abort_in_scan()), (np.float64(2.0), np.float64(2.5))),
     "nondet": (Program(nondet_example()), np.float64(6.0)),
     "nondet_under_writer": (Program(nondet_under_writer()), np.float64(301.0)),
