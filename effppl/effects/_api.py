@@ -6,6 +6,7 @@ import functools
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 
 from . import _compat
 from ._translate import eliminate_jaxpr
@@ -37,6 +38,7 @@ def eliminate(f: Callable) -> Callable:
     def eliminated(*args, **kwargs):
         closed, consts, leaves, out_tree = _trace(f, args, kwargs)
         out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
+        out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
 
     return eliminated

@@ -17,7 +17,7 @@ from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
-from jax._src.tree_util import FlatTree as _FlatTree
+from jax._src import linear_util as _lu
 
 Primitive = _core.Primitive
 ClosedJaxpr = _core.ClosedJaxpr
@@ -69,6 +69,26 @@ def abstractify(x: Any) -> ShapedArray:
     return ShapedArray(aval.shape, aval.dtype)
 
 
+def _trace_flat(fn: Callable, args: Sequence[Any], name: str):
+    """Trace `fn(*args)` (args: pytrees of avals): `(jaxpr, consts, out_tree)`, where the jaxpr's
+    constvars stand for `consts`, the values `fn` closes over (tracers of an enclosing trace, or
+    arrays). Uses `trace_to_jaxpr_dynamic`, stable across JAX 0.10-0.11."""
+    args = tuple(args)
+    leaves, in_tree = jax.tree_util.tree_flatten(args)
+    out_tree_box = []
+
+    def flat_fn(*flat):
+        out = fn(*jax.tree_util.tree_unflatten(in_tree, flat))
+        out_leaves, tree = jax.tree_util.tree_flatten(out)
+        out_tree_box.append(tree)
+        return out_leaves
+
+    debug = _api_util.debug_info(name, fn, args, {})
+    wrapped = _lu.wrap_init(flat_fn, debug_info=debug)
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, [abstractify(a) for a in leaves])
+    return jaxpr, list(consts), out_tree_box[0]
+
+
 def trace_to_jaxpr(fn: Callable, args: Sequence[Any], name: str):
     """Trace `fn(*args)` (args: pytrees of avals) with closure conversion.
 
@@ -76,29 +96,14 @@ def trace_to_jaxpr(fn: Callable, args: Sequence[Any], name: str):
     `consts` (tracers of an enclosing trace, or arrays) as its leading inputs, then the flattened
     args; `out_tree` is the treedef of `fn`'s result.
     """
-    args = tuple(args)
-    debug = _api_util.debug_info(name, fn, args, {})
-    out_tree_box = []
-
-    def flat_fn(*a, **kw):
-        out = fn(*a, **kw)
-        leaves, tree = jax.tree_util.tree_flatten(out)
-        out_tree_box.append(tree)
-        return leaves
-
-    avals = _FlatTree.flatten((args, {}))
-    closed, _ = pe.trace_to_jaxpr(flat_fn, avals, debug)
-    lifted, consts = pe.separate_consts(closed)
-    return lifted, list(consts), out_tree_box[0]
+    jaxpr, consts, out_tree = _trace_flat(fn, args, name)
+    return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ()), consts, out_tree
 
 
 def trace_to_closed_jaxpr(fn: Callable, avals: Sequence[Any], name: str) -> ClosedJaxpr:
     """Trace `fn(*flat_args) -> list of arrays` at `avals`; closed-over values stay as consts."""
-    avals = [abstractify(a) for a in avals]
-    debug = _api_util.debug_info(name, fn, tuple(avals), {})
-    closed, _ = pe.trace_to_jaxpr(lambda *a: list(fn(*a)), _FlatTree.flatten((tuple(avals), {})),
-                                  debug)
-    return closed
+    jaxpr, consts, _ = _trace_flat(lambda *a: list(fn(*a)), [abstractify(a) for a in avals], name)
+    return ClosedJaxpr(jaxpr, consts)
 
 
 def _is_dynamic(x) -> bool:
@@ -123,12 +128,23 @@ def split_args(args, kwargs):
     return [x for x, d in zip(leaves, dynamic) if d], rebuild
 
 
+def scan_counts(params) -> tuple[int, int]:
+    """`(num_consts, num_carry)` of a scan equation (JAX 0.11 groups inputs in `ft_in`)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"]
+    return len(consts), len(carry)
+
+
 def vmap_index():
     """Inside a `jax.vmap` being traced, the batched index of the current element (int array
     batched along the vmapped axis); else None. Lets an operation under a `vmap` see the batch
-    even when none of its arguments depend on it."""
+    even when none of its arguments depend on it. The nearest enclosing `vmap` counts also from
+    inside a loop body or branch being traced under it (the index is then closed over)."""
     trace = _core.trace_ctx.trace
-    if not isinstance(trace, batching.BatchTrace):
+    while trace is not None and not isinstance(trace, batching.BatchTrace):
+        trace = getattr(trace, "parent_trace", None)
+    if trace is None:
         return None
     with _core.set_current_trace(trace.parent_trace):
         index = jax.numpy.arange(trace.axis_data.size)

@@ -22,7 +22,9 @@ the remainder of the current jaxpr and then `K`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -259,7 +261,22 @@ def eliminate_jaxpr(closed):
     operation left. Raises `UnhandledEffectError` / `UnsupportedHandlerError`."""
     if not in_play(closed.effects):
         return closed
+    with _deep_recursion():
+        return _eliminate(closed)
 
+
+@contextlib.contextmanager
+def _deep_recursion(limit=100_000):
+    """General clauses are compiled by CPS: each captured continuation nests Python calls."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _eliminate(closed):
     def fn(*args):
         outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
         return outs

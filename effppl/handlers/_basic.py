@@ -6,8 +6,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..primitives import SiteError, sample_op
-from ._handler import Handler, forward
+from ..primitives import SiteError, deterministic_op, sample_op
+from ._handler import Handler, forward, trace_model
+from ._sites import analyze
 
 
 def _as_key(rng_seed):
@@ -46,17 +47,30 @@ class seed(Handler):
         return {sample_op: sample}
 
 
-def site_row(values, site_shape, count):
-    """`(value, advance)`: the whole of `values` when it has the site's shape, else row `count` of
-    `values` with its leading (loop) axes flattened."""
+def site_row(handler, name, values, site_shape, count, site):
+    """`(value, advance)`: the value of site `name` at its `count`-th occurrence.
+
+    A site outside loops takes `values` whole, which must have the site's shape; a site inside
+    loops of lengths `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)`
+    (or `(T1 * T2 * ..., *shape)`). **Raises:** `SiteError` naming the site on any other shape.
+    """
     values = jnp.asarray(values)
     site_shape = tuple(site_shape)
-    if values.shape == site_shape:
+    loops = site.loops if site is not None and site.bounded else ()
+    if loops:
+        if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
+            return values.reshape((-1, *site_shape))[count], True
+        expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
+    elif values.shape == site_shape:
         return values, False
-    lead = values.ndim - len(site_shape)
-    if lead < 1 or values.shape[lead:] != site_shape:
-        return None, False
-    return values.reshape((-1, *site_shape))[count], True
+    else:
+        expected = f"{site_shape}"
+    raise SiteError(f"effppl.handlers.{handler}: the value given for site `{name}` has shape "
+                    f"{values.shape}, but the site expects {expected}.")
+
+
+def _analyzed(fn, args, kwargs):
+    return analyze(trace_model(fn, *args, **kwargs))
 
 
 class _SetValue(Handler):
@@ -74,22 +88,19 @@ class _SetValue(Handler):
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
+        self._sites = _analyzed(self.fn, args, kwargs)
         return {name: jnp.int32(0) for name in self.data}
 
     def clauses(self):
         def sample(counts, msg, *, resume, name, **static):
-            skip = (msg["value"] is not None and static["is_observed"]) or \
+            skip = (msg["value"] is not None and static["is_observed"] and not self.observe) or \
                 (name not in self.data and self.substitute_fn is None)
             if skip:
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
             if name in self.data:
-                value, advance = site_row(self.data[name], shape, counts[name])
-                if value is None:
-                    raise SiteError(f"effppl.handlers.{type(self).__name__}: the value given for "
-                                    f"site `{name}` has shape {jnp.shape(self.data[name])}, but the "
-                                    f"site has shape {tuple(shape)} (or, inside loops, "
-                                    f"(loop lengths..., *{tuple(shape)})).")
+                value, advance = site_row(type(self).__name__, name, self.data[name], shape,
+                                          counts[name], self._sites.get(name))
                 if advance:
                     counts = dict(counts, **{name: counts[name] + 1})
             else:
@@ -156,7 +167,12 @@ class block(Handler):
                                     f"`seed` handler inside the `block`.")
                 value = msg["fn"].sample(msg["rng_key"])
             return resume(params, value)
-        return {sample_op: sample}
+
+        def deterministic(params, value, *, resume, name, **static):
+            if not self.hidden(name, {"value": value}):
+                value = deterministic_op(value, name=name, **static)
+            return resume(params, value)
+        return {sample_op: sample, deterministic_op: deterministic}
 
 
 class mask(Handler):
@@ -179,6 +195,9 @@ class scale(Handler):
 
     def __init__(self, fn, scale):
         super().__init__(fn)
+        if not isinstance(scale, jax.core.Tracer) and not bool(jnp.all(jnp.asarray(scale) > 0)):
+            raise ValueError(f"effppl.handlers.scale(fn, scale={scale!r}) expected a positive "
+                             f"scale.")
         self.scale = scale
 
     def clauses(self):

@@ -9,7 +9,7 @@ import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
 from ..primitives import SiteError, sample_op
-from ._basic import site_row, substitute
+from ._basic import _analyzed, site_row, substitute
 from ._handler import Handler, forward, run_outermost
 from ._trace import trace
 
@@ -48,6 +48,7 @@ class _Unconstrain(Handler):
         self.values = dict(params)
 
     def params(self, *args, **kwargs):
+        self._sites = _analyzed(self.fn, args, kwargs)
         return {name: jnp.int32(0) for name in self.values}
 
     def clauses(self):
@@ -57,11 +58,8 @@ class _Unconstrain(Handler):
             fn = msg["fn"]
             t = biject_to(fn.support)
             u_shape = t.inverse_shape(fn.shape())
-            u, advance = site_row(self.values[name], u_shape, counts[name])
-            if u is None:
-                raise SiteError(f"The unconstrained value for site `{name}` has shape "
-                                f"{jnp.shape(self.values[name])}, expected {tuple(u_shape)} "
-                                f"(leading loop axes allowed).")
+            u, advance = site_row("potential_energy (unconstrained values)", name,
+                                  self.values[name], u_shape, counts[name], self._sites.get(name))
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             value = t(u)

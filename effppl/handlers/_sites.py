@@ -24,6 +24,7 @@ class Site(NamedTuple):
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
     key: object             # the SiteKey of the perform (its distribution treedef, ...)
+    one_family: bool = True  # False when cond branches use different distributions
 
     @property
     def in_loop(self):
@@ -105,5 +106,7 @@ def analyze(jaxpr) -> dict:
         if name in sites and (sites[name].aval.shape != site.aval.shape):
             raise SiteError(f"Site `{name}` has values of shape {sites[name].aval.shape} in one "
                             f"branch and {site.aval.shape} in another.")
+        if name in sites and sites[name].key.in_tree != site.key.in_tree:
+            sites[name] = sites[name]._replace(one_family=False)
         sites.setdefault(name, site)
     return sites

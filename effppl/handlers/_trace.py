@@ -12,6 +12,17 @@ from ._handler import Handler, forward, run_outermost, trace_model
 from ._sites import analyze
 
 
+def _log_prob_type(site, fn_avals):
+    """The type of `fn.log_prob(value)` at one occurrence of the site."""
+    leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
+
+    def log_prob(ls, value):
+        return jax.tree_util.tree_unflatten(tree, ls).log_prob(value)
+
+    return jax.eval_shape(log_prob, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
+
+
 def _unconstrained_type(site, fn_avals):
     """The type of `biject_to(fn.support).inv(value)` (a simplex of K has K - 1 coordinates)."""
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
@@ -25,7 +36,8 @@ def _unconstrained_type(site, fn_avals):
 
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
-    `{name: {"type", "name", "value", "is_observed", "fn", "infer"}}`.
+    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer"}}`; `log_prob` is
+    the elementwise log density of each occurrence's value under that occurrence's distribution.
 
     A site inside `lax.scan` has its values stacked: shape `(T, *site_shape)`, nested scans
     `(T_outer, T_inner, *site_shape)`; its `"fn"` is the distribution with the same leading axes in
@@ -63,8 +75,11 @@ class trace(Handler):
                 entry["count"] = jnp.int32(0)
             if site.type == "sample":
                 msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
-                entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
-                               for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
+                if site.one_family:
+                    entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
+                                   for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
+                lp = _log_prob_type(site, msg_avals["fn"])
+                entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
                 if self.record_unconstrained and not site.is_observed:
                     u = _unconstrained_type(site, msg_avals["fn"])
                     entry["unconstrained"] = jnp.zeros(lead + u.shape, u.dtype)
@@ -80,10 +95,14 @@ class trace(Handler):
             updates = {"value": value}
             if fn is not None:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
-                same = [jnp.shape(x) for x in leaves] == \
-                    [b.shape[1 if site.in_loop else 0:] for b in entry["fn"]]
-                if same and tree == self._fn_tree(site):
-                    updates["fn"] = leaves
+                if "fn" in entry:
+                    same = [jnp.shape(x) for x in leaves] == \
+                        [b.shape[1 if site.in_loop else 0:] for b in entry["fn"]]
+                    if same and tree == self._fn_tree(site):
+                        updates["fn"] = leaves
+                lp = fn.log_prob(value)
+                if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
+                    updates["log_prob"] = lp
                 if "unconstrained" in entry:
                     updates["unconstrained"] = biject_to(fn.support).inv(value)
             for k, new in updates.items():
@@ -142,10 +161,13 @@ class trace(Handler):
             msg_static = dict(site.key.static)
             rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ()))}
-            if "fn" in entry:
-                fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
-                                                  [stack(x) for x in entry["fn"]])
-                rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
+            if site.type == "sample":
+                rec["fn"] = None
+                if "fn" in entry:
+                    fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
+                                                      [stack(x) for x in entry["fn"]])
+                    rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
+                rec["log_prob"] = stack(entry["log_prob"])
                 rec["intervened"] = bool(msg_static.get("intervened", False))
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])

@@ -124,7 +124,7 @@ class ModelFns:
         args, kwargs = self.args(dynamic)
         sites = _model.get_trace(self.model, args, kwargs, substitutions=samples)
         return {
-            n: s.fn.log_prob(s.value)
+            n: s.log_prob if s.log_prob is not None else s.fn.log_prob(s.value)
             for n, s in sites.items()
             if s.kind == "sample" and s.is_observed
         }

@@ -56,6 +56,7 @@ class Site(NamedTuple):
     value: Any
     is_observed: bool
     fn: Any
+    log_prob: Any = None  # elementwise log density, when the trace records it
 
 
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
@@ -137,5 +138,6 @@ def get_trace(
             value=site["value"],
             is_observed=bool(site.get("is_observed", False)),
             fn=site.get("fn") if kind == "sample" else None,
+            log_prob=site.get("log_prob") if kind == "sample" else None,
         )
     return sites

@@ -280,3 +280,14 @@ def test_writer_accumulates_across_scan_and_reader_inside_cond():
     reader = fx.handle(writer, clauses={ask: lambda p, resume: resume(p, jnp.float64(2.0))})
     check(reader, 12.0, True)
     check(reader, 6.0, False)
+
+
+def test_many_multi_shot_operations_do_not_exhaust_the_stack():
+    def prog():
+        s = jnp.float64(0.0)
+        for _ in range(8):
+            s = s + jnp.where(choose(), 1.0, 0.0)
+        return s
+    all_sum = fx.handle(prog, clauses={choose: lambda p, resume: resume(p, True)
+                                       + resume(p, False)})
+    check(all_sum, 8.0 * 2 ** 7)  # each of the 8 choices is True on half of the 256 paths

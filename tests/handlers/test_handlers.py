@@ -323,3 +323,55 @@ def test_unconstrain_fn_round_trips_simplex_sites_with_fewer_coordinates():
     back = handlers.unconstrain_fn(model, (), {}, c)
     np.testing.assert_allclose(back["p"], u["p"], atol=1e-9)
     np.testing.assert_allclose(back["q"], u["q"], atol=1e-9)
+
+
+def test_scan_inside_vmap_keeps_the_vmapped_axis_of_latent_sites():
+    def model(Y):
+        def row(yr):
+            def step(c, yi):
+                z = effppl.sample("z", dist.Normal(0.0, 1.0))
+                effppl.sample("y", dist.Normal(z, 1.0), obs=yi)
+                return c, z
+            return jax.lax.scan(step, 0.0, yr)[1]
+        return jax.vmap(row)(Y)
+    Y = jnp.arange(6.0).reshape(3, 2)
+    z = handlers.trace(handlers.seed(model, 0)).get_trace(Y)["z"]["value"]
+    assert z.shape == (2, 3) and len(np.unique(np.asarray(z))) == 6  # (T, G): loop axis first
+    Z = jnp.linspace(-1, 1, 6).reshape(2, 3)
+    _close(effppl.log_density(model, (Y,), {}, {"z": Z})[0],
+           stats.norm.logpdf(Z).sum() + stats.norm.logpdf(Y.T, Z).sum())
+
+
+def test_values_of_the_wrong_shape_are_errors_naming_the_site():
+    with pytest.raises(effppl.SiteError, match="site `a` has shape \\(3,\\).*expects \\(\\)"):
+        effppl.log_density(lambda: effppl.sample("a", dist.Normal(0.0, 1.0)), (), {},
+                           {"a": jnp.ones(3)})
+    with pytest.raises(effppl.SiteError, match="site `x`.*\\(2,\\).*expects \\(3,\\)"):
+        handlers.substitute(random_walk, {"x": jnp.ones(2)})(3)
+    with pytest.raises(effppl.SiteError, match="site `x`"):
+        handlers.potential_energy(random_walk, (3,), {}, {"x": jnp.ones((3, 2))})
+
+
+def test_trace_log_prob_follows_each_branch_family():
+    def model(flag, y):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        jax.lax.cond(flag, lambda: effppl.sample("y", dist.Normal(mu, 1.0), obs=y),
+                     lambda: effppl.sample("y", dist.Laplace(mu, 2.0), obs=y))
+    for flag, ref in [(True, stats.norm.logpdf(0.3, 0.2)),
+                      (False, stats.laplace.logpdf(0.3, 0.2, 2.0))]:
+        tr = handlers.trace(handlers.substitute(model, {"mu": 0.2})).get_trace(flag, 0.3)
+        _close(tr["y"]["log_prob"], ref)
+        assert tr["y"]["fn"] is None  # two families: no single distribution to return
+
+
+def test_block_hides_deterministic_condition_overrides_obs_scale_must_be_positive():
+    def model(y):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        effppl.deterministic("twice", 2 * mu)
+        effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+    tr = handlers.trace(handlers.block(handlers.seed(model, 0), hide=["twice"])).get_trace(0.5)
+    assert "twice" not in tr and "mu" in tr
+    lp, _ = effppl.log_density(handlers.condition(model, {"y": 2.0}), (0.5,), {}, {"mu": 0.0})
+    _close(lp, stats.norm.logpdf(0.0) + stats.norm.logpdf(2.0))
+    with pytest.raises(ValueError, match="positive"):
+        handlers.scale(model, -1.0)

@@ -60,7 +60,7 @@ def _crossing(exc, eqn, rewrite, ins, H, K, rest):
 @register(_compat.scan_p)
 def _scan_rule(eqn, ins, H, K, resume, rest):
     p = eqn.params
-    nc, ncarry, body = p["num_consts"], p["num_carry"], p["jaxpr"]
+    (nc, ncarry), body = _compat.scan_counts(p), p["jaxpr"]
     consts, init, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
     carry_avals, p_avals = body.in_avals[nc:nc + ncarry], _param_avals(H)
 
@@ -82,7 +82,7 @@ def _scan_rule(eqn, ins, H, K, resume, rest):
 def _scan_as_while(eqn, key):
     """The effectful program computing `eqn` (a scan) with a `while_loop`, for App. B.2."""
     p = eqn.params
-    nc, ncarry, body, length = p["num_consts"], p["num_carry"], p["jaxpr"], p["length"]
+    (nc, ncarry), body, length = _compat.scan_counts(p), p["jaxpr"], p["length"]
     y_avals = body.out_avals[ncarry:]
 
     def program(*ins):
