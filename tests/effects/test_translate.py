@@ -291,3 +291,18 @@ def test_many_multi_shot_operations_do_not_exhaust_the_stack():
     all_sum = fx.handle(prog, clauses={choose: lambda p, resume: resume(p, True)
                                        + resume(p, False)})
     check(all_sum, 8.0 * 2 ** 7)  # each of the 8 choices is True on half of the 256 paths
+
+
+def test_abortive_clause_across_scan_keeps_reverse_mode_gradients():
+    throw = fx.Operation("throw", out=lambda v: ())
+
+    def body(xs):
+        def step(c, x):
+            when(x == 0.0, lambda: throw(c))
+            return c + 1.0 / x, None
+        return jax.lax.scan(step, 0.0, xs)[0]
+    catch = fx.handle(body, clauses={throw: lambda p, v, resume: -100.0 - v})
+    xs = jnp.array([1.0, 2.0, 4.0])
+    check(catch, 1.75, xs)
+    np.testing.assert_allclose(jax.grad(catch)(xs), -1.0 / xs ** 2)
+    check(catch, -101.5, jnp.array([1.0, 2.0, 0.0, 4.0]))

@@ -5,8 +5,8 @@
 * An abortive clause performed in the body is handled by rewriting the loop first (App. B.2): a
   local handler records the operation's arguments and a flag and stops the iteration, the loop
   condition also checks the flag, and after the loop the recorded operation is performed again,
-  outside the loop, where the outer handler aborts as usual. A `scan` is first rewritten as the
-  equivalent `while` for this.
+  outside the loop, where the outer handler aborts as usual. A `scan` stays a `scan` (so it can
+  still be differentiated in reverse mode): its remaining iterations skip the body.
 * An effectful `while` condition is moved into the body with a boolean carry (App. B.1).
 * Any other clause across a loop boundary raises `UnsupportedHandlerError`. A `while` is never
   unrolled.
@@ -75,31 +75,67 @@ def _scan_rule(eqn, ins, H, K, resume, rest):
         (c, params), ys = jax.lax.scan(step, (init, frame_params(H)), xs, length=p["length"],
                                        reverse=p["reverse"], unroll=p["unroll"])
     except CrossesBarrier as exc:
-        return _crossing(exc, eqn, _scan_as_while, ins, H, K, rest)
+        return _crossing(exc, eqn, _scan_abortive_rewrite, ins, H, K, rest)
     return [*c, *ys], with_params(H, params)
 
 
-def _scan_as_while(eqn, key):
-    """The effectful program computing `eqn` (a scan) with a `while_loop`, for App. B.2."""
+def _scan_abortive_rewrite(eqn, key):
+    """App. B.2 for a `scan`, kept a `scan` (so reverse-mode differentiation still works): after
+    the operation is performed, the remaining iterations skip the body; then it is performed
+    again after the loop."""
     p = eqn.params
     (nc, ncarry), body, length = _compat.scan_counts(p), p["jaxpr"], p["length"]
     y_avals = body.out_avals[ncarry:]
 
     def program(*ins):
         consts, init, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
-        ys0 = [jnp.zeros((length, *a.shape), a.dtype) for a in y_avals]
+        ys0 = [jnp.zeros(a.shape, a.dtype) for a in y_avals]
 
-        def step(state):
-            i, c, ys = state
-            t = length - 1 - i if p["reverse"] else i
-            outs = _compat.eval_jaxpr(body.jaxpr, body.consts, *consts, *c, *[x[t] for x in xs])
-            ys = [y.at[t].set(o) for y, o in zip(ys, outs[ncarry:])]
-            return i + 1, list(outs[:ncarry]), ys
+        def step(state, x):
+            c, flag, args = state
 
-        _, c, ys = jax.lax.while_loop(lambda s: s[0] < length, step, (0, list(init), ys0))
-        return [*c, *ys]
+            def run():
+                outs, flag, args_out = _intercepted(
+                    key, lambda: _compat.eval_jaxpr(body.jaxpr, body.consts, *consts, *c, *x),
+                    [*c, *ys0], args)
+                return (outs[:ncarry], flag, args_out), outs[ncarry:]
+
+            return jax.lax.cond(flag == 0, run, lambda: ((list(c), flag, list(args)), ys0))
+
+        (c, flag, args), ys = jax.lax.scan(step, (list(init), jnp.int32(0), _zeros(key)), xs,
+                                           length=length, reverse=p["reverse"])
+        return _perform_again(key, flag, args, [*c, *ys])
 
     return program
+
+
+def _zeros(key):
+    return [jnp.zeros(a.shape, a.dtype) for a in key.in_avals]
+
+
+def _intercepted(key, body, stopped_outs, args):
+    """Run `body()` under a local handler that, when `key`'s operation is performed, stops the
+    body and returns `(stopped_outs, 1, the operation's arguments)`; else `(outs, 0, args)`."""
+    op = key.op
+
+    def clause(params, *op_args, resume, **static):
+        leaves, tree = jax.tree_util.tree_flatten(op_args)
+        avals = tuple(_compat.abstractify(x) for x in leaves)
+        if (tree, avals, tuple(sorted(static.items()))) == (key.in_tree, key.in_avals, key.static):
+            return list(stopped_outs), jnp.int32(1), leaves
+        return resume(params, op(*op_args, **static))
+
+    return handle(lambda: list(body()), clauses={op: clause},
+                  ret=lambda _, r: (r, jnp.int32(0), list(args)))()
+
+
+def _perform_again(key, flag, args, outs):
+    """After the loop: the loop's outputs, or the recorded operation performed again."""
+    def again():
+        key.op(*jax.tree_util.tree_unflatten(key.in_tree, args), **dict(key.static))
+        return outs
+
+    return jax.lax.cond(flag == 0, lambda: outs, again)
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,11 +193,9 @@ def _abortive_rewrite(eqn, key):
     then perform it again after the loop (where the outer handler aborts)."""
     p = eqn.params
     cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
-    op = key.op
 
     def program(*ins):
         cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-        args0 = [jnp.zeros(a.shape, a.dtype) for a in key.in_avals]
 
         def cond(state):
             c, flag, _ = state
@@ -169,25 +203,10 @@ def _abortive_rewrite(eqn, key):
 
         def step(state):
             c, _, args = state
+            return _intercepted(key, lambda: _compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c),
+                                c, args)
 
-            def clause(params, *op_args, resume, **static):
-                leaves, tree = jax.tree_util.tree_flatten(op_args)
-                avals = tuple(_compat.abstractify(x) for x in leaves)
-                if (tree, avals, tuple(sorted(static.items()))) == \
-                        (key.in_tree, key.in_avals, key.static):
-                    return list(c), jnp.int32(1), leaves
-                return resume(params, op(*op_args, **static))
-
-            body = handle(lambda: list(_compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c)),
-                          clauses={op: clause}, ret=lambda _, r: (r, jnp.int32(0), list(args)))
-            return body()
-
-        c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), args0))
-
-        def again():
-            op(*jax.tree_util.tree_unflatten(key.in_tree, args), **dict(key.static))
-            return c
-
-        return jax.lax.cond(flag == 0, lambda: c, again)
+        c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
+        return _perform_again(key, flag, args, c)
 
     return program
