@@ -42,34 +42,36 @@ class Site(NamedTuple):
 _WHERE = {"sample": sample_op, "deterministic": deterministic_op}
 
 
-def _walk(jaxpr, loops, branch, out):
-    for i, eqn in enumerate(jaxpr.eqns):
+def _walk(jaxpr, loops, branch, out, origin=None):
+    """Append `(eqn, loops, branch, origin)` for each site perform; `origin` is the model's own
+    perform a nested handler's clause re-performs (its source location names the site)."""
+    for eqn in jaxpr.eqns:
         prim, p = eqn.primitive, eqn.params
         if prim is perform_p and p["op"] in (sample_op, deterministic_op):
-            out.append((eqn, loops, branch))
+            out.append((eqn, loops, branch, origin or eqn))
         elif prim is handle_p:
             inner = []
-            _walk(p["body"].jaxpr, loops, branch, inner)
+            _walk(p["body"].jaxpr, loops, branch, inner, origin)
             spec = p["spec"]
             for item in inner:
-                e, lp, br = item
+                e, lp, br, org = item
                 if e.params["op"] in spec.ops:
-                    _walk(spec.clauses[site_key(e)].jaxpr.jaxpr, lp, br, out)
+                    _walk(spec.clauses[site_key(e)].jaxpr.jaxpr, lp, br, out, org)
                 else:
                     out.append(item)
             if spec.ret is not None:
-                _walk(spec.ret.jaxpr, loops, branch, out)
+                _walk(spec.ret.jaxpr, loops, branch, out, origin)
         elif prim is _compat.scan_p:
-            _walk(p["jaxpr"].jaxpr, loops + (p["length"],), branch, out)
+            _walk(p["jaxpr"].jaxpr, loops + (p["length"],), branch, out, origin)
         elif prim is _compat.while_p:
-            _walk(p["cond_jaxpr"].jaxpr, loops + (None,), branch, out)
-            _walk(p["body_jaxpr"].jaxpr, loops + (None,), branch, out)
+            _walk(p["cond_jaxpr"].jaxpr, loops + (None,), branch, out, origin)
+            _walk(p["body_jaxpr"].jaxpr, loops + (None,), branch, out, origin)
         elif prim is _compat.cond_p:
             for b, sub in enumerate(p["branches"]):
-                _walk(sub.jaxpr, loops, branch + ((id(eqn), b),), out)
+                _walk(sub.jaxpr, loops, branch + ((id(eqn), b),), out, origin)
         else:
             for sub in _compat.jaxprs_in_params(p):
-                _walk(sub, loops, branch, out)
+                _walk(sub, loops, branch, out, origin)
 
 
 def _exclusive(a, b):
@@ -87,10 +89,10 @@ def analyze(jaxpr) -> dict:
     found = []
     _walk(jaxpr, (), (), found)
     sites, seen = {}, {}
-    for eqn, loops, branch in found:
+    for eqn, loops, branch, origin in found:
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
         kind = "sample" if eqn.params["op"] is sample_op else "deterministic"
-        where = _compat.summarize_source(eqn.source_info)
+        where = _compat.summarize_source(origin.source_info)
         for other_branch, other_where in seen.get(name, []):
             if not _exclusive(branch, other_branch):
                 raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
