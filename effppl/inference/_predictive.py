@@ -1,7 +1,7 @@
 """Prior and posterior predictive draws, and pointwise log likelihoods."""
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -87,6 +87,13 @@ class Predictive:
         if return_sites is not None and (isinstance(return_sites, str) or not all(
                 isinstance(s, str) for s in return_sites)):
             raise PredictiveError(f"`{api}(..., return_sites=...)` expected a sequence of site names, but got {return_sites!r}.")
+        if posterior_samples is not None and not isinstance(posterior_samples, Mapping):
+            raise PredictiveError(f"`{api}(model, posterior_samples)` expected a dict site name -> "
+                                  f"draws, but got {type(posterior_samples).__name__}.")
+        if num_samples is not None and (not isinstance(num_samples, (int, np.integer))
+                                        or num_samples < 1):
+            raise PredictiveError(f"`{api}(..., num_samples={num_samples!r})` expected a positive "
+                                  f"int.")
         self.model = model
         self.posterior_samples = dict(posterior_samples or {})
         self.return_sites = None if return_sites is None else tuple(return_sites)
@@ -112,6 +119,11 @@ class Predictive:
         info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
+        unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
+        if unknown:
+            raise PredictiveError(
+                f"`{api}`: `posterior_samples` has sites {unknown} that model `{fns.name}` does not "
+                f"have; its sites are {sorted(sample_sites | set(info.deterministic))}.")
         samples = {n: v for n, v in self.posterior_samples.items() if n in fixable}
         if self.return_sites is None:
             sites = {n for n in sample_sites if n not in self.posterior_samples}
