@@ -236,13 +236,14 @@ def _handle_abstract_eval(*avals, body, spec, n_body_consts, n_frame_consts):
 
 
 def _eliminated(params, avals):
-    from ._translate import eliminate_jaxpr  # the translator depends on this module
+    """The plain jaxpr of one `handle` equation, translated once per params and input types."""
     return _eliminated_cached(tuple(sorted(params.items(), key=lambda kv: kv[0])),
-                              tuple(abstractify(a) for a in avals), eliminate_jaxpr)
+                              tuple(abstractify(a) for a in avals))
 
 
 @functools.lru_cache(maxsize=256)
-def _eliminated_cached(params, avals, eliminate_jaxpr):
+def _eliminated_cached(params, avals):
+    from ._translate import eliminate_jaxpr  # the translator depends on this module
     params = dict(params)
     closed, _, _ = _compat.trace_to_jaxpr(lambda *a: handle_p.bind(*a, **params), avals, "handle")
     return eliminate_jaxpr(closed)

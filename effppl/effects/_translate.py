@@ -27,7 +27,6 @@ import functools
 import sys
 from typing import Any, Callable, NamedTuple
 
-import jax
 
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError

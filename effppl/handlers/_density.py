@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
-from ..primitives import SiteError, sample_op
+from ..primitives import sample_op
 from ._basic import _analyzed, site_row, substitute
 from ._handler import Handler, forward, run_outermost
 from ._trace import trace
@@ -63,10 +62,7 @@ class _Unconstrain(Handler):
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             value = t(u)
-            log_det = t.log_abs_det_jacobian(u, value)
-            event_dim = len(fn.event_shape)
-            log_det = jnp.sum(log_det) if jnp.ndim(log_det) else log_det
-            del event_dim
+            log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
             sample_op({"fn": dist.Unit(log_det), "value": jnp.zeros((0,)), "scale": msg["scale"],
                        "mask": None, "rng_key": None},
                       name=f"_{name}_log_det", is_observed=True, intervened=False,

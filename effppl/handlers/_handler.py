@@ -14,9 +14,9 @@ import contextlib
 import functools
 import threading
 
-import jax
 
 from .. import effects as fx
+from ..effects import _compat
 from ..primitives import SiteError, deterministic_op, sample_op
 
 _depth = threading.local()
@@ -104,7 +104,6 @@ def forward(msg, **static):
 
 def trace_model(fn, *args, **kwargs):
     """The effectful jaxpr of `fn(*args, **kwargs)` (for site analysis); never runs it."""
-    from ..effects import _compat
     leaves, rebuild = _compat.split_args(args, kwargs)
 
     def flat(*xs):
