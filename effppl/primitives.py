@@ -149,6 +149,13 @@ def _broadcast_to_plates(name, fn):
     return fn if tuple(batch) == tuple(fn.batch_shape) else fn.expand(tuple(batch))
 
 
+def message_contexts():
+    """Message adjustments of the `with mask(...)`/`with scale(...)` blocks being traced."""
+    if not hasattr(_plates, "contexts"):
+        _plates.contexts = []
+    return _plates.contexts
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
@@ -186,6 +193,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
             raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
                             f"match the event shape {fn.event_shape}.")
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
+    for adjust in reversed(message_contexts()):
+        msg = adjust(msg)
     infer = tuple(sorted((infer or {}).items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None,
                      intervened=False, infer=infer)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, sample_op
@@ -176,33 +177,41 @@ class block(Handler):
 
 
 class mask(Handler):
-    """Mask sites' log densities with the boolean array `mask` (broadcast to the batch shape)."""
+    """Mask sites' log densities with the boolean array `mask` (broadcast to the batch shape).
 
-    def __init__(self, fn, mask):
-        super().__init__(fn)
+    Wraps a model (`mask(model, mask=m)`) or, as in NumPyro, scopes a block of sample statements
+    (`with mask(mask=m): ...`)."""
+
+    def __init__(self, fn=None, mask=True):
         self.mask = mask
+        super().__init__(fn)
+
+    def adjust_message(self, msg):
+        m = jnp.asarray(self.mask, bool)
+        return dict(msg, mask=m if msg["mask"] is None else jnp.logical_and(m, msg["mask"]))
 
     def clauses(self):
         def sample(params, msg, *, resume, **static):
-            m = jnp.asarray(self.mask, bool)
-            m = m if msg["mask"] is None else jnp.logical_and(m, msg["mask"])
-            return resume(params, forward(dict(msg, mask=m), **static))
+            return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}
 
 
 class scale(Handler):
-    """Multiply sites' log densities by `scale` (a positive scalar or array)."""
+    """Multiply sites' log densities by `scale` (a positive scalar or array); wraps a model or
+    scopes a block (`with scale(scale=10.0): ...`)."""
 
-    def __init__(self, fn, scale):
-        super().__init__(fn)
-        if not isinstance(scale, jax.core.Tracer) and not bool(jnp.all(jnp.asarray(scale) > 0)):
+    def __init__(self, fn=None, scale=1.0):
+        if not isinstance(scale, jax.core.Tracer) and not np.all(np.asarray(scale) > 0):
             raise ValueError(f"effppl.handlers.scale(fn, scale={scale!r}) expected a positive "
                              f"scale.")
         self.scale = scale
+        super().__init__(fn)
+
+    def adjust_message(self, msg):
+        s = jnp.asarray(self.scale)
+        return dict(msg, scale=s if msg["scale"] is None else s * msg["scale"])
 
     def clauses(self):
         def sample(params, msg, *, resume, **static):
-            s = jnp.asarray(self.scale)
-            s = s if msg["scale"] is None else s * msg["scale"]
-            return resume(params, forward(dict(msg, scale=s), **static))
+            return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}

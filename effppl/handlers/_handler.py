@@ -17,7 +17,7 @@ import threading
 
 from .. import effects as fx
 from ..effects import _compat
-from ..primitives import SiteError, deterministic_op, sample_op
+from ..primitives import SiteError, deterministic_op, message_contexts, sample_op
 
 _depth = threading.local()
 
@@ -70,11 +70,25 @@ class Handler:
     """
 
     def __init__(self, fn):
+        self.fn = fn
+        if fn is None and hasattr(self, "adjust_message"):
+            return  # a context manager: `with scale(scale=2.0): ...`
         if not callable(fn):
             raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, ...) expected a callable "
                             f"model, but got {fn!r}.")
-        self.fn = fn
         functools.update_wrapper(self, fn, updated=())
+
+    def __enter__(self):
+        if self.fn is not None or not hasattr(self, "adjust_message"):
+            raise TypeError(f"effppl.handlers.{type(self).__name__} wraps a model "
+                            f"(`{type(self).__name__}(model, ...)`); only `mask` and `scale` also "
+                            f"work as context managers (`with scale(scale=2.0): ...`).")
+        message_contexts().append(self.adjust_message)
+        return self
+
+    def __exit__(self, *exc):
+        message_contexts().remove(self.adjust_message)
+        return False
 
     def params(self, *args, **kwargs):
         return ()

@@ -375,3 +375,17 @@ def test_block_hides_deterministic_condition_overrides_obs_scale_must_be_positiv
     _close(lp, stats.norm.logpdf(0.0) + stats.norm.logpdf(2.0))
     with pytest.raises(ValueError, match="positive"):
         handlers.scale(model, -1.0)
+
+
+def test_mask_and_scale_as_context_managers_like_numpyro():
+    def model():
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        with handlers.scale(scale=10.0):
+            effppl.sample("y", dist.Normal(mu, 1.0), obs=0.5)
+        with handlers.mask(mask=False):
+            effppl.sample("z", dist.Normal(mu, 1.0), obs=3.0)
+    lp, _ = effppl.log_density(model, (), {}, {"mu": 0.2})
+    _close(lp, stats.norm.logpdf(0.2) + 10 * stats.norm.logpdf(0.5, 0.2))
+    with pytest.raises(TypeError, match="callable model"):
+        with handlers.seed(None, 0):
+            pass
