@@ -33,6 +33,8 @@ def eliminate(f: Callable) -> Callable:
 
     **Raises:** `UnhandledEffectError` naming an operation no handler handles;
     `UnsupportedHandlerError` for a clause the translation cannot compile away.
+
+    **References:** "Handling JAX" §4 (the translation), §5 (across loops), App. B (loop rewrites).
     """
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
@@ -47,7 +49,8 @@ def eliminate(f: Callable) -> Callable:
 def make_jaxpr(f: Callable) -> Callable:
     """`make_jaxpr(f)(*args)`: the translated `ClosedJaxpr` of `f` at these arguments.
 
-    It contains no effect primitive and no effects; its inputs are the flattened arguments.
+    It contains no effect primitive and no effects; its inputs are the flattened array
+    arguments (Python ints, bools and strings are static). Raises as `eliminate` does.
     """
     @functools.wraps(f)
     def make(*args, **kwargs):

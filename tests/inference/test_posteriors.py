@@ -16,7 +16,8 @@ from numpyro.contrib.control_flow import scan as numpyro_scan
 
 from effppl.inference import MCMC, NUTS, DivergenceWarning
 
-from ._ppl import BACKEND, deterministic, dist, factor, plate, sample, scan
+from ._models import local_level
+from ._ppl import deterministic, dist, factor, plate, sample
 
 POSTERIORDB = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "posteriordb"
 
@@ -114,18 +115,6 @@ def test_hidden_markov_model_matches_posteriordb():
     s = mcmc.get_samples()
     draws = {**_flat(s, "theta1", 2), **_flat(s, "theta2", 2), **_flat(s, "mu", 2)}
     _assert_matches_reference(draws, reference)
-
-
-def local_level(y):
-    """Latent random walk inside a scan (plain `lax.scan` in effppl)."""
-    x0 = sample("x0", dist.Normal(0.0, 1.0))
-
-    def step(x_prev, y_t):
-        x = sample("x", dist.Normal(x_prev, 0.5))
-        sample("y", dist.Normal(x, 1.0), obs=y_t)
-        return x, None
-
-    scan(step, x0, y)
 
 
 def local_level_numpyro(y):
