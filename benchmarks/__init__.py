@@ -19,7 +19,7 @@ See `benchmarks/README.md` for what is measured and the JSON layout.
 from ._config import FRAMEWORKS, MODEL_NAMES, MODES, Mode, RunConfig, make_mode
 from ._errors import AgreementError, BenchmarkConfigError, BenchmarkError, OryxEnvironmentError
 from ._oryx import DEFAULT_VENV
-from ._report import plot, render, write_json
+from ._report import plot, render, verdict, write_json
 from ._run import SCHEMA, check, run
 
 
@@ -49,5 +49,5 @@ def make_config(mode="quick", models=MODEL_NAMES, frameworks=FRAMEWORKS, nuts=Tr
 __all__ = [
     "AgreementError", "BenchmarkConfigError", "BenchmarkError", "FRAMEWORKS", "MODEL_NAMES",
     "MODES", "Mode", "OryxEnvironmentError", "RunConfig", "SCHEMA", "check", "make_config",
-    "plot", "render", "run", "write_json",
+    "plot", "render", "run", "verdict", "write_json",
 ]

@@ -6,12 +6,15 @@ Three timings per target, each on the same flattened function of `(params, data)
 - `compile_s` (seconds): `jax.jit(value_and_grad(f)).lower(...).compile()` of that jaxpr, so every
   framework is compiled from the program it produced (the "y" of Table 2);
 - `run_s` (seconds): `num_evals` log-density-and-gradient evaluations inside one compiled
-  `lax.fori_loop` (Table 1); each iteration shifts the point by `1e-3 * sin(i)` so no evaluation can
-  be hoisted out of the loop, and sums value and gradient into the carry so none is dead code.
+  `lax.fori_loop` (Table 1); each iteration shifts the point by `1e-3 * sin(i)` so no evaluation
+  can be hoisted out of the loop, and sums value and gradient into the carry so none is dead code.
+  The loops of all frameworks of one environment run round-robin (`time_side_by_side`), so a
+  change in the machine's load falls on all of them alike.
 """
 
 import statistics
 import time
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,19 +87,30 @@ def _eval_loop(log_density, num_evals):
     return run
 
 
-def measure(target, params, data, mode):
-    """Times `target` on `params` (dict of unconstrained arrays) and `data` (dict of arrays).
+class Prepared(NamedTuple):
+    """One framework's log density, traced and compiled, with its evaluation loop ready to time.
+
+    **Fields:**
+    - `figures`: dict of everything but the run time (see `measure`).
+    - `run`: thunk running the compiled `num_evals` loop once; returns its (blocked) result.
+    """
+
+    figures: dict
+    run: Callable
+
+
+def prepare(target, params, data, mode):
+    """Traces and compiles `target` (the "x" and "y" of Table 2) and its evaluation loop.
 
     **Arguments:**
     - `target`: a `benchmarks._targets.Target`.
     - `params`, `data`: pytrees of arrays in the run's default dtype (float32 unless x64 is on).
-    - `mode`: a `benchmarks._config.Mode` (`num_evals`, `trace_repeats`, `compile_repeats`,
-      `run_repeats`).
+    - `mode`: a `benchmarks._config.Mode` (`num_evals`, `trace_repeats`, `compile_repeats`).
 
-    **Returns:** a dict with `trace_s`, `trace_first_s`, `compile_s`, `total_s` (= trace + compile),
-    `run_s`, `run_all_s`, `num_evals` and `evals_per_s` (evaluations per second), `loop_result`
-    (the loop's sum, a finite-ness check), `num_eqns` (top-level equations in the produced jaxpr),
-    `num_callbacks` (host callbacks anywhere in it: each costs a device-host round trip).
+    **Returns:** a `Prepared` whose `figures` hold `trace_s`, `trace_first_s`, `trace_all_s`,
+    `compile_s`, `compile_all_s`, `total_s` (= trace + compile), `num_evals`, `num_eqns`
+    (top-level equations in the produced jaxpr), `num_callbacks` (host callbacks anywhere in it:
+    each costs a device-host round trip) and `dtype`.
     """
     params = jax.device_put(params)
     data = jax.device_put(data)
@@ -116,30 +130,56 @@ def measure(target, params, data, mode):
         compile_times.append(seconds)
 
     loop = jax.jit(_eval_loop(fn, mode.num_evals)).lower(params, data).compile()
-    run_times, result = [], None
-    for _ in range(mode.run_repeats):
-        seconds, result = _timed(lambda: loop(params, data))
-        run_times.append(seconds)
-
     trace_s = statistics.median(trace_times)
     compile_s = statistics.median(compile_times)
-    run_s = min(run_times)
-    return {
+    figures = {
         "trace_s": trace_s,
         "trace_first_s": trace_times[0],
         "trace_all_s": trace_times,
         "compile_s": compile_s,
         "compile_all_s": compile_times,
         "total_s": trace_s + compile_s,
-        "run_s": run_s,
-        "run_all_s": run_times,
         "num_evals": mode.num_evals,
-        "evals_per_s": mode.num_evals / run_s,
-        "loop_result": float(result),
         "num_eqns": len(closed_jaxpr.jaxpr.eqns),
         "num_callbacks": _callbacks(closed_jaxpr),
         "dtype": str(jnp.result_type(float)),
     }
+    return Prepared(figures=figures, run=lambda: loop(params, data))
+
+
+def time_side_by_side(prepared, repeats):
+    """Runs every prepared loop `repeats` times, round-robin, so that a change in the machine's
+    load during the measurement falls on all frameworks alike (Table 1).
+
+    **Arguments:**
+    - `prepared`: dict name -> `Prepared`.
+    - `repeats`: number of rounds (each runs every loop once).
+
+    **Returns:** dict name -> dict with `run_s` (the fastest run, seconds), `run_all_s`,
+    `evals_per_s` (evaluations per second of the fastest run) and `loop_result` (the loop's sum, a
+    finiteness check). A loop that raises gets `{"error": exception}` instead.
+    """
+    times = {name: [] for name in prepared}
+    results, errors = {}, {}
+    for _ in range(repeats):
+        for name, item in prepared.items():
+            if name in errors:
+                continue
+            try:
+                seconds, results[name] = _timed(item.run)
+            except Exception as err:  # one failing loop must not hide the others' timings
+                errors[name] = err
+                continue
+            times[name].append(seconds)
+    out = {name: {"error": err} for name, err in errors.items()}
+    for name, item in prepared.items():
+        if name in errors:
+            continue
+        run_s = min(times[name])
+        out[name] = {"run_s": run_s, "run_all_s": times[name],
+                     "evals_per_s": item.figures["num_evals"] / run_s,
+                     "loop_result": float(results[name])}
+    return out
 
 
 def evaluate_points(target, points, data):

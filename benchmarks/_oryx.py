@@ -119,8 +119,9 @@ def run_model(python, model, arrays, static, points, mode, x64=False, timeout=No
     - `timeout`: seconds before the worker is killed (`None`: no limit).
 
     **Returns:** dict with `versions`, `device`, and per framework (`"oryx"`, `"handwritten"`)
-    either the timing figures (as `benchmarks._measure.measure`) plus `points`, a list of
-    `(value, grad)` in float64, or `{"status": "error", "reason": ...}`.
+    either the timing figures (those of `benchmarks._measure.prepare` and
+    `time_side_by_side`, the two loops timed round-robin) plus `points`, a list of `(value, grad)`
+    in float64, or `{"status": "error", "reason": ...}`.
     """
     with tempfile.TemporaryDirectory() as tmp:
         src, out = pathlib.Path(tmp) / "in.npz", pathlib.Path(tmp) / "out.npz"

@@ -153,6 +153,69 @@ def nuts_table(results):
     return "\n".join(out)
 
 
+GOAL_TOLERANCE = 0.05
+"""effppl's goal (issue 5): within a few percent, here 5%, of hand-written on every model and not
+slower than NumPyro. The same 5% is allowed against NumPyro for timing noise."""
+
+
+def verdict(results):
+    """Per model, effppl's runtime (Table 1) against hand-written and NumPyro, and whether it meets
+    the goal: at most `1 + GOAL_TOLERANCE` times hand-written and times NumPyro.
+
+    **Returns:** dict model -> `{"runtime_vs_handwritten": float | None, "runtime_vs_numpyro":
+    float | None, "compile_vs_numpyro": float | None, "meets_goal": bool | None, "misses":
+    [str, ...]}`; `None` where a framework did not run (never counted as met).
+    """
+    out = {}
+    for name, model in results["models"].items():
+        rows = model.get("frameworks", {})
+        ex, np_, hw = (rows.get(fw, {}) for fw in ("effppl", "numpyro", "handwritten"))
+        ok = lambda row: row.get("status") == "ok"  # noqa: E731
+        ratio = lambda a, b, f: a[f] / b[f] if ok(a) and ok(b) else None  # noqa: E731
+        entry = {"runtime_vs_handwritten": ratio(ex, hw, "run_s"),
+                 "runtime_vs_numpyro": ratio(ex, np_, "run_s"),
+                 "compile_vs_numpyro": ratio(ex, np_, "total_s")}
+        misses = []
+        for key, against in (("runtime_vs_handwritten", "hand-written"),
+                             ("runtime_vs_numpyro", "NumPyro")):
+            r = entry[key]
+            if r is not None and r > 1.0 + GOAL_TOLERANCE:
+                misses.append(f"{(r - 1.0):.0%} slower than {against}")
+        known = [entry[k] for k in ("runtime_vs_handwritten", "runtime_vs_numpyro")]
+        entry["meets_goal"] = None if None in known else not misses
+        entry["misses"] = misses
+        out[name] = entry
+    return out
+
+
+def verdict_text(results):
+    """The plain sentences of `verdict`: one line per model, saying where effppl misses its goal."""
+    if "effppl" not in results["config"]["frameworks"]:
+        return ""
+    repeats = results["config"]["run_repeats"]
+    lines = [f"Verdict (goal: effppl's runtime within {GOAL_TOLERANCE:.0%} of hand-written and not "
+             f"slower than NumPyro; the fastest of {repeats} round-robin run(s) of each loop, so a "
+             "few percent is within the noise of a shared machine):"]
+    for name, entry in verdict(results).items():
+        label = MODEL_LABELS.get(name, name)
+        known = {k: v for k, v in entry.items() if k.endswith(("handwritten", "numpyro"))
+                 and v is not None}
+        figures = ", ".join(f"{v:.2f}x {_AGAINST[k]}" for k, v in known.items())
+        if entry["meets_goal"] is None:
+            lines.append(f"  {label}: not judged (needs effppl, NumPyro and hand-written rows)"
+                         + (f"; {figures}" if figures else "") + ".")
+        elif entry["meets_goal"]:
+            lines.append(f"  {label}: meets the goal ({figures}).")
+        else:
+            lines.append(f"  {label}: MISSES the goal: effppl is {' and '.join(entry['misses'])} "
+                         f"({figures}).")
+    return "\n".join(lines)
+
+
+_AGAINST = {"runtime_vs_handwritten": "hand-written runtime", "runtime_vs_numpyro":
+            "NumPyro runtime", "compile_vs_numpyro": "NumPyro compile time"}
+
+
 def expressiveness_note(results):
     """One paragraph on Oryx's handling of latents inside `lax.cond` / `lax.scan`."""
     info = results.get("oryx", {}).get("expressiveness")
@@ -210,7 +273,8 @@ def _oryx_versions(results):
 def render(results):
     """Everything printed at the end of a run."""
     parts = [header(results), runtime_table(results), compile_table(results),
-             agreement_table(results), nuts_table(results), expressiveness_note(results)]
+             verdict_text(results), agreement_table(results), nuts_table(results),
+             expressiveness_note(results)]
     return "\n\n".join(p for p in parts if p)
 
 

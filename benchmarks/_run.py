@@ -20,6 +20,7 @@ import numpy as np
 from . import _measure, _nuts, _oryx
 from ._config import NUTS_FRAMEWORKS, RTOL
 from ._errors import AgreementError, OryxEnvironmentError
+from ._report import verdict
 from ._targets import Skipped, load_model, make_target, split_data
 
 SCHEMA = "effppl-benchmarks/1"
@@ -48,8 +49,13 @@ def _skipped(reason):
 
 
 def _error(err):
-    return {"status": "error", "reason": f"{type(err).__name__}: {err}",
-            "traceback": traceback.format_exc(limit=6)}
+    """The row of a framework that raised `err` (call inside its `except` block)."""
+    return _error_of(err, traceback.format_exc(limit=6))
+
+
+def _error_of(err, trace=None):
+    trace = trace or "".join(traceback.format_exception(err, limit=6))
+    return {"status": "error", "reason": f"{type(err).__name__}: {err}", "traceback": trace}
 
 
 def run(config, modules=None, log=print):
@@ -84,6 +90,7 @@ def run(config, modules=None, log=print):
     finally:
         if bar is not None:
             bar.close()
+    results["verdict"] = verdict(results)
     results["finished"] = _now()
     return results
 
@@ -192,31 +199,41 @@ def _run_model(name, module, config, oryx_python, bar):
                data_shapes={k: list(np.shape(v)) for k, v in data.arrays.items()},
                latent_shapes={k: list(v) for k, v in shapes.items()},
                num_latent=int(sum(np.prod(v, dtype=int) for v in shapes.values())))
-    evaluated = {}
+    evaluated, prepared = {}, {}
     for fw in config.frameworks:
         _step(bar, f"{name}/{fw}")
         if fw == "oryx":
             _oryx_rows(name, data, points, config, oryx_python, out, evaluated)
         else:
-            out["frameworks"][fw] = _main_row(fw, module, data, points, mode, evaluated)
+            out["frameworks"][fw] = _prepare_row(fw, module, data, points, mode, evaluated,
+                                                  prepared)
         _done(bar)
+    _step(bar, f"{name}/timing")
+    for fw, timing in _measure.time_side_by_side(prepared, mode.run_repeats).items():
+        if "error" in timing:
+            out["frameworks"][fw] = _error_of(timing["error"])
+        else:
+            out["frameworks"][fw].update(timing)
     out["agreement"] = _agreement(evaluated)
     if config.nuts:
         out["nuts"] = _nuts_rows(name, module, args, kwargs, config, bar)
     return out
 
 
-def _main_row(fw, module, data, points, mode, evaluated):
+def _prepare_row(fw, module, data, points, mode, evaluated, prepared):
+    """Traces and compiles one main-environment framework (its loop goes into `prepared`, timed
+    later beside the others) and evaluates it at the agreement points."""
     target = make_target(fw, module, data)
     if isinstance(target, Skipped):
         return _skipped(target.reason)
     params = {k: jnp.asarray(v) for k, v in points[0].items()}
     try:
-        figures = _measure.measure(target, params, data.arrays, mode)
+        item = _measure.prepare(target, params, data.arrays, mode)
         evaluated[fw] = _measure.evaluate_points(target, points, data.arrays)
     except Exception as err:  # one framework failing must not hide the others' figures
         return _error(err)
-    return {"status": "ok", "env": "main", **figures}
+    prepared[fw] = item
+    return {"status": "ok", "env": "main", **item.figures}
 
 
 def _oryx_rows(name, data, points, config, oryx_python, out, evaluated):

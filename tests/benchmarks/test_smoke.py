@@ -53,6 +53,7 @@ def test_run_quick_model_gives_every_figure_and_agreement(tmp_path):
 
     text = benchmarks.render(results)
     assert "Table 1" in text and "Table 2" in text and "Proportion" in text
+    assert "Verdict" in text and loaded["verdict"]["proportion_test"]["runtime_vs_handwritten"] > 0
 
 
 _RIGHT_DENSITY = toy_model.handwritten_log_density

@@ -1,0 +1,73 @@
+"""Side-by-side timing and the plain verdict on effppl's goal, on fixed figures."""
+
+import pytest
+
+from benchmarks import _measure, _report, verdict
+
+
+def _prepared(name, order, seconds=None, fail=False):
+    def run():
+        order.append(name)
+        if fail:
+            raise FloatingPointError(f"{name} overflowed")
+        return 1.5
+    return _measure.Prepared(figures={"num_evals": 10}, run=run)
+
+
+def test_loops_run_round_robin_and_the_fastest_run_counts(monkeypatch):
+    order = []
+    prepared = {"a": _prepared("a", order), "b": _prepared("b", order)}
+    clock = iter([0.0, 3.0, 3.0, 5.0, 5.0, 6.0, 6.0, 10.0])  # a: 3, 1; b: 2, 4 seconds
+    monkeypatch.setattr(_measure.time, "perf_counter", lambda: next(clock))
+    timing = _measure.time_side_by_side(prepared, repeats=2)
+    assert order == ["a", "b", "a", "b"]
+    assert timing["a"]["run_all_s"] == [3.0, 1.0] and timing["a"]["run_s"] == 1.0
+    assert timing["b"]["run_all_s"] == [2.0, 4.0] and timing["b"]["run_s"] == 2.0
+    assert timing["a"]["evals_per_s"] == 10.0 and timing["b"]["evals_per_s"] == 5.0
+    assert timing["a"]["loop_result"] == 1.5
+
+
+def test_a_failing_loop_is_reported_and_the_others_still_timed():
+    order = []
+    prepared = {"bad": _prepared("bad", order, fail=True), "good": _prepared("good", order)}
+    timing = _measure.time_side_by_side(prepared, repeats=3)
+    assert order == ["bad", "good", "good", "good"]  # a failed loop is not run again
+    assert isinstance(timing["bad"]["error"], FloatingPointError)
+    assert len(timing["good"]["run_all_s"]) == 3
+
+
+def _results(rows, frameworks=("effppl", "numpyro", "handwritten")):
+    models = {name: {"frameworks": {fw: {"status": "ok", "run_s": run_s, "total_s": 1.0}
+                                    for fw, run_s in row.items()}}
+              for name, row in rows.items()}
+    return {"config": {"frameworks": list(frameworks), "run_repeats": 3}, "models": models}
+
+
+def test_verdict_names_what_effppl_misses():
+    results = _results({
+        "hmm": {"effppl": 1.03, "numpyro": 1.10, "handwritten": 1.0},   # meets the goal
+        "bnn": {"effppl": 1.20, "numpyro": 1.00, "handwritten": 1.25},  # slower than NumPyro
+        "hsgp": {"effppl": 2.00, "numpyro": 2.00, "handwritten": 1.0},  # slower than hand-written
+    })
+    results["models"]["ucbadmit"] = {"frameworks": {
+        "effppl": {"status": "ok", "run_s": 1.0, "total_s": 1.0},
+        "numpyro": {"status": "error", "reason": "boom"},
+        "handwritten": {"status": "ok", "run_s": 1.0, "total_s": 1.0}}}
+    got = verdict(results)
+    assert got["hmm"]["meets_goal"] and got["hmm"]["misses"] == []
+    assert got["hmm"]["runtime_vs_handwritten"] == pytest.approx(1.03)
+    assert got["bnn"]["meets_goal"] is False and got["bnn"]["misses"] == ["20% slower than NumPyro"]
+    assert got["hsgp"]["misses"] == ["100% slower than hand-written"]
+    assert got["ucbadmit"]["meets_goal"] is None and got["ucbadmit"]["runtime_vs_numpyro"] is None
+
+    text = _report.verdict_text(results)
+    assert "Semi-sup. HMM: meets the goal (1.03x hand-written runtime" in text
+    assert "Bayesian NN: MISSES the goal: effppl is 20% slower than NumPyro" in text
+    assert "UCBadmit GLMM: not judged" in text
+
+
+def test_no_verdict_without_effppl():
+    results = _results({"hmm": {"numpyro": 1.1, "handwritten": 1.0}},
+                       frameworks=("numpyro", "handwritten"))
+    assert _report.verdict_text(results) == ""
+
