@@ -8,6 +8,7 @@ from ._errors import EffectError, UnhandledEffectError, UnsupportedHandlerError
 from ._primitives import Operation, handle
 from ._api import eliminate, make_jaxpr
 from . import rules as _rules  # noqa: F401  (registers the translation rules)
+from . import _batching  # noqa: F401  (vmap of a cond/while that performs: element by element)
 
 __all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "EffectError",
            "UnhandledEffectError", "UnsupportedHandlerError"]

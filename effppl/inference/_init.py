@@ -6,7 +6,6 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 """
 
 import dataclasses
-from collections.abc import Hashable
 from typing import Any
 
 import jax

@@ -230,6 +230,41 @@ def test_vmap_and_grad_inside_handled_region_are_unsupported():
         state(lambda: jax.grad(lambda x: x * ask(x))(1.0), 1.0)()
 
 
+def test_vmap_of_cond_with_batched_predicate_performs_only_the_taken_branch():
+    # JAX batches such a cond by running both branches and selecting; the operations of the
+    # untaken branch must not be performed: the counter counts the True flags only (3, not 4).
+    # Each batched cond runs for all elements before the next one (vmap maps each operation).
+    def prog(flags):
+        def one(f):
+            when(f, lambda: put(get() + 1.0))
+            return jax.lax.cond(f, lambda: get(), lambda: -1.0)
+        return jax.vmap(one)(flags)
+    flags = jnp.array([True, False, True, True])
+    check(state(prog, 0.0), (3.0, [3.0, -1.0, 3.0, 3.0]), flags)
+
+
+def test_vmap_of_while_with_batched_predicate_performs_each_elements_iterations():
+    # JAX runs the body for every element until the last is done; each element must perform its
+    # own n_i iterations only: 1 + 3 + 0 = 4 increments.
+    def prog(ns):
+        def one(n):
+            def body(i):
+                put(get() + 1.0)
+                return i + 1
+            return jax.lax.while_loop(lambda i: i < n, body, 0)
+        return jax.vmap(one)(ns)
+    check(state(prog, 0.0), (4.0, [1, 3, 0]), jnp.array([1, 3, 0]))
+
+
+def test_vmap_of_cond_with_unbatched_predicate_stays_vectorised():
+    def prog(flag, xs):
+        return jax.vmap(lambda x: jax.lax.cond(flag, lambda: x * get(), lambda: x))(xs)
+    handled = state(prog, 2.0)
+    check(handled, (2.0, [0.0, 2.0, 4.0]), True, jnp.arange(3.0))
+    closed = fx.make_jaxpr(handled)(True, jnp.arange(3.0))
+    assert "scan" not in {e.primitive.name for e in closed.jaxpr.eqns}
+
+
 def test_clause_with_wrong_types_names_the_operation():
     with pytest.raises(TypeError, match="`get`"):
         fx.handle(lambda: get(), params=jnp.float64(0.0),

@@ -1,0 +1,61 @@
+"""`jax.vmap` of a `cond`/`while_loop` that performs operations and whose predicate is batched.
+
+JAX batches such a `cond` by running *every* branch for every element and selecting the results
+(`lax.select_n`), and such a `while_loop` by running the body for every element until the last one
+is done. Both assume the branches and the body are pure: an operation performed there would be
+performed for elements that never took that branch or that had already left the loop (a sample
+site of an untaken branch would count in the log density). JAX refuses its own state and IO
+effects there; for operations we keep `vmap`'s meaning, "the same as mapping over the elements":
+such a `cond` or `while_loop` runs element by element, in a `lax.map` over the batch, each element
+with its own (unbatched) predicate. Everything else in the `vmap` stays batched, and a `cond` or
+`while_loop` with an unbatched predicate, or without operations, is batched by JAX as usual.
+
+The cost: that one `cond`/`while_loop` is a sequential loop over the batch (slower on a GPU than
+the vectorised select), which is the price of not performing the operations of untaken branches.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from . import _compat
+from ._primitives import OpEffect
+
+
+def _performs(*jaxprs) -> bool:
+    """Whether any of the closed jaxprs performs an operation not handled inside it."""
+    return any(isinstance(e, OpEffect) for j in jaxprs for e in j.effects)
+
+
+def _map_elements(primitive, axis_data, args, dims, params):
+    """`primitive.bind(*args_i, **params)` for each element i of the batch, in a `lax.map`."""
+    mapped = [_compat.batching.moveaxis(x, d, 0) for x, d in zip(args, dims) if d is not None]
+
+    def one(xs):
+        it = iter(xs)
+        args_i = [next(it) if d is not None else x for x, d in zip(args, dims)]
+        return primitive.bind(*args_i, **params)
+
+    outs = jax.lax.map(one, mapped)
+    return outs, [0] * len(outs)
+
+
+def _cond_rule(original, axis_data, args, dims, *, branches, **params):
+    index_dim = dims[0]
+    if index_dim is None or "branches_platforms" in params or not _performs(*branches):
+        return original(axis_data, args, dims, branches=branches, **params)
+    return _map_elements(_compat.cond_p, axis_data, args, dims, dict(params, branches=branches))
+
+
+def _while_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
+                body_jaxpr):
+    params = dict(cond_nconsts=cond_nconsts, cond_jaxpr=cond_jaxpr, body_nconsts=body_nconsts,
+                  body_jaxpr=body_jaxpr)
+    if not (_performs(cond_jaxpr, body_jaxpr)
+            and _compat.while_predicate_batched(axis_data, dims, **params)):
+        return original(axis_data, args, dims, **params)
+    return _map_elements(_compat.while_p, axis_data, args, dims, params)
+
+
+_compat.wrap_batching_rule(_compat.cond_p, _cond_rule)
+_compat.wrap_batching_rule(_compat.while_p, _while_rule)
