@@ -19,6 +19,7 @@ from __future__ import annotations
 import jax
 
 from . import _compat
+from ._errors import UnsupportedHandlerError
 from ._primitives import OpEffect
 
 
@@ -27,8 +28,28 @@ def _performs(*jaxprs) -> bool:
     return any(isinstance(e, OpEffect) for j in jaxprs for e in j.effects)
 
 
+def _uses_axis(jaxpr, name) -> bool:
+    """Whether `jaxpr` (or one nested in it) has a collective over the axis called `name`."""
+    for eqn in jaxpr.eqns:
+        for key in ("axes", "axis_name"):
+            value = eqn.params.get(key)
+            if value == name or (isinstance(value, tuple) and name in value):
+                return True
+        if any(_uses_axis(sub, name) for sub in _compat.jaxprs_in_params(eqn.params)):
+            return True
+    return False
+
+
 def _map_elements(primitive, axis_data, args, dims, params):
     """`primitive.bind(*args_i, **params)` for each element i of the batch, in a `lax.map`."""
+    name = getattr(axis_data, "name", None)
+    if name is not None and any(_uses_axis(j, name) for j in _compat.jaxprs_in_params(params)):
+        what = "lax.cond/switch" if primitive is _compat.cond_p else "lax.while_loop"
+        raise UnsupportedHandlerError(
+            f"A `{what}` under `jax.vmap` whose predicate depends on the vmapped data and that "
+            f"performs operations runs element by element, so a collective over the vmapped axis "
+            f"{name!r} (`psum`, `pmean`, `axis_index`, ...) cannot be used inside it. Compute the "
+            f"collective outside the `{what}` and pass its result in.")
     mapped = [_compat.batching.moveaxis(x, d, 0) for x, d in zip(args, dims) if d is not None]
 
     def one(xs):
@@ -47,12 +68,41 @@ def _cond_rule(original, axis_data, args, dims, *, branches, **params):
     return _map_elements(_compat.cond_p, axis_data, args, dims, dict(params, branches=branches))
 
 
+def _batched_outputs(closed, batched_in):
+    """Which outputs of `closed` depend on a batched input: every output of an equation with a
+    batched input counts as batched. An over-approximation of JAX's batching that, unlike
+    `batch_jaxpr`, needs no operation's batch rule; erring on "batched" is safe (element by
+    element is always right, only slower)."""
+    jaxpr = closed.jaxpr
+    batched = {v for v, b in zip(jaxpr.invars, batched_in) if b}
+    depends = lambda v: not isinstance(v, _compat.Literal) and v in batched  # noqa: E731
+    for eqn in jaxpr.eqns:
+        if any(map(depends, eqn.invars)):
+            batched.update(eqn.outvars)
+    return [depends(v) for v in jaxpr.outvars]
+
+
+def _while_predicate_batched(dims, cond_nconsts, cond_jaxpr, body_nconsts, body_jaxpr):
+    """Whether the loop's predicate depends on the batch (the carry's batching is a fixpoint of
+    the body's, as in JAX's own batching rule)."""
+    batched = [d is not None for d in dims]
+    cconsts, bconsts = batched[:cond_nconsts], batched[cond_nconsts:cond_nconsts + body_nconsts]
+    carry = batched[cond_nconsts + body_nconsts:]
+    while True:
+        out = _batched_outputs(body_jaxpr, bconsts + carry)
+        grown = [a or b for a, b in zip(carry, out)]
+        if grown == carry:
+            break
+        carry = grown
+    return _batched_outputs(cond_jaxpr, cconsts + carry)[0]
+
+
 def _while_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
                 body_jaxpr):
     params = dict(cond_nconsts=cond_nconsts, cond_jaxpr=cond_jaxpr, body_nconsts=body_nconsts,
                   body_jaxpr=body_jaxpr)
     if not (_performs(cond_jaxpr, body_jaxpr)
-            and _compat.while_predicate_batched(axis_data, dims, **params)):
+            and _while_predicate_batched(dims, **params)):
         return original(axis_data, args, dims, **params)
     return _map_elements(_compat.while_p, axis_data, args, dims, params)
 

@@ -180,23 +180,3 @@ def wrap_batching_rule(primitive: Primitive, rule: Callable) -> None:
 
     wrapped._effppl_wrapped = True
     batching.fancy_primitive_batchers[primitive] = wrapped
-
-
-def while_predicate_batched(axis_data, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
-                            body_jaxpr) -> bool:
-    """Whether `jax.vmap` makes a `while_loop`'s predicate batched (so JAX would run the body for
-    every element until the last is done), given the batch dims of its arguments. The carry's
-    batching is the fixpoint of the body's, as in JAX's own batching rule."""
-    batched = [d is not None for d in dims]
-    cconst_bat = batched[:cond_nconsts]
-    bconst_bat = batched[cond_nconsts:cond_nconsts + body_nconsts]
-    carry_bat = batched[cond_nconsts + body_nconsts:]
-    for _ in range(1 + len(carry_bat)):
-        _, out_bat = batching.batch_jaxpr(body_jaxpr, axis_data, bconst_bat + carry_bat,
-                                          instantiate=carry_bat)
-        if list(out_bat) == list(carry_bat):
-            break
-        carry_bat = [a or b for a, b in zip(carry_bat, out_bat)]
-    _, (pred_bat,) = batching.batch_jaxpr(cond_jaxpr, axis_data, cconst_bat + carry_bat,
-                                          instantiate=False)
-    return bool(pred_bat)

@@ -80,6 +80,7 @@ class _SetValue(Handler):
 
     observe = False
     intervene = False
+    entry_point = None  # the function the user called, when it is not this handler (errors)
 
     def __init__(self, fn, data=None, substitute_fn=None):
         super().__init__(fn)
@@ -100,8 +101,9 @@ class _SetValue(Handler):
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
             if name in self.data:
-                value, advance = site_row(type(self).__name__, name, self.data[name], shape,
-                                          counts[name], self._sites.get(name))
+                value, advance = site_row(self.entry_point or type(self).__name__, name,
+                                          self.data[name], shape, counts[name],
+                                          self._sites.get(name))
                 if advance:
                     counts = dict(counts, **{name: counts[name] + 1})
             else:

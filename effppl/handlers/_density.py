@@ -84,7 +84,9 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 
     **References:** NumPyro's `numpyro.infer.util.log_density`.
     """
-    joint = _LogJoint(substitute(model, data=params or {}))
+    given = substitute(model, data=params or {})
+    given.entry_point = "log_density"
+    joint = _LogJoint(given)
     (_, log_joint), tr = trace(joint)._run(*model_args, **(model_kwargs or {}))
     return log_joint, tr
 
@@ -118,7 +120,9 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
-    tracer = trace(substitute(model, data=params))
+    given = substitute(model, data=params)
+    given.entry_point = "unconstrain_fn"
+    tracer = trace(given)
     tracer.record_unconstrained = True
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: tr[name]["unconstrained"] for name in params}

@@ -92,6 +92,8 @@ class trace(Handler):
                 return bufs
             entry = dict(bufs[name])
             site = self._recorded[name]
+            if site.in_loop and entry["value"].shape[0] == 0:
+                return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
             updates = {"value": value}
             if fn is not None:
                 leaves, tree = jax.tree_util.tree_flatten(fn)

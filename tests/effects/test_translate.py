@@ -255,6 +255,26 @@ def test_vmap_of_while_with_batched_predicate_performs_each_elements_iterations(
         return jax.vmap(one)(ns)
     check(state(prog, 0.0), (4.0, [1, 3, 0]), jnp.array([1, 3, 0]))
 
+    def batched_put(ns, xs):  # the operation gets a batched value and has no batch rule
+        def one(n, x):
+            def body(i):
+                put(get() + x)
+                return i + 1
+            return jax.lax.while_loop(lambda i: i < n, body, 0)
+        return jax.vmap(one)(ns, xs)
+    check(state(batched_put, 0.0), (302.0, [2, 0, 3]), jnp.array([2, 0, 3]),
+          jnp.array([1.0, 10.0, 100.0]))
+
+
+def test_collective_over_the_vmapped_axis_inside_an_element_by_element_cond_is_an_error():
+    def prog(flags):
+        def one(f):
+            when(f, lambda: put(get() + jax.lax.psum(f.astype(jnp.float64), "i")))
+            return f
+        return jax.vmap(one, axis_name="i")(flags)
+    with pytest.raises(fx.UnsupportedHandlerError, match="collective over the vmapped axis 'i'"):
+        state(prog, 0.0)(jnp.array([True, False]))
+
 
 def test_vmap_of_cond_with_unbatched_predicate_stays_vectorised():
     def prog(flag, xs):

@@ -227,6 +227,20 @@ def test_vmap_of_cond_with_batched_predicate_counts_only_the_taken_branch():
     assert jnp.all(jnp.abs(out[jnp.array([0, 2])]) < 10) and 40 < out[1] < 60
 
 
+def test_sites_in_empty_loops_and_empty_vmaps_count_nothing():
+    def in_scan(y):
+        jax.lax.scan(lambda c, yi: (c, effppl.sample("y", dist.Normal(0.0, 1.0), obs=yi)), 0.0, y)
+
+    def in_vmap(flags, y):
+        def one(f, yi):
+            return jax.lax.cond(f, lambda: effppl.sample("a", dist.Normal(0.0, 1.0), obs=yi),
+                                lambda: effppl.sample("b", dist.Normal(5.0, 2.0), obs=yi))
+        return jax.vmap(one)(flags, y)
+    lp, tr = effppl.log_density(in_scan, (jnp.zeros(0),), {}, {})
+    assert lp == 0.0 and tr["y"]["value"].shape == (0,)
+    assert effppl.log_density(in_vmap, (jnp.zeros(0, bool), jnp.zeros(0)), {}, {})[0] == 0.0
+
+
 def test_vmap_of_while_with_batched_predicate_counts_each_elements_iterations():
     def model(ns, ys):
         def one(n, y):
