@@ -157,6 +157,9 @@ GOAL_TOLERANCE = 0.05
 """effppl's goal (issue 5): within a few percent, here 5%, of hand-written on every model and not
 slower than NumPyro. The same 5% is allowed against NumPyro for timing noise."""
 
+MIN_JUDGED_S = 0.1
+"""Loops faster than this (seconds) are not judged: launch overhead and noise dominate them."""
+
 
 def verdict(results):
     """Per model, effppl's runtime (Table 1) against hand-written and NumPyro, and whether it meets
@@ -164,7 +167,8 @@ def verdict(results):
 
     **Returns:** dict model -> `{"runtime_vs_handwritten": float | None, "runtime_vs_numpyro":
     float | None, "compile_vs_numpyro": float | None, "meets_goal": bool | None, "misses":
-    [str, ...]}`; `None` where a framework did not run (never counted as met).
+    [str, ...], "too_short": bool}`; `meets_goal` is `None` (never counted as met) where a
+    framework did not run or a loop took under `MIN_JUDGED_S` seconds.
     """
     out = {}
     for name, model in results["models"].items():
@@ -182,8 +186,10 @@ def verdict(results):
             if r is not None and r > 1.0 + GOAL_TOLERANCE:
                 misses.append(f"{(r - 1.0):.0%} slower than {against}")
         known = [entry[k] for k in ("runtime_vs_handwritten", "runtime_vs_numpyro")]
-        entry["meets_goal"] = None if None in known else not misses
+        too_short = None not in known and min(r["run_s"] for r in (ex, np_, hw)) < MIN_JUDGED_S
+        entry["meets_goal"] = None if None in known or too_short else not misses
         entry["misses"] = misses
+        entry["too_short"] = bool(too_short)
         out[name] = entry
     return out
 
@@ -201,7 +207,10 @@ def verdict_text(results):
         known = {k: v for k, v in entry.items() if k.endswith(("handwritten", "numpyro"))
                  and v is not None}
         figures = ", ".join(f"{v:.2f}x {_AGAINST[k]}" for k, v in known.items())
-        if entry["meets_goal"] is None:
+        if entry["too_short"]:
+            lines.append(f"  {label}: not judged, a loop took under {MIN_JUDGED_S:g} s (noise); "
+                         f"{figures}.")
+        elif entry["meets_goal"] is None:
             lines.append(f"  {label}: not judged (needs effppl, NumPyro and hand-written rows)"
                          + (f"; {figures}" if figures else "") + ".")
         elif entry["meets_goal"]:

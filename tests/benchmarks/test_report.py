@@ -46,6 +46,7 @@ def _results(rows, frameworks=("effppl", "numpyro", "handwritten")):
 def test_verdict_names_what_effppl_misses():
     results = _results({
         "hmm": {"effppl": 1.03, "numpyro": 1.10, "handwritten": 1.0},   # meets the goal
+        "proportion_test": {"effppl": 0.03, "numpyro": 0.01, "handwritten": 0.01},  # too short
         "bnn": {"effppl": 1.20, "numpyro": 1.00, "handwritten": 1.25},  # slower than NumPyro
         "hsgp": {"effppl": 2.00, "numpyro": 2.00, "handwritten": 1.0},  # slower than hand-written
     })
@@ -59,11 +60,13 @@ def test_verdict_names_what_effppl_misses():
     assert got["bnn"]["meets_goal"] is False and got["bnn"]["misses"] == ["20% slower than NumPyro"]
     assert got["hsgp"]["misses"] == ["100% slower than hand-written"]
     assert got["ucbadmit"]["meets_goal"] is None and got["ucbadmit"]["runtime_vs_numpyro"] is None
+    assert got["proportion_test"]["meets_goal"] is None and got["proportion_test"]["too_short"]
 
     text = _report.verdict_text(results)
     assert "Semi-sup. HMM: meets the goal (1.03x hand-written runtime" in text
     assert "Bayesian NN: MISSES the goal: effppl is 20% slower than NumPyro" in text
     assert "UCBadmit GLMM: not judged" in text
+    assert "Proportion: not judged, a loop took under 0.1 s (noise); 3.00x" in text
 
 
 def test_no_verdict_without_effppl():
