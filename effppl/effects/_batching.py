@@ -12,6 +12,8 @@ with its own (unbatched) predicate. Everything else in the `vmap` stays batched,
 
 The cost: that one `cond`/`while_loop` is a sequential loop over the batch (slower on a GPU than
 the vectorised select), which is the price of not performing the operations of untaken branches.
+Inside it every operation is performed once per element, also one whose arguments do not depend
+on the batch (which elsewhere under `vmap` is performed once, with a batch rule).
 """
 
 from __future__ import annotations
