@@ -180,7 +180,7 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                         f"{type(fn).__name__}.")
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
-    fn = _broadcast_to_plates(name, fn)
+    fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
         obs = jnp.asarray(obs)
         try:
@@ -198,6 +198,22 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     infer = tuple(sorted((infer or {}).items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None,
                      intervened=False, infer=infer)
+
+
+def _keep_validation(fn):
+    """Pin NumPyro's default `validate_args` on `fn` and the distributions inside it.
+
+    The default lives on the class, and a distribution flattened as a pytree (as every message is)
+    keeps only its instance's setting, so it would come back unvalidated and `log_prob` of an
+    out-of-support value would be a finite number instead of NumPyro's `-inf`.
+    """
+    if "_validate_args" not in vars(fn):
+        fn._validate_args = type(fn)._validate_args
+    for value in vars(fn).values():
+        for inner in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(inner, dist.Distribution):
+                _keep_validation(inner)
+    return fn
 
 
 def _validate_at_run_time(name, fn):

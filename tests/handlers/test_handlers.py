@@ -356,6 +356,23 @@ def test_model_leaking_a_tracer_is_reported_not_silent():
         jnp.sin(leaked[0]) + 1.0
 
 
+@pytest.mark.filterwarnings("ignore:Out-of-support values")  # NumPyro's, when run eagerly
+def test_out_of_support_observations_give_minus_infinity_like_numpyro():
+    # NumPyro validates samples by default (its default lives on the class); a distribution
+    # passed through a site's message must keep it, else log_prob is a finite, wrong number.
+    def bernoulli(sample):
+        return lambda y: sample("y", dist.Bernoulli(probs=0.3), obs=y)
+
+    def normal_event(sample):
+        return lambda y: sample("y", dist.Normal(jnp.zeros(3), 1.0).to_event(1), obs=y)
+    for make, y in [(bernoulli, jnp.array(2.0)), (normal_event, jnp.array([0.0, jnp.nan, 1.0]))]:
+        ours = effppl.log_density(make(effppl.sample), (y,), {}, {})[0]
+        theirs = np_log_density(make(numpyro.sample), (y,), {}, {})[0]
+        assert ours == theirs == -jnp.inf
+    tr = handlers.trace(bernoulli(effppl.sample)).get_trace(jnp.array(2.0))
+    assert tr["y"]["log_prob"] == -jnp.inf
+
+
 def test_validate_args_with_traced_parameters_checked_at_run_time():
     def model(s):
         effppl.sample("obs", dist.Normal(0.0, s, validate_args=True), obs=1.0)
