@@ -171,7 +171,15 @@ def summarize_source(source_info) -> str:
 def wrap_batching_rule(primitive: Primitive, rule: Callable) -> None:
     """Make `rule(original, axis_data, args, dims, **params)` the batching rule of `primitive`,
     `original` being JAX's own (which `rule` calls for the cases it leaves to JAX)."""
-    original = batching.fancy_primitive_batchers[primitive]
+    original = batching.fancy_primitive_batchers.get(primitive)
+    if original is None:  # a JAX that keeps this rule elsewhere: say so, never fail silently
+        import warnings
+        warnings.warn(f"effppl: this JAX ({jax.__version__}) has no batching rule for "
+                      f"`{primitive.name}` where effppl expects it, so a `jax.vmap` over a "
+                      f"`{primitive.name}` that performs operations and whose predicate depends on "
+                      f"the vmapped data will perform the operations of every branch/iteration.",
+                      RuntimeWarning, stacklevel=2)
+        return
     if getattr(original, "_effppl_wrapped", False):
         return  # a module reload must not wrap twice
 
