@@ -66,7 +66,8 @@ def main(argv=None):
     json_path = Path(args.json) if args.json else default.with_suffix(".json")
     plot_path = Path(args.plot) if args.plot else json_path.with_suffix(".png")
 
-    results = benchmarks.run(config, log=lambda m: print(m, file=sys.stderr))
+    results = benchmarks.run(config, log=lambda m: print(m, file=sys.stderr),
+                             on_model=lambda partial: benchmarks.write_json(partial, json_path))
     print(benchmarks.render(results))
     benchmarks.write_json(results, json_path)
     print(f"\nresults: {json_path}")

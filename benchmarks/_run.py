@@ -58,13 +58,16 @@ def _error_of(err, trace=None):
     return {"status": "error", "reason": f"{type(err).__name__}: {err}", "traceback": trace}
 
 
-def run(config, modules=None, log=print):
+def run(config, modules=None, log=print, on_model=None):
     """Runs the benchmark described by `config` and returns every figure as a JSON-able dict.
 
     **Arguments:**
     - `config`: a `benchmarks.RunConfig`.
     - `modules`: optional dict name -> model module, used instead of `models.<name>` (tests).
     - `log`: `print`-like callable for plain messages (Oryx environment creation, skips).
+    - `on_model`: optional callable given the partial results after each model (e.g. to write
+      them to disk, so an hours-long paper run that is stopped keeps its finished models); the
+      partial results have no `"verdict"` or `"finished"` yet.
 
     **Returns:** the results dict (schema `"effppl-benchmarks/1"`; see `benchmarks/README.md`).
     Agreement failures are recorded, not raised: call `check(results)` to raise them.
@@ -87,6 +90,8 @@ def run(config, modules=None, log=print):
         for name in names:
             module = modules.get(name) or load_model(name)
             results["models"][name] = _run_model(name, module, config, oryx_python, bar)
+            if on_model is not None:
+                on_model(results)
     finally:
         if bar is not None:
             bar.close()

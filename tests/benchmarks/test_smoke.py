@@ -72,6 +72,22 @@ def test_check_raises_when_log_densities_disagree(monkeypatch):
         benchmarks.check(results)
 
 
+def test_partial_results_are_handed_out_after_each_model(tmp_path):
+    snapshots = []
+
+    def on_model(partial):
+        path = benchmarks.write_json(partial, tmp_path / "partial.json")
+        snapshots.append(json.loads(path.read_text()))
+
+    results = benchmarks.run(_config([], ["numpyro", "handwritten"]),
+                             modules={"first": toy_model, "second": toy_model},
+                             on_model=on_model)
+    assert [list(s["models"]) for s in snapshots] == [["first"], ["first", "second"]]
+    assert all("verdict" not in s and "finished" not in s for s in snapshots)
+    assert snapshots[0]["models"]["first"]["frameworks"]["numpyro"]["run_s"] > 0
+    assert "finished" in results and "verdict" in results
+
+
 def test_unknown_framework_is_a_config_error():
     with pytest.raises(benchmarks.BenchmarkConfigError, match="pyro"):
         benchmarks.make_config("quick", frameworks=["pyro"])
