@@ -40,9 +40,18 @@ def _value_type(msg, **static):
         return jax.ShapeDtypeStruct(msg["fn"].shape(), jnp.result_type(float))
 
 
-sample_op = fx.Operation("sample", out=_value_type)
+def _outside_handlers(name, **static):
+    return (f"The model reached site `{name}` outside of any handler: a model runs under a handler "
+            f"or an entry point, e.g. `effppl.handlers.seed(model, rng_seed=0)(*args)` to draw "
+            f"from the prior, `effppl.handlers.trace(...).get_trace(*args)`, "
+            f"`effppl.log_density(model, args, kwargs, params)`, `effppl.infer.MCMC` or "
+            f"`effppl.infer.Predictive`.")
+
+
+sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
-                                jax.ShapeDtypeStruct(value.shape, value.dtype))
+                                jax.ShapeDtypeStruct(value.shape, value.dtype),
+                                unhandled=_outside_handlers)
 
 
 def _batch_message(args, dims, in_tree):

@@ -70,6 +70,9 @@ class Operation:
     - `name`: for error messages and printed jaxprs.
     - `out`: `out(*abstract_args, **static) -> pytree of jax.ShapeDtypeStruct`, the result type
       of performing the operation on arguments of these types (`()` for no result).
+    - `unhandled`: optional `unhandled(**static) -> str`, how to fix a perform that no handler
+      handles (a library built on effects tells its users which of its entry points to use);
+      the default suggests `effppl.effects.handle`.
 
     Calling `op(*args, **static)` performs it: `args` are pytrees of arrays, `static` keyword
     arguments must be hashable and reach the clause as keyword arguments.
@@ -82,12 +85,23 @@ class Operation:
     ```
     """
 
-    def __init__(self, name: str, out: Callable[..., Any]):
+    def __init__(self, name: str, out: Callable[..., Any],
+                 unhandled: Callable[..., str] | None = None):
         if not callable(out):
             raise TypeError(f"effppl.effects.Operation({name!r}, out=...) expected a callable "
                             f"giving the result type, but got {out!r}.")
+        if unhandled is not None and not callable(unhandled):
+            raise TypeError(f"effppl.effects.Operation({name!r}, unhandled=...) expected a "
+                            f"callable giving a message, but got {unhandled!r}.")
         self.name = name
         self.out = out
+        self.unhandled = unhandled
+
+    def how_to_handle(self, static) -> str:
+        """The fix suggested when no handler handles a perform with static kwargs `static`."""
+        if self.unhandled is not None:
+            return self.unhandled(**dict(static))
+        return f"Install one with `effppl.effects.handle(..., clauses={{{self.name}: ...}})`."
 
     def __repr__(self):
         return f"Operation({self.name!r})"
@@ -144,8 +158,8 @@ def _perform_abstract_eval(*avals, op, in_tree, static):
 
 def _perform_unhandled(*args, op, in_tree, static, **_):
     raise UnhandledEffectError(
-        f"Operation `{op.name}` was performed outside of any handler for it. Wrap the computation "
-        f"in `effppl.effects.handle(..., clauses={{{op.name}: ...}})`.")
+        f"Operation `{op.name}` was performed outside of any handler for it. "
+        f"{op.how_to_handle(static)}")
 
 
 def _perform_jvp(primals, tangents, *, op, **_):

@@ -195,7 +195,7 @@ def _perform_rule(eqn, ins, H, K, resume, rest):
     if i is None:
         raise UnhandledEffectError(
             f"Operation `{op.name}` (performed at {where}) is not handled by any enclosing handler. "
-            f"Install one with `effppl.effects.handle(..., clauses={{{op.name}: ...}})`.")
+            f"{op.how_to_handle(eqn.params['static'])}")
     frame, key = H[i], site_key(eqn)
     clause = frame.spec.clauses[key]
     clause_ins = [*frame.consts[clause.consts], *frame.params, *ins]

@@ -214,6 +214,17 @@ def test_unhandled_operation_is_loud():
         fx.handle(lambda: get() + ask(), clauses={ask: lambda p, resume: resume(p, 1.0)})()
 
 
+def test_an_operation_can_say_how_to_handle_it():
+    log = fx.Operation("log", out=lambda x, **static: (),
+                       unhandled=lambda level: f"Run it under `with_logger` ({level} message).")
+    for run in (lambda: log(jnp.float32(1.0), level="debug"),
+                lambda: fx.eliminate(lambda: log(jnp.float32(1.0), level="debug"))()):
+        with pytest.raises(fx.UnhandledEffectError, match=r"`log`.*with_logger` \(debug"):
+            run()
+    with pytest.raises(TypeError, match="unhandled"):
+        fx.Operation("log", out=lambda x: (), unhandled="not callable")
+
+
 def test_effects_in_custom_jvp_are_unsupported():
     @jax.custom_jvp
     def g(x):

@@ -324,8 +324,11 @@ def test_obs_shape_mismatch_names_the_site():
 def test_latent_without_value_names_the_site():
     with pytest.raises(effppl.SiteError, match="`x`"):
         effppl.log_density(random_walk, (3,), {}, {})
-    with pytest.raises(effppl.effects.UnhandledEffectError, match="sample"):
+    with pytest.raises(effppl.effects.UnhandledEffectError,
+                       match="`sample`.*site `x` outside of any handler.*handlers.seed"):
         random_walk(3)
+    with pytest.raises(effppl.effects.UnhandledEffectError, match="site `x`.*handlers.seed"):
+        effppl.effects.eliminate(random_walk)(3)
 
 
 def test_validate_args_out_of_support_names_the_site():
