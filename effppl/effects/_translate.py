@@ -64,11 +64,15 @@ class Done(NamedTuple):
 
 
 class CrossesBarrier(Exception):
-    """Internal: a clause needs a continuation that reaches past the current region."""
+    """Internal: a clause needs a continuation that reaches past the current region.
 
-    def __init__(self, key, kind, where):
+    `key` and `eqn` are the perform in the region; `kind` is how the region sees it: `"abortive"`
+    when it never comes back (its clause is abortive, or a tail-resumptive clause that forwards
+    it to an abortive one unconditionally), else `"general"`."""
+
+    def __init__(self, key, kind, where, eqn):
         super().__init__(key.op.name)
-        self.key, self.kind, self.where = key, kind, where
+        self.key, self.kind, self.where, self.eqn = key, kind, where, eqn
 
 
 RULES: dict = {}
@@ -204,16 +208,21 @@ def _perform_rule(eqn, ins, H, K, resume, rest):
     def resumed(vals, H_outer):
         return H_outer + (frame._replace(params=tuple(vals[:n_params])),) + H[i + 1:]
 
-    if clause.kind == "tail":
+    kind = clause.kind
+    if kind == "tail":
         try:
             vals, H_outer = run(clause.jaxpr.jaxpr, clause.jaxpr.consts, clause_ins, H[:i],
                                 (BARRIER,), _resume_in_place)
             return vals[n_params:], resumed(vals, H_outer)
-        except CrossesBarrier:
-            pass  # an operation of the clause needs the rest: translate it as a general clause
+        except CrossesBarrier as exc:
+            # An operation of the clause needs the rest: translate it as a general clause. If
+            # that operation aborts and the clause always performs it (at its top level, before
+            # its resume), this perform never comes back either: abortive for the region.
+            top_level = any(e is exc.eqn for e in clause.jaxpr.jaxpr.eqns)
+            kind = "abortive" if exc.kind == "abortive" and top_level else "general"
     j = _ret_index(K, len(H) - 1 - i)
     if j is None:
-        raise CrossesBarrier(key, "general" if clause.kind == "tail" else clause.kind, where)
+        raise CrossesBarrier(key, kind, where, eqn)
     K_outer, K_inner = K[:j], K[j:]
 
     def resume_general(vals, H_cur, K_cur):

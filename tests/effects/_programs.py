@@ -31,8 +31,8 @@ What `programs()` generates (all values float64 scalars, handler counters int32)
 What it never generates, by design of the translator: an operation whose (last, after following
 `forward`s) handler is multi-shot or resumes and then post-processes (`nondet`, `post`) performed
 inside a loop that handler is outside of. Aborts cross scan/fori/while boundaries freely (the App.
-B.2 rewrite), but by default not through a forwarding clause inside the loop
-(`GenOptions.abort_through_forwarders_in_loops`).
+B.2 rewrite), also through forwarding clauses, which re-perform at their top level
+(`GenOptions(abort_through_forwarders_in_loops=False)` leaves that case out).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class GenOptions:
     max_general: int = 3  # performs whose handler is not tail-resumptive
     max_multishot: int = 2  # performs handled by `nondet` (each doubles the rest)
     max_inputs: int = 2
-    abort_through_forwarders_in_loops: bool = False
+    abort_through_forwarders_in_loops: bool = True
 
 
 class _Site(NamedTuple):

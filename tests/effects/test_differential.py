@@ -266,10 +266,6 @@ def test_reference_aborts_through_a_forwarding_clause_inside_a_loop():
     assert_same(evaluate_threaded(program), np.float64(4.5))
 
 
-@pytest.mark.xfail(raises=fx.UnsupportedHandlerError, strict=True,
-                   reason="the translator does not yet rewrite a loop (App. B.2) for an abort "
-                          "that a tail-resumptive forwarding clause re-performs; the generator "
-                          "avoids it unless GenOptions(abort_through_forwarders_in_loops=True)")
 def test_translation_aborts_through_a_forwarding_clause_inside_a_loop():
     assert_translates_to(Program(abort_through_forwarder_in_scan()), np.float64(4.5))
 
@@ -298,6 +294,13 @@ def test_reference_matches_threaded_evaluation_on_tail_resumptive_and_abortive_p
 
 @given(programs())
 def test_translation_matches_reference_on_random_programs(program):
+    note(show(program))
+    assert_translates_to(program, program.evaluate())
+
+
+@given(programs(GenOptions(kinds=("abort", "forward", "state", "writer"),
+                           abort_through_forwarders_in_loops=True)))
+def test_translation_matches_reference_on_aborts_through_forwarders_in_loops(program):
     note(show(program))
     assert_translates_to(program, program.evaluate())
 

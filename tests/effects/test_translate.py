@@ -181,6 +181,54 @@ def test_abort_inside_scan_and_nested_loops():
     check(no_raise, 3)
 
 
+fail = fx.Operation("fail", out=lambda x: F64)
+
+
+def _forwarding(body, forward_clause):
+    """`body` under a forwarding handler of `fail` (counting the fails it forwards) under an
+    abortive one that answers `(-code, -1)`."""
+    counted = fx.handle(body, params=jnp.int64(0), clauses={fail: forward_clause},
+                        ret=lambda n, r: (r, n))
+    return fx.handle(counted, clauses={fail: lambda p, code, resume: (-code, jnp.int64(-1))})
+
+
+def _fails_at_three():
+    def step(c, x):
+        put(get() + 1.0)  # counts iterations
+        return c + jax.lax.cond(x == 3.0, lambda: fail(x), lambda: x), None
+    return jax.lax.scan(step, 0.0, jnp.arange(6.0))[0]
+
+
+def test_abort_through_a_forwarding_clause_inside_scan():
+    """The forwarder re-performs `fail(10 x)` at its top level, so every `fail` it gets aborts:
+    the scan stops at x = 3 and the abort's answer is -30 (App. B.2 across the forwarder)."""
+    def forward(n, x, resume):
+        return resume(n + 1, fail(10.0 * x))
+    check(state(_forwarding(_fails_at_three, forward), 0.0), (4.0, (-30.0, -1)))
+
+
+def test_abort_through_a_forwarding_clause_inside_while():
+    def prog():
+        def body(i):
+            put(get() + 1.0)
+            jax.lax.cond(i == 2, lambda: fail(jnp.float64(7.0)), lambda: 0.0)
+            return i + 1
+        return jax.lax.while_loop(lambda i: i < 5, body, 0).astype(jnp.float64)
+
+    def forward(n, x, resume):
+        return resume(n + 1, fail(x + 1.0))
+    check(state(_forwarding(prog, forward), 0.0), (3.0, (-8.0, -1)))
+
+
+def test_a_forwarder_that_aborts_only_sometimes_inside_a_loop_is_a_clear_error():
+    """Forwarding `fail` only for some arguments (inside a `cond` of the clause) may resume, so
+    the loop cannot be cut at the perform: a clear error, never a wrong number."""
+    def forward(n, x, resume):
+        return resume(n + 1, jax.lax.cond(x > 2.0, lambda: fail(10.0 * x), lambda: x))
+    with pytest.raises(fx.UnsupportedHandlerError, match="`fail`.*scan"):
+        fx.make_jaxpr(state(_forwarding(_fails_at_three, forward), 0.0))()
+
+
 # ---------------------------------------------------------------- nondeterminism (multi-shot)
 
 def test_choose_enumerates_all_paths_outside_loops():

@@ -6,7 +6,9 @@
   local handler records the operation's arguments and a flag and stops the iteration, the loop
   condition also checks the flag, and after the loop the recorded operation is performed again,
   outside the loop, where the outer handler aborts as usual. A `scan` stays a `scan` (so it can
-  still be differentiated in reverse mode): its remaining iterations skip the body.
+  still be differentiated in reverse mode): its remaining iterations skip the body. The same
+  holds for a tail-resumptive clause that re-performs, at its top level, an operation whose
+  clause aborts (a forwarder in front of the abort): that perform never comes back either.
 * An effectful `while` condition is moved into the body with a boolean carry (App. B.1).
 * Any other clause across a loop boundary raises `UnsupportedHandlerError`. A `while` is never
   unrolled.
@@ -46,11 +48,12 @@ def _crossing(exc, eqn, rewrite, ins, H, K, rest):
     if exc.kind == "abortive":
         return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest)
     raise UnsupportedHandlerError(
-        f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) is neither "
-        f"tail-resumptive nor abortive, and it would have to capture a continuation across the "
-        f"`{eqn.primitive}` loop traced at {_compat.summarize_source(eqn.source_info)}. Only "
-        f"clauses that end with `return resume(...)`, or that never resume, can be used across a "
-        f"loop boundary.") from None
+        f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) would have to "
+        f"capture a continuation across the `{eqn.primitive}` loop traced at "
+        f"{_compat.summarize_source(eqn.source_info)}. Across a loop boundary a clause must end "
+        f"with `return resume(...)` and perform nothing whose clause needs the rest of the "
+        f"computation, or never resume: itself, or by performing, unconditionally (not inside a "
+        f"`cond`), an operation whose clause never resumes.") from None
 
 
 # --------------------------------------------------------------------------------------------
