@@ -65,6 +65,28 @@ def test_logistic_regression_equals_numpyro():
     assert_translated(lambda p: handlers.potential_energy(ours, (x, y), {}, p), params)
 
 
+def _scaled_constrained(sample, plate, scale):
+    def model(y):
+        sigma = sample("sigma", dist.HalfNormal(1.0))                     # exp transform
+        with scale(scale=2.5), plate("g", 3):
+            p = sample("p", dist.Beta(2.0, 3.0))                          # sigmoid transform
+        with plate("n", y.shape[0]):
+            sample("y", dist.Normal(jnp.repeat(p, 2) * 0.0 + sigma, 1.0), obs=y)
+    return model
+
+
+def test_jacobians_of_scaled_sites_equal_numpyro():
+    """The unconstrained log density adds each latent's log|det J|, scaled like its site."""
+    y = jnp.array([0.3, -0.2, 1.1, 0.8, 0.0, 0.5])
+    ours = _scaled_constrained(effppl.sample, effppl.plate, handlers.scale)
+    theirs = _scaled_constrained(numpyro.sample, numpyro.plate, numpyro.handlers.scale)
+    params = {"sigma": jnp.array(-0.4), "p": jnp.array([0.2, -1.5, 0.9])}
+    _close(handlers.potential_energy(ours, (y,), {}, params),
+           np_potential_energy(theirs, (y,), {}, params))
+    _close(jax.grad(lambda p: handlers.potential_energy(ours, (y,), {}, p))(params)["p"],
+           jax.grad(lambda p: np_potential_energy(theirs, (y,), {}, p))(params)["p"])
+
+
 # ---------------------------------------------------------------- sites inside control flow
 
 def random_walk(T):
