@@ -33,9 +33,10 @@ def _value_type(msg, **static):
     if msg["value"] is not None:
         return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
     leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
-    key = jax.random.PRNGKey(0)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)  # an abstract key: nothing staged into a trace
     try:
-        return jax.eval_shape(lambda ls: jax.tree_util.tree_unflatten(tree, ls).sample(key), leaves)
+        return jax.eval_shape(lambda ls, k: jax.tree_util.tree_unflatten(tree, ls).sample(k),
+                              leaves, key)
     except NotImplementedError:  # e.g. ImproperUniform: a real-valued site that cannot be drawn
         return jax.ShapeDtypeStruct(msg["fn"].shape(), jnp.result_type(float))
 

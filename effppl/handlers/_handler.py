@@ -116,14 +116,20 @@ def forward(msg, **static):
     return sample_op(msg, **static)
 
 
+def call_unhandled(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` with its sites left as unhandled operations, to trace its program
+    (handlers inside `fn` are not compiled away either); evaluating the result raises."""
+    with _inside():
+        return fn(*args, **kwargs)
+
+
 def trace_model(fn, *args, **kwargs):
     """The effectful jaxpr of `fn(*args, **kwargs)` (for site analysis); never runs it."""
     leaves, rebuild = _compat.split_args(args, kwargs)
 
     def flat(*xs):
         a, kw = rebuild(xs)
-        with _inside():
-            return fn(*a, **kw)
+        return call_unhandled(fn, *a, **kw)
 
     closed, _, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in leaves], "model")
     return closed.jaxpr

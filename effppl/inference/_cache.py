@@ -8,6 +8,12 @@ so a second call with new data of the same shapes re-uses the executable: no re-
 re-translation of handlers, no XLA compilation.
 
 The functions built here close over hashable Python values and modules only, never arrays.
+
+A model may still read values that are not its arguments (a global data array, a setting on a
+module): those are baked into the compiled functions. So `_fns.model_fns` re-traces the model
+itself (not its handlers; milliseconds) on every call and compares the program and the values it
+closes over with those the cached functions were built from; on any change they are rebuilt
+instead of silently reusing the old values.
 """
 
 import collections
@@ -90,20 +96,24 @@ _lock = threading.Lock()
 _entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
 
 
-def cached(key: Hashable, build: Callable[[], Any]) -> Any:
-    """Return the object stored under `key`, building (and storing) it on first use.
+def cached(key: Hashable, build: Callable[[], Any],
+           valid: Callable[[Any], bool] = lambda value: True) -> Any:
+    """Return the object stored under `key`, building (and storing) it on first use, or when
+    `valid(stored)` is false (it is then replaced).
 
     A bounded least-recently-used store (64 entries) shared by `MCMC`, `Predictive` and
     `log_likelihood`, so a new `MCMC` object on the same model and settings re-uses the compiled
     functions of an old one.
     """
     with _lock:
-        if key in _entries:
+        if key in _entries and valid(_entries[key]):
             _entries.move_to_end(key)
             return _entries[key]
     value = build()
     with _lock:
-        value = _entries.setdefault(key, value)
+        if key in _entries and valid(_entries[key]):
+            value = _entries[key]
+        _entries[key] = value
         _entries.move_to_end(key)
         while len(_entries) > _MAX_ENTRIES:
             _entries.popitem(last=False)

@@ -1,8 +1,9 @@
 """The compiled functions of one model and one argument structure, shared by every inference API.
 
-`model_fns(model, structure)` returns the same `ModelFns` for the same model object and the same
-`ArgsStructure` (see `_cache.py`), so its `jax.jit`-wrapped functions keep their identity and
-`jax.jit`'s cache (keyed by the shapes of the array arguments) is hit on every later call.
+`model_fns(model, structure, dynamic)` returns the same `ModelFns` for the same model object and
+the same `ArgsStructure` (see `_cache.py`), so its `jax.jit`-wrapped functions keep their identity
+and `jax.jit`'s cache (keyed by the shapes of the array arguments) is hit on every later call, as
+long as the model's own program and the values it closes over stay the same.
 """
 
 from collections.abc import Callable
@@ -10,7 +11,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ..effects import _compat
 from . import _model
 from ._cache import ArgsStructure, cached
 from ._init import ModelContext
@@ -50,6 +53,7 @@ class ModelFns:
     def __init__(self, model: Callable, structure: ArgsStructure):
         self.model = model
         self.structure = structure
+        self.programs: dict = {}  # shape signature -> _Program the functions were built from
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
@@ -165,6 +169,59 @@ class ModelFns:
         return self._predictors[return_sites]
 
 
-def model_fns(model: Callable, structure: ArgsStructure) -> ModelFns:
-    """The cached `ModelFns` of `model` for arguments of this structure."""
-    return cached(("model_fns", model, structure), lambda: ModelFns(model, structure))
+class _Program(NamedTuple):
+    """The model's own program (no handler) for arguments of one shape signature: its jaxpr's
+    text and the values it closes over (global arrays, closure cells, attributes read)."""
+
+    text: str
+    consts: tuple
+
+    def same_as(self, other: "_Program") -> bool:
+        return (self.text == other.text and len(self.consts) == len(other.consts)
+                and all(_same_value(a, b) for a, b in zip(self.consts, other.consts)))
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+        return False
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
+def _program(model: Callable, structure: ArgsStructure, dynamic: tuple) -> _Program:
+    def flat(*leaves):
+        args, kwargs = structure.rebuild(leaves)
+        return _model.run_unhandled(model, args, kwargs)
+
+    closed, consts, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in dynamic],
+                                               "model")
+    # Without dead equations (a first-use cache may stage some into the first trace only).
+    jaxpr, _ = _compat.pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars),
+                                    instantiate=True)
+    # A numpy constant may be a view of a global array that is later changed in place: keep a copy.
+    consts = tuple(np.array(c) if isinstance(c, np.ndarray) else c for c in consts)
+    return _Program(str(jaxpr), consts)
+
+
+def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> ModelFns:
+    """The cached `ModelFns` of `model` for arguments of this structure.
+
+    The model is traced (without handlers) at the shapes of `dynamic`; if a cached `ModelFns`
+    was built from a different program or different closed-over values at those shapes (the model
+    reads a global that has changed), it is replaced: compiled functions never silently keep old
+    values.
+    """
+    program = _program(model, structure, dynamic)
+    sig = _signature(dynamic)
+
+    def valid(fns):
+        return fns.programs.setdefault(sig, program).same_as(program)
+
+    def build():
+        fns = ModelFns(model, structure)
+        fns.programs[sig] = program
+        return fns
+
+    return cached(("model_fns", model, structure), build, valid)

@@ -154,7 +154,7 @@ class MCMC:
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
         structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.kernel.model, structure)
+        fns = model_fns(self.kernel.model, structure, dynamic)
         info = fns.site_info(dynamic)
         if not info.latent:
             raise MCMCError(

@@ -59,6 +59,16 @@ class Site(NamedTuple):
     log_prob: Any = None  # elementwise log density, when the trace records it
 
 
+def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run `model` under no handler, only to trace its own program (its sites stay effect
+    operations, never evaluated)."""
+    if _backend is not None:  # a NumPyro model cannot run without handlers
+        return _backend.seed(model, rng_seed=0)(*args, **kwargs)
+    from effppl.handlers._handler import call_unhandled
+
+    return call_unhandled(model, *args, **kwargs)
+
+
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
     """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
     return _handlers().potential_energy(model, args, kwargs, params)

@@ -115,7 +115,7 @@ class Predictive:
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api)
         structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.model, structure)
+        fns = model_fns(self.model, structure, dynamic)
         info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
@@ -163,7 +163,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     """
     api = "effppl.infer.log_likelihood"
     structure, dynamic = split_args(api, args, kwargs)
-    fns = model_fns(model, structure)
+    fns = model_fns(model, structure, dynamic)
     info = fns.site_info(dynamic)
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:

@@ -163,5 +163,5 @@ class Sampler:
 
 def sampler_for(fns, kernel) -> Sampler:
     """The cached `Sampler` of `fns` (model + argument structure) and `kernel`'s settings."""
-    key = ("sampler", fns.model, fns.structure, kernel.settings())
+    key = ("sampler", fns, kernel.settings())
     return cached(key, lambda: Sampler(fns, kernel))

@@ -166,7 +166,7 @@ def test_window_adaptation_matches_blackjax(y):
     num_warmup, key = 150, jax.random.key(11)
     kernel = NUTS(m.normal_normal, dense_mass=True)
     structure, dynamic = split_args("test", (y,), {})
-    fns = model_fns(kernel.model, structure)
+    fns = model_fns(kernel.model, structure, dynamic)
     sampler = _sampler.sampler_for(fns, kernel)
     position = {"mu": jnp.asarray(0.3)}
     logdensity = fns.logdensity_fn(dynamic)
