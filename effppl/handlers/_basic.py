@@ -53,11 +53,17 @@ def site_row(handler, name, values, site_shape, count, site):
 
     A site outside loops takes `values` whole, which must have the site's shape; a site inside
     loops of lengths `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)`
-    (or `(T1 * T2 * ..., *shape)`). **Raises:** `SiteError` naming the site on any other shape.
+    (or `(T1 * T2 * ..., *shape)`). **Raises:** `SiteError` naming the site on any other shape,
+    and for a site inside a `while_loop` (no static number of occurrences to give rows for).
     """
+    if site is not None and not site.bounded:
+        raise SiteError(f"effppl.handlers.{handler}: site `{name}` sits inside a `while_loop`, "
+                        f"so it has no static number of occurrences and a value cannot be given "
+                        f"for each of them. Use `lax.scan`/`fori_loop` with a static length, or "
+                        f"observe the site with `obs=` in the model.")
     values = jnp.asarray(values)
     site_shape = tuple(site_shape)
-    loops = site.loops if site is not None and site.bounded else ()
+    loops = site.loops if site is not None else ()
     if loops:
         if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
             return values.reshape((-1, *site_shape))[count], True

@@ -203,6 +203,14 @@ def test_observed_sites_in_data_dependent_while_loop():
                                lambda c: (c[0] + 1, effppl.sample("mu", dist.Normal(c[1], 1.0))),
                                (0, 0.0))
         handlers.trace(handlers.seed(latent_in_while, 0)).get_trace(3)
+    # No entry point takes a value for it (there is no row per occurrence to give): never one
+    # value silently reused at every iteration.
+    for give_value in (lambda: handlers.potential_energy(latent_in_while, (3,), {}, {"mu": 0.5}),
+                       lambda: effppl.log_density(latent_in_while, (3,), {}, {"mu": jnp.zeros(3)}),
+                       lambda: handlers.substitute(latent_in_while, {"mu": 0.5})(3),
+                       lambda: handlers.condition(latent_in_while, {"mu": 0.5})(3)):
+        with pytest.raises(effppl.SiteError, match="`mu` sits inside a `while_loop`"):
+            give_value()
 
 
 def test_vmap_inside_model_behaves_like_a_plate():
