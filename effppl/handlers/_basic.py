@@ -86,6 +86,7 @@ class _SetValue(Handler):
 
     observe = False
     intervene = False
+    sets_deterministic = False
     entry_point = None  # the function the user called, when it is not this handler (errors)
 
     def __init__(self, fn, data=None, substitute_fn=None):
@@ -119,15 +120,32 @@ class _SetValue(Handler):
             static = dict(static, is_observed=static["is_observed"] or self.observe,
                           intervened=static["intervened"] or self.intervene)
             return resume(counts, forward(dict(msg, value=jnp.asarray(value)), name=name, **static))
+
+        def deterministic(counts, value, *, resume, name, **static):
+            if name in self.data:
+                given, advance = site_row(self.entry_point or type(self).__name__, name,
+                                          self.data[name], value.shape, counts[name],
+                                          self._sites.get(name))
+                if advance:
+                    counts = dict(counts, **{name: counts[name] + 1})
+                value = given.astype(value.dtype)
+            return resume(counts, deterministic_op(value, name=name, **static))
+
+        if self.sets_deterministic:
+            return {sample_op: sample, deterministic_op: deterministic}
         return {sample_op: sample}
 
 
 class substitute(_SetValue):
-    """Set latent sites' values from `data` (dict name -> array); they stay latent.
+    """Set latent sites' values from `data` (dict name -> array); they stay latent. As in NumPyro,
+    deterministic sites named in `data` take the given value too (`substitute_fn` is asked about
+    sample sites only).
 
     Inside loops, `data[name]` stacks one row per occurrence (shape `(T, ...)`, nested loops
     `(T_outer, T_inner, ...)`). **Raises:** `SiteError` on a shape mismatch, naming the site.
     """
+
+    sets_deterministic = True
 
 
 class condition(_SetValue):

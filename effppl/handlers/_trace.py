@@ -37,7 +37,8 @@ def _unconstrained_type(site, fn_avals):
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
     `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer"}}`; `log_prob` is
-    the elementwise log density of each occurrence's value under that occurrence's distribution.
+    the elementwise log density of each occurrence's value under that occurrence's distribution,
+    zero where an enclosing `mask` is false (NumPyro's masked `fn`), not scaled.
 
     A site inside `lax.scan` has its values stacked: shape `(T, *site_shape)`, nested scans
     `(T_outer, T_inner, *site_shape)`; its `"fn"` is the distribution with the same leading axes in
@@ -87,7 +88,7 @@ class trace(Handler):
         return bufs
 
     def clauses(self):
-        def record(bufs, name, value, fn=None):
+        def record(bufs, name, value, fn=None, mask=None):
             if name not in bufs:
                 return bufs
             entry = dict(bufs[name])
@@ -103,6 +104,8 @@ class trace(Handler):
                     if same and tree == self._fn_tree(site):
                         updates["fn"] = leaves
                 lp = fn.log_prob(value)
+                if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
+                    lp = jnp.where(mask, lp, 0.0)
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
                 if "unconstrained" in entry:
@@ -124,7 +127,7 @@ class trace(Handler):
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            return resume(record(bufs, name, value, msg["fn"]), value)
+            return resume(record(bufs, name, value, msg["fn"], msg["mask"]), value)
 
         def deterministic(bufs, value, *, resume, name, **static):
             value = deterministic_op(value, name=name, **static)

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from ._ppl import deterministic, dist, factor, plate, sample, scan
+from ._ppl import deterministic, dist, factor, mask, plate, sample, scan
 
 PRIOR_LOC, PRIOR_SCALE, NOISE = 1.0, 2.0, 1.5
 
@@ -14,6 +14,20 @@ def normal_normal(y):
     deterministic("mu2", 2.0 * mu)
     with plate("n", y.shape[0]):
         sample("y", dist.Normal(mu, NOISE), obs=y)
+
+
+def deterministic_mean():
+    """a ~ N(0, 1); d = 2a (deterministic); y ~ N(d, 0.001): y shows the value d took."""
+    a = sample("a", dist.Normal(0.0, 1.0))
+    d = deterministic("d", 2.0 * a)
+    sample("y", dist.Normal(d, 0.001))
+
+
+def masked_observations(y, valid):
+    """mu ~ N(0, 1); y_i ~ N(mu, 1) counted only where `valid`."""
+    mu = sample("mu", dist.Normal(0.0, 1.0))
+    with mask(mask=valid), plate("n", y.shape[0]):
+        sample("y", dist.Normal(mu, 1.0), obs=y)
 
 
 def normal_normal_posterior(y):

@@ -20,7 +20,8 @@ import numpyro.infer.util
 
 from effppl.inference import _model
 
-__all__ = ["BACKEND", "install", "sample", "plate", "deterministic", "factor", "scan", "dist"]
+__all__ = ["BACKEND", "install", "sample", "plate", "deterministic", "factor", "mask", "scan",
+           "dist"]
 
 _NUMPYRO = types.SimpleNamespace(
     potential_energy=numpyro.infer.util.potential_energy,
@@ -52,8 +53,10 @@ if BACKEND == "effppl":
     from jax.lax import scan  # noqa: F401  (effppl models use plain lax.scan)
 
     from effppl import deterministic, factor, plate, sample  # noqa: F401
+    from effppl.handlers import mask  # noqa: F401
 else:
     from numpyro import deterministic, factor, plate, sample  # noqa: F401
+    from numpyro.handlers import mask  # noqa: F401
     from numpyro.contrib.control_flow import scan  # noqa: F401
 
 

@@ -99,3 +99,25 @@ def test_log_likelihood_of_observations_inside_scan():
     assert ll["y"].shape == (2, 4)
     np.testing.assert_allclose(ll["y"], stats.norm.logpdf(np.asarray(y)[None], np.asarray(x), 1.0),
                                rtol=1e-6)
+
+
+def test_condition_deterministic_fixes_deterministic_sites():
+    a, d = jnp.ones(3), jnp.asarray([10.0, 20.0, 30.0])
+    fixed = Predictive(m.deterministic_mean, {"a": a, "d": d},
+                       condition_deterministic=True)(jax.random.key(0))
+    np.testing.assert_allclose(fixed["d"], d)
+    np.testing.assert_allclose(fixed["y"], d, atol=0.01)  # the model went on with the given d
+    recomputed = Predictive(m.deterministic_mean, {"a": a, "d": d})(jax.random.key(0))
+    np.testing.assert_allclose(recomputed["d"], 2 * a)
+    np.testing.assert_allclose(recomputed["y"], 2 * a, atol=0.01)
+
+
+def test_log_likelihood_is_zero_where_masked():
+    """As NumPyro's (its `mask` makes the site's distribution a masked one): pointwise log
+    likelihoods, and so LOO/WAIC, leave masked observations out."""
+    y = jnp.asarray([0.3, 1.0, 2.0, -1.0, 0.0])
+    valid = jnp.asarray([True, True, False, True, False])
+    mu = jnp.asarray([0.2, -0.5])
+    ll = log_likelihood(m.masked_observations, {"mu": mu}, y, valid)["y"]
+    expected = stats.norm.logpdf(np.asarray(y)[None], np.asarray(mu)[:, None], 1.0)
+    np.testing.assert_allclose(ll, np.where(np.asarray(valid), expected, 0.0), rtol=1e-6)
