@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-from numpyro.distributions.transforms import biject_to
 
 from ..primitives import sample_op
 from ._basic import _analyzed, site_row, substitute
 from ._handler import Handler, forward, run_outermost
+from ._sites import bijector
 from ._trace import trace
 
 
@@ -57,7 +57,7 @@ class _Unconstrain(Handler):
             if name not in self.values or msg["value"] is not None:
                 return resume(state, forward(msg, name=name, **static))
             fn = msg["fn"]
-            t = biject_to(fn.support)
+            t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())
             u, advance = site_row("potential_energy (unconstrained values)", name,
                                   self.values[name], u_shape, counts[name], self._sites.get(name))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from numpyro.distributions.transforms import biject_to
+
 from ..effects import _compat
 from ..effects._primitives import handle_p, perform_p, site_key
 from ..primitives import SiteError, deterministic_op, sample_op
@@ -40,6 +42,19 @@ class Site(NamedTuple):
 
 
 _WHERE = {"sample": sample_op, "deterministic": deterministic_op}
+
+
+def bijector(name, fn):
+    """`biject_to(fn.support)`: unconstrained space -> the support of latent site `name`.
+
+    **Raises:** `SiteError` naming the site when its support is discrete (no bijection), e.g. a
+    `Bernoulli` in one `cond` branch of a site that HMC would have to move."""
+    if getattr(fn.support, "is_discrete", False):
+        raise SiteError(f"The latent site `{name}` has a discrete support ({type(fn).__name__}, "
+                        f"{fn.support}), so it has no unconstrained space: HMC/NUTS and "
+                        f"`potential_energy` need continuous latent sites. Marginalise it out of "
+                        f"the model or observe it.")
+    return biject_to(fn.support)
 
 
 def _walk(jaxpr, loops, branch, out, origin=None):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from numpyro.distributions.batch_util import promote_batch_shape
-from numpyro.distributions.transforms import biject_to
 
 from ..primitives import SiteError, deterministic_op, sample_op
 from ._handler import Handler, forward, run_outermost, trace_model
-from ._sites import analyze
+from ._sites import analyze, bijector
 
 
 def _log_prob_type(site, fn_avals):
@@ -29,7 +28,7 @@ def _unconstrained_type(site, fn_avals):
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
 
     def inv(ls, value):
-        return biject_to(jax.tree_util.tree_unflatten(tree, ls).support).inv(value)
+        return bijector(site.name, jax.tree_util.tree_unflatten(tree, ls)).inv(value)
 
     return jax.eval_shape(inv, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
 
@@ -109,7 +108,7 @@ class trace(Handler):
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
                 if "unconstrained" in entry:
-                    updates["unconstrained"] = biject_to(fn.support).inv(value)
+                    updates["unconstrained"] = bijector(name, fn).inv(value)
             for k, new in updates.items():
                 if site.in_loop:
                     if isinstance(new, list):

@@ -361,6 +361,16 @@ def test_latent_without_value_names_the_site():
         effppl.effects.eliminate(random_walk)(3)
 
 
+def test_a_discrete_latent_in_one_cond_branch_is_a_clear_error():
+    def model(flag):
+        jax.lax.cond(flag, lambda: effppl.sample("v", dist.Bernoulli(0.5)).astype(float),
+                     lambda: effppl.sample("v", dist.Normal(0.0, 1.0)))
+    for run in (lambda: handlers.potential_energy(model, (jnp.array(True),), {}, {"v": 0.3}),
+                lambda: handlers.unconstrain_fn(model, (jnp.array(True),), {}, {"v": 1.0})):
+        with pytest.raises(effppl.SiteError, match="`v` has a discrete support"):
+            run()
+
+
 def test_validate_args_out_of_support_names_the_site():
     def model():
         effppl.sample("s", dist.Normal(0.0, -1.0, validate_args=True))
