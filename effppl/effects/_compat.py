@@ -80,6 +80,12 @@ def _trace_flat(fn: Callable, args: Sequence[Any], name: str):
     def flat_fn(*flat):
         out = fn(*jax.tree_util.tree_unflatten(in_tree, flat))
         out_leaves, tree = jax.tree_util.tree_flatten(out)
+        bad = next((x for x in out_leaves if not _is_array_like(x)), None)
+        if bad is not None:
+            raise TypeError(f"`{name}` returned {out!r:.200}, which holds "
+                            f"a {type(bad).__name__} ({bad!r:.80}): a function run under effect "
+                            f"handlers (a model, a handled body) must return arrays, pytrees of "
+                            f"arrays, or None.")
         out_tree_box.append(tree)
         return out_leaves
 
@@ -87,6 +93,11 @@ def _trace_flat(fn: Callable, args: Sequence[Any], name: str):
     wrapped = _lu.wrap_init(flat_fn, debug_info=debug)
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, [abstractify(a) for a in leaves])
     return jaxpr, list(consts), out_tree_box[0]
+
+
+def _is_array_like(x) -> bool:
+    return isinstance(x, (jax.Array, _core.Tracer, np.ndarray, np.generic, bool, int, float,
+                          complex))
 
 
 def trace_to_jaxpr(fn: Callable, args: Sequence[Any], name: str):

@@ -55,6 +55,7 @@ def run_outermost(fn, *args, **kwargs):
     if _nesting():
         return fn(*args, **kwargs)
 
+    @functools.wraps(fn, updated=())
     def body(*a, **kw):
         with _inside():
             return fn(*a, **kw)
@@ -101,6 +102,7 @@ class Handler:
 
     def handled(self, *args, **kwargs):
         """Run under this handler only (inside an outer composition)."""
+        @functools.wraps(self.fn, updated=())
         def body(*a, **kw):
             with _inside():
                 return self.fn(*a, **kw)

@@ -361,6 +361,14 @@ def test_latent_without_value_names_the_site():
         effppl.effects.eliminate(random_walk)(3)
 
 
+def test_a_model_returning_a_non_array_is_a_clear_error():
+    def greets():
+        effppl.sample("a", dist.Normal(0.0, 1.0))
+        return "hello"
+    with pytest.raises(TypeError, match="`greets` returned 'hello'.*must return arrays"):
+        handlers.seed(greets, 0)()
+
+
 def test_a_discrete_latent_in_one_cond_branch_is_a_clear_error():
     def model(flag):
         jax.lax.cond(flag, lambda: effppl.sample("v", dist.Bernoulli(0.5)).astype(float),
