@@ -25,13 +25,16 @@ class SiteInfo(NamedTuple):
     """The sites of a model, in execution order.
 
     `latent`: unobserved sample sites; `observed`: observed sample sites; `deterministic`:
-    deterministic sites; `discrete_latent`: the latent sites with a discrete support.
+    deterministic sites; `discrete_latent`: the latent sites with a discrete support;
+    `unrecorded`: observed sites inside a `while_loop`, which count in the log density but are
+    not recorded in traces (no static number of occurrences).
     """
 
     latent: tuple
     observed: tuple
     deterministic: tuple
     discrete_latent: tuple
+    unrecorded: tuple = ()
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -88,7 +91,7 @@ class ModelFns:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""
         sig = _signature(dynamic)
         if sig not in self._site_info:
-            found = {}
+            found, unrecorded = {}, []
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -96,6 +99,7 @@ class ModelFns:
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
                 for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
+                unrecorded.extend(_model.unrecorded_observed_sites(self.model, args, kwargs))
 
             jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
             latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)
@@ -104,6 +108,7 @@ class ModelFns:
                 observed=tuple(n for n, (k, obs, _) in found.items() if k == "sample" and obs),
                 deterministic=tuple(n for n, (k, _, _) in found.items() if k == "deterministic"),
                 discrete_latent=tuple(n for n in latent if found[n][2]),
+                unrecorded=tuple(unrecorded),
             )
         return self._site_info[sig]
 

@@ -232,8 +232,19 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     propose = fns.init_proposer(strategy)
     sdyn = strategy.dynamic()
     params = propose(jax.random.split(rng_key, num_chains), sdyn, dynamic)
+    name = getattr(fns.model, "__qualname__", repr(fns.model))
     for attempt in range(1, max_tries + 1):
-        pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+        try:
+            pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+        except ValueError as err:
+            if "while_loop" not in str(err):
+                raise
+            raise InitializationError(
+                f"`{api}` needs the gradient of model `{name}`'s log density, but JAX cannot "
+                "differentiate a `lax.while_loop` in reverse mode, and the model has sample sites "
+                "inside one whose log density depends on its latent sites. Use `lax.scan` or "
+                "`lax.fori_loop` with static bounds (and `effppl.handlers.mask` for a "
+                "data-dependent number of steps).") from err
         ok = np.isfinite(np.asarray(pe))
         for flags in (*param_ok.values(), *grad_ok.values()):
             ok &= np.asarray(flags)
@@ -253,7 +264,6 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     bad_grads = [n for n, f in grad_ok.items() if not np.asarray(f)[chain]]
     if bad_grads:
         problems.append(f"the gradient was non-finite at sites {bad_grads}")
-    name = getattr(fns.model, "__qualname__", repr(fns.model))
     raise InitializationError(
         f"`{api}` could not find a valid initial point for model `{name}` after {max_tries} tries "
         f"with {strategy.describe()} (chain {chain} of {num_chains}): {'; '.join(problems)}. Check "

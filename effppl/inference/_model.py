@@ -69,6 +69,17 @@ def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
     return call_unhandled(model, *args, **kwargs)
 
 
+def unrecorded_observed_sites(model: Callable, args: tuple, kwargs: dict) -> tuple:
+    """Names of the observed sites a trace does not record: those inside a `while_loop` (no
+    static number of occurrences)."""
+    if _backend is not None:  # NumPyro has no sites inside while loops
+        return ()
+    from effppl.handlers._basic import _analyzed
+
+    return tuple(name for name, site in _analyzed(model, args, kwargs).items()
+                 if site.type == "sample" and site.is_observed and not site.bounded)
+
+
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
     """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
     return _handlers().potential_energy(model, args, kwargs, params)

@@ -171,6 +171,12 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
             f"`{api}` expected posterior draws of every latent site of model `{fns.name}`, but "
             f"sites {missing} are missing from `posterior_samples`."
         )
+    if info.unrecorded:
+        warnings.warn(
+            f"{api}: observed sites {list(info.unrecorded)} of model `{fns.name}` sit inside a "
+            "`while_loop` (no static number of occurrences), so they have no pointwise log "
+            "likelihood here; use `lax.scan`/`fori_loop` with static bounds to include them.",
+            UserWarning, stacklevel=2)
     samples = {n: posterior_samples[n] for n in info.latent}
     if batch_ndims == 0:
         samples = jax.tree.map(lambda x: x[None] if hasattr(x, 'shape') else np.asarray(x)[None], samples)
