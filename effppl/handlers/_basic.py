@@ -92,7 +92,8 @@ class _SetValue(Handler):
     def __init__(self, fn, data=None, substitute_fn=None):
         super().__init__(fn)
         if data is None and substitute_fn is None:
-            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data`.")
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data` (or a "
+                            f"function giving sites' values).")
         self.data = dict(data or {})
         self.substitute_fn = substitute_fn
 
@@ -149,9 +150,13 @@ class substitute(_SetValue):
 
 
 class condition(_SetValue):
-    """Observe sites at the values in `data` (dict name -> array): they become observed."""
+    """Observe sites at the values in `data` (dict name -> array): they become observed. Or, as
+    in NumPyro, `condition_fn(msg)` gives a site's value (`None`: leave the site alone)."""
 
     observe = True
+
+    def __init__(self, fn, data=None, condition_fn=None):
+        super().__init__(fn, data, substitute_fn=condition_fn)
 
 
 class do(_SetValue):

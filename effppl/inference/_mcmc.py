@@ -170,9 +170,16 @@ class MCMC:
         mesh = self._mesh() if self.chain_method == "sharded" else None
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
 
-    def _initial_state(self, sampler, fns, key, dynamic, mesh, api, pws):
+    def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws):
         """`(state, adapt_state, (step_size, imm), num_warmup)` to start from."""
         if pws is not None:  # continue after `warmup()` (or a previous run): no warmup
+            chains = np.shape(pws.logdensity)[:1]
+            if chains != (self.num_chains,) or set(pws.position) != set(info.latent):
+                raise MCMCError(
+                    f"`{api}`: `post_warmup_state` holds {chains[0] if chains else '?'} chains of "
+                    f"sites {sorted(pws.position)}, but this run has num_chains="
+                    f"{self.num_chains} and model `{fns.name}` has latent sites "
+                    f"{sorted(info.latent)}. Set `post_warmup_state = None` to warm up anew.")
             grad = jax.tree.map(jnp.negative, pws.logdensity_grad)
             state, astate, _ = sampler.start(pws.position, -pws.logdensity, grad)
             return state, astate, (pws.step_size, pws.inverse_mass_matrix), 0
@@ -187,7 +194,7 @@ class MCMC:
         init_key, run_key = jax.random.split(key)
         pws = self.post_warmup_state if sample else None
         state, astate, tuned, num_warmup = self._initial_state(
-            sampler, fns, init_key, dynamic, mesh, api, pws
+            sampler, fns, info, init_key, dynamic, mesh, api, pws
         )
         thinning = self.thinning
         num_draws = self.num_samples // thinning if sample else 0

@@ -361,6 +361,19 @@ def test_latent_without_value_names_the_site():
         effppl.effects.eliminate(random_walk)(3)
 
 
+def test_condition_fn_gives_values_as_in_numpyro():
+    def model():
+        a = effppl.sample("a", dist.Normal(0.0, 1.0))
+        effppl.sample("b", dist.Normal(a, 1.0))
+    values = {"a": 0.3, "b": -1.2}
+    pick = lambda msg: values.get(msg["name"])  # noqa: E731
+    tr = handlers.trace(handlers.condition(model, condition_fn=pick)).get_trace()
+    assert tr["a"]["is_observed"] and tr["b"]["is_observed"]
+    _close(tr["b"]["value"], -1.2)
+    ours = effppl.log_density(handlers.condition(model, condition_fn=pick), (), {}, {})[0]
+    _close(ours, stats.norm.logpdf(0.3) + stats.norm.logpdf(-1.2, 0.3))
+
+
 def test_a_model_returning_a_non_array_is_a_clear_error():
     def greets():
         effppl.sample("a", dist.Normal(0.0, 1.0))

@@ -124,6 +124,11 @@ def test_post_warmup_state_skips_warmup(y):
     assert mcmc.get_samples()["mu"].shape == (CHAINS * 30,)
     np.testing.assert_allclose(mcmc.get_extra_fields(group_by_chain=True)["step_size"][:, 0],
                                state.step_size, rtol=1e-6)
+    other = MCMC(NUTS(m.normal_normal), num_warmup=30, num_samples=30, num_chains=CHAINS + 1,
+                 progress_bar=False)
+    other.post_warmup_state = state
+    with pytest.raises(MCMCError, match=f"holds {CHAINS} chains.*num_chains={CHAINS + 1}"):
+        other.run(jax.random.key(1), y)
 
 
 def test_print_summary_reports_diagnostics_and_divergences(nuts_run, capsys):
