@@ -206,8 +206,7 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
     infer = tuple(sorted((infer or {}).items()))
-    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None,
-                     intervened=False, infer=infer)
+    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer)
 
 
 def _keep_validation(fn):

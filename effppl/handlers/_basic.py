@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..primitives import SiteError, deterministic_op, sample_op
+from ..primitives import SiteError, _value_type, deterministic_op, sample_op
 from ._handler import Handler, forward, trace_model
 from ._sites import analyze
 
@@ -103,7 +103,8 @@ class _SetValue(Handler):
 
     def clauses(self):
         def sample(counts, msg, *, resume, name, **static):
-            skip = (msg["value"] is not None and static["is_observed"] and not self.observe) or \
+            skip = (msg["value"] is not None and static["is_observed"]
+                    and not (self.observe or self.intervene)) or \
                 (name not in self.data and self.substitute_fn is None)
             if skip:
                 return resume(counts, forward(msg, name=name, **static))
@@ -118,8 +119,10 @@ class _SetValue(Handler):
                 value = self.substitute_fn(dict(msg, name=name, **static))
                 if value is None:
                     return resume(counts, forward(msg, name=name, **static))
-            static = dict(static, is_observed=static["is_observed"] or self.observe,
-                          intervened=static["intervened"] or self.intervene)
+            if self.intervene:  # the site stays as it was for the handlers outside; the model
+                forward(msg, name=name, **static)  # goes on with the intervention
+                return resume(counts, jnp.asarray(value, _value_type(msg).dtype))
+            static = dict(static, is_observed=static["is_observed"] or self.observe)
             return resume(counts, forward(dict(msg, value=jnp.asarray(value)), name=name, **static))
 
         def deterministic(counts, value, *, resume, name, **static):
@@ -160,8 +163,10 @@ class condition(_SetValue):
 
 
 class do(_SetValue):
-    """Intervene: fix sites to the values in `data`; they contribute no log density (NumPyro's
-    `do`)."""
+    """Intervene (NumPyro's and Pyro's `do`): the model goes on with the values in `data` at the
+    sites named there, as if they were hard-coded, while each of those sites stays a fresh sample
+    site, drawn (`seed`), given a value (`substitute`) and counted in the log density as before,
+    whose value does not propagate."""
 
     intervene = True
 

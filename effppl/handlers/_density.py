@@ -21,8 +21,6 @@ class _LogJoint(Handler):
     def clauses(self):
         def sample(total, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            if static["intervened"]:
-                return resume(total, value)
             lp = msg["fn"].log_prob(value)
             if msg["mask"] is not None:
                 lp = jnp.where(msg["mask"], lp, 0.0)

@@ -172,7 +172,6 @@ class trace(Handler):
                                                       [stack(x) for x in entry["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
                 rec["log_prob"] = stack(entry["log_prob"])
-                rec["intervened"] = bool(msg_static.get("intervened", False))
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
             out[name] = rec

@@ -117,9 +117,28 @@ def test_substitute_and_do_set_every_occurrence_in_scan():
     out = handlers.substitute(random_walk, {"x": xs})(5)
     _close(out, xs)
     out = handlers.do(handlers.seed(random_walk, 0), {"x": xs})(5)
-    _close(out, xs)
-    lp, _ = effppl.log_density(handlers.do(random_walk, {"x": xs}), (5,), {}, {})
-    _close(lp, 0.0)  # intervened sites contribute no density
+    _close(out, xs)  # the model goes on with the interventions
+
+
+def test_do_keeps_a_fresh_site_whose_value_does_not_propagate():
+    """NumPyro's/Pyro's `do`: every occurrence of `x` is still a latent site (drawn, valued,
+    counted) but the walk continues from the intervened values."""
+    xs, own = jnp.arange(5.0), jnp.linspace(-1.0, 1.0, 5)
+    tr = handlers.trace(handlers.seed(handlers.do(random_walk, {"x": xs}), 0)).get_trace(5)
+    assert not tr["x"]["is_observed"] and not np.allclose(tr["x"]["value"], xs)
+    lp, _ = effppl.log_density(handlers.do(random_walk, {"x": xs}), (5,), {}, {"x": own})
+    prev = jnp.concatenate([jnp.zeros(1), xs[:-1]])
+    _close(lp, jnp.sum(stats.norm.logpdf(own, prev, 1.0)))
+    with pytest.raises(effppl.SiteError, match="`x`"):  # still latent: it needs a value
+        effppl.log_density(handlers.do(random_walk, {"x": xs}), (5,), {}, {})
+
+    theirs = numpyro.handlers.trace(numpyro.handlers.seed(
+        numpyro.handlers.do(lambda: numpyro.sample("z", numpyro.distributions.Normal(0.0, 1.0)),
+                            {"z": 1.0}), 0)).get_trace()
+    ours = handlers.trace(handlers.seed(
+        handlers.do(lambda: effppl.sample("z", dist.Normal(0.0, 1.0)), {"z": 1.0}), 0)).get_trace()
+    assert set(ours) == set(theirs) == {"z"}
+    assert ours["z"]["value"] != 1.0 and theirs["z"]["value"] != 1.0
 
 
 def hierarchical(y):  # y: (G, T)
