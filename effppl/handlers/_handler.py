@@ -50,12 +50,27 @@ _BASE = {sample_op: _base_sample,
          deterministic_op: lambda params, value, *, resume, **static: resume(params, value)}
 
 
+def model_name(fn) -> str:
+    """A model's name for messages: its `__name__`, else its type's (partials, callable objects)."""
+    inner = getattr(fn, "func", fn)  # functools.partial
+    return getattr(inner, "__name__", None) or type(inner).__name__
+
+
+def _named_like(fn):
+    """`functools.wraps` that also names the wrapper after a partial or a callable object."""
+    def deco(wrapper):
+        wrapper = functools.wraps(fn, updated=())(wrapper)
+        wrapper.__name__ = model_name(fn)
+        return wrapper
+    return deco
+
+
 def run_outermost(fn, *args, **kwargs):
     """Run `fn` (a model, possibly wrapped in handlers) under the base handler, compiled."""
     if _nesting():
         return fn(*args, **kwargs)
 
-    @functools.wraps(fn, updated=())
+    @_named_like(fn)
     def body(*a, **kw):
         with _inside():
             return fn(*a, **kw)
@@ -102,7 +117,7 @@ class Handler:
 
     def handled(self, *args, **kwargs):
         """Run under this handler only (inside an outer composition)."""
-        @functools.wraps(self.fn, updated=())
+        @_named_like(self.fn)
         def body(*a, **kw):
             with _inside():
                 return self.fn(*a, **kw)
@@ -133,5 +148,6 @@ def trace_model(fn, *args, **kwargs):
         a, kw = rebuild(xs)
         return call_unhandled(fn, *a, **kw)
 
-    closed, _, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in leaves], "model")
+    closed, _, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in leaves],
+                                          model_name(fn))
     return closed.jaxpr

@@ -242,7 +242,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
             raise InitializationError(
                 f"`{api}` needs the gradient of model `{name}`'s log density, but JAX cannot "
                 "differentiate a `lax.while_loop` in reverse mode, and the model has sample sites "
-                "inside one whose log density depends on its latent sites. Use `lax.scan` or "
+                "inside one, through which the gradient would go. Use `lax.scan` or "
                 "`lax.fori_loop` with static bounds (and `effppl.handlers.mask` for a "
                 "data-dependent number of steps).") from err
         ok = np.isfinite(np.asarray(pe))

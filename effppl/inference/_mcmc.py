@@ -180,8 +180,16 @@ class MCMC:
                     f"sites {sorted(pws.position)}, but this run has num_chains="
                     f"{self.num_chains} and model `{fns.name}` has latent sites "
                     f"{sorted(info.latent)}. Set `post_warmup_state = None` to warm up anew.")
-            grad = jax.tree.map(jnp.negative, pws.logdensity_grad)
-            state, astate, _ = sampler.start(pws.position, -pws.logdensity, grad)
+            # The log density and its gradient at the saved position are recomputed: the data
+            # (or a global the model reads) may have changed since the state was saved.
+            position = self._place(pws.position, mesh, PartitionSpec("chain"))
+            pe, grad, _, _ = fns.potential_and_grad(position, dynamic)
+            if not np.all(np.isfinite(np.asarray(pe))):
+                raise MCMCError(
+                    f"`{api}`: the log density of model `{fns.name}` is not finite at the "
+                    f"`post_warmup_state`'s position (a state of another model or data?). Set "
+                    f"`post_warmup_state = None` to initialise and warm up anew.")
+            state, astate, _ = sampler.start(position, pe, grad)
             return state, astate, (pws.step_size, pws.inverse_mass_matrix), 0
         init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains, dynamic,
                                    api=api)

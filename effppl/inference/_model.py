@@ -59,6 +59,13 @@ class Site(NamedTuple):
     log_prob: Any = None  # elementwise log density, when the trace records it
 
 
+def model_name(model: Callable) -> str:
+    """The model's name for messages."""
+    from effppl.handlers._handler import model_name as name
+
+    return name(model)
+
+
 def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
     """Run `model` under no handler, only to trace its own program (its sites stay effect
     operations, never evaluated)."""

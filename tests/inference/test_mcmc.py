@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from effppl.inference import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
-from effppl.inference import _sampler
+from effppl.inference import _model, _sampler
 from effppl.inference._cache import split_args
 from effppl.inference._fns import model_fns
 
@@ -124,6 +124,15 @@ def test_post_warmup_state_skips_warmup(y):
     assert mcmc.get_samples()["mu"].shape == (CHAINS * 30,)
     np.testing.assert_allclose(mcmc.get_extra_fields(group_by_chain=True)["step_size"][:, 0],
                                state.step_size, rtol=1e-6)
+    # With new data, the log density at the saved position is recomputed, not taken from the
+    # state: the chains move, and the recorded lp is the new model's.
+    mcmc.post_warmup_state = state
+    mcmc.run(jax.random.key(2), y + 5.0)
+    draws, lp = mcmc.get_samples()["mu"], mcmc.get_extra_fields()["lp"]
+    assert len(np.unique(np.asarray(draws))) > 10
+    log_density = _model._handlers().log_density  # effppl's, or NumPyro's on that test backend
+    ref = jax.vmap(lambda mu: log_density(m.normal_normal, (y + 5.0,), {}, {"mu": mu})[0])(draws)
+    np.testing.assert_allclose(lp, ref, rtol=1e-5)
     other = MCMC(NUTS(m.normal_normal), num_warmup=30, num_samples=30, num_chains=CHAINS + 1,
                  progress_bar=False)
     other.post_warmup_state = state
