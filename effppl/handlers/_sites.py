@@ -51,9 +51,9 @@ def bijector(name, fn):
     `Bernoulli` in one `cond` branch of a site that HMC would have to move."""
     if getattr(fn.support, "is_discrete", False):
         raise SiteError(f"The latent site `{name}` has a discrete support ({type(fn).__name__}, "
-                        f"{fn.support}), so it has no unconstrained space: HMC/NUTS and "
-                        f"`potential_energy` need continuous latent sites. Marginalise it out of "
-                        f"the model or observe it.")
+                        f"{type(fn.support).__name__}), so it has no unconstrained space: HMC/NUTS "
+                        f"and `potential_energy` need continuous latent sites. Marginalise it out "
+                        f"of the model or observe it.")
     return biject_to(fn.support)
 
 
