@@ -170,7 +170,8 @@ def message_contexts():
 # The user-facing primitives
 
 
-def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None):
+def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None, *,
+           sample_shape: tuple = ()):
     """Draw (or observe) the random variable `name` from the distribution `fn`.
 
     **Arguments:**
@@ -179,8 +180,10 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     - `fn`: a `numpyro.distributions.Distribution` (re-exported as `effppl.distributions`).
     - `obs`: observed value, array of shape `fn.shape()` (broadcastable), or None for a latent.
     - `infer`: optional dict of static inference hints (hashable values).
+    - `sample_shape`: extra leading batch dimensions of independent draws; as in NumPyro, the
+      enclosing plates broadcast against `sample_shape + fn.batch_shape`.
 
-    **Returns:** the site's value, shape `fn.batch_shape + fn.event_shape`.
+    **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
     **Raises:** `SiteError` naming the site when `obs` has an incompatible shape or `fn` is not a
     distribution; `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
@@ -190,6 +193,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                         f"{type(fn).__name__}.")
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
+    if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
+        fn = fn.expand(tuple(sample_shape) + tuple(fn.batch_shape))
     fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
         obs = jnp.asarray(obs)

@@ -380,6 +380,22 @@ def test_latent_without_value_names_the_site():
         effppl.effects.eliminate(random_walk)(3)
 
 
+def _with_sample_shape(sample, plate):
+    def model():
+        sample("y", dist.Normal(0.0, 1.0), sample_shape=(4,))
+        with plate("p", 3):
+            return sample("x", dist.Normal(0.0, 1.0), sample_shape=(2, 1))
+    return model
+
+
+def test_sample_shape_equals_numpyro():
+    ours, theirs = (_with_sample_shape(effppl.sample, effppl.plate),
+                    _with_sample_shape(numpyro.sample, numpyro.plate))
+    assert handlers.seed(ours, 0)().shape == numpyro.handlers.seed(theirs, 0)().shape == (2, 3)
+    params = {"x": jnp.arange(6.0).reshape(2, 3) / 3, "y": jnp.linspace(-1.0, 1.0, 4)}
+    _close(effppl.log_density(ours, (), {}, params)[0], np_log_density(theirs, (), {}, params)[0])
+
+
 def test_condition_fn_gives_values_as_in_numpyro():
     def model():
         a = effppl.sample("a", dist.Normal(0.0, 1.0))
