@@ -66,7 +66,7 @@ def site_row(handler, name, values, site_shape, count, site):
     loops = site.loops if site is not None else ()
     if loops:
         if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
-            return values.reshape((-1, *site_shape))[count], True
+            return values.reshape((-1, *site_shape))[site.row(count)], True
         expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
     elif values.shape == site_shape:
         return values, False

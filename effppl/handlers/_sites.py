@@ -27,6 +27,7 @@ class Site(NamedTuple):
     is_observed: bool
     key: object             # the SiteKey of the perform (its distribution treedef, ...)
     one_family: bool = True  # False when cond branches use different distributions
+    reverse: tuple = ()     # per enclosing loop: a `scan(..., reverse=True)`
 
     @property
     def in_loop(self):
@@ -39,6 +40,21 @@ class Site(NamedTuple):
     @property
     def count(self):
         return math.prod(self.loops) if self.bounded else None
+
+    def row(self, occurrence):
+        """The row of the site's loop-stacked value (flattened over its loops) that its
+        `occurrence`-th occurrence (int32, from 0) reads or writes: row-major over the loops, in
+        iteration order, so along a reversed `scan` the first occurrence is the last row."""
+        if not any(self.reverse):
+            return occurrence
+        index, rest = [], occurrence
+        for length in reversed(self.loops):
+            index.append(rest % length)
+            rest = rest // length
+        row = 0
+        for i, length, reverse in zip(reversed(index), self.loops, self.reverse):
+            row = row * length + (length - 1 - i if reverse else i)
+        return row
 
 
 _WHERE = {"sample": sample_op, "deterministic": deterministic_op}
@@ -77,10 +93,10 @@ def _walk(jaxpr, loops, branch, out, origin=None):
             if spec.ret is not None:
                 _walk(spec.ret.jaxpr, loops, branch, out, origin)
         elif prim is _compat.scan_p:
-            _walk(p["jaxpr"].jaxpr, loops + (p["length"],), branch, out, origin)
+            _walk(p["jaxpr"].jaxpr, loops + ((p["length"], p["reverse"]),), branch, out, origin)
         elif prim is _compat.while_p:
-            _walk(p["cond_jaxpr"].jaxpr, loops + (None,), branch, out, origin)
-            _walk(p["body_jaxpr"].jaxpr, loops + (None,), branch, out, origin)
+            _walk(p["cond_jaxpr"].jaxpr, loops + ((None, False),), branch, out, origin)
+            _walk(p["body_jaxpr"].jaxpr, loops + ((None, False),), branch, out, origin)
         elif prim is _compat.cond_p:
             for b, sub in enumerate(p["branches"]):
                 _walk(sub.jaxpr, loops, branch + ((id(eqn), b),), out, origin)
@@ -104,7 +120,9 @@ def analyze(jaxpr) -> dict:
     found = []
     _walk(jaxpr, (), (), found)
     sites, seen = {}, {}
-    for eqn, loops, branch, origin in found:
+    for eqn, loops_reverse, branch, origin in found:
+        loops = tuple(length for length, _ in loops_reverse)
+        reverse = tuple(rev for _, rev in loops_reverse)
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
         kind = "sample" if eqn.params["op"] is sample_op else "deterministic"
         where = _compat.summarize_source(origin.source_info)
@@ -116,7 +134,7 @@ def analyze(jaxpr) -> dict:
         seen.setdefault(name, []).append((branch, where))
         static = dict(eqn.params["static"])
         site = Site(name, kind, _compat.abstractify(eqn.outvars[0].aval), loops,
-                    bool(static.get("is_observed", False)), site_key(eqn))
+                    bool(static.get("is_observed", False)), site_key(eqn), reverse=reverse)
         if name in sites and sites[name].loops != loops:
             raise SiteError(f"Site `{name}` occurs inside loops of lengths {sites[name].loops} "
                             f"and {loops}; one name must always sit in the same loops.")

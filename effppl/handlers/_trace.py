@@ -109,13 +109,14 @@ class trace(Handler):
                     updates["log_prob"] = lp
                 if "unconstrained" in entry:
                     updates["unconstrained"] = bijector(name, fn).inv(value)
+            row = site.row(entry["count"]) if site.in_loop else None
             for k, new in updates.items():
                 if site.in_loop:
                     if isinstance(new, list):
-                        entry[k] = [b.at[entry["count"]].set(jnp.asarray(x, b.dtype))
+                        entry[k] = [b.at[row].set(jnp.asarray(x, b.dtype))
                                     for b, x in zip(entry[k], new)]
                     else:
-                        entry[k] = entry[k].at[entry["count"]].set(jnp.asarray(new, entry[k].dtype))
+                        entry[k] = entry[k].at[row].set(jnp.asarray(new, entry[k].dtype))
                 elif isinstance(new, list):
                     entry[k] = [jnp.asarray(x, b.dtype) for b, x in zip(entry[k], new)]
                 else:

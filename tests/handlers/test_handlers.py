@@ -112,6 +112,33 @@ def test_seed_gives_a_fresh_key_per_scan_iteration():
     _close(draws, again)
 
 
+def _reversed_walk(y):
+    def step(x, yt):
+        x = effppl.sample("x", dist.Normal(x, 1.0))
+        effppl.sample("y", dist.Normal(x, 0.5), obs=yt)
+        return x, x
+    return jax.lax.scan(step, 0.0, y, reverse=True)[1]
+
+
+def test_rows_of_a_reversed_scan_are_in_iteration_order():
+    """Row t of a site in `scan(..., reverse=True)` belongs to iteration t (the order of the
+    scan's own outputs, and of NumPyro's traces), in every handler."""
+    y, xs = jnp.array([0.3, -0.2, 1.1, 0.8]), jnp.array([0.5, -0.1, 0.9, 0.2])
+    expected, prev = 0.0, 0.0
+    for t in (3, 2, 1, 0):  # the order the reversed scan runs in
+        expected += stats.norm.logpdf(xs[t], prev, 1.0) + stats.norm.logpdf(y[t], xs[t], 0.5)
+        prev = xs[t]
+    lp, tr = effppl.log_density(_reversed_walk, (y,), {}, {"x": xs})
+    _close(lp, expected)
+    _close(tr["x"]["value"], xs)
+    _close(tr["y"]["value"], y)
+    _close(handlers.substitute(_reversed_walk, {"x": xs})(y), xs)
+    drawn = handlers.trace(handlers.seed(_reversed_walk, 1)).get_trace(y)
+    _close(drawn["x"]["value"], handlers.seed(_reversed_walk, 1)(y))
+    _close(effppl.log_density(_reversed_walk, (y,), {}, {"x": drawn["x"]["value"]})[0],
+           sum(jnp.sum(site["log_prob"]) for site in drawn.values()))
+
+
 def test_substitute_and_do_set_every_occurrence_in_scan():
     xs = jnp.arange(5.0)
     out = handlers.substitute(random_walk, {"x": xs})(5)
