@@ -162,10 +162,11 @@ def _perform_unhandled(*args, op, in_tree, static, **_):
         f"{op.how_to_handle(static)}")
 
 
-def _perform_jvp(primals, tangents, *, op, **_):
+def _perform_jvp(primals, tangents, *, op, static, **_):
     raise UnsupportedHandlerError(
-        f"Operation `{op.name}` is performed under `jax.grad`/`jax.jvp` *inside* a handled region; "
-        f"differentiate the handled function from outside instead (`jax.grad(handle(...))`).")
+        f"Operation `{op.name}` is performed under `jax.grad`/`jax.jvp`: differentiate the handled "
+        f"function from outside instead (`jax.grad(handle(...))`), not the operation inside it. "
+        f"(With no handler at all: {op.how_to_handle(static)})")
 
 
 def _perform_batch(args, dims, *, op, in_tree, static):

@@ -405,6 +405,9 @@ def test_latent_without_value_names_the_site():
         random_walk(3)
     with pytest.raises(effppl.effects.UnhandledEffectError, match="site `x`.*handlers.seed"):
         effppl.effects.eliminate(random_walk)(3)
+    with pytest.raises(effppl.effects.UnsupportedHandlerError,
+                       match="`sample`.*grad.*site `g` outside of any handler"):
+        jax.grad(lambda loc: effppl.sample("g", dist.Normal(loc, 1.0)))(0.0)
 
 
 def _with_sample_shape(sample, plate):
