@@ -102,6 +102,14 @@ class _SetValue(Handler):
         return {name: jnp.int32(0) for name in self.data}
 
     def clauses(self):
+        def given(counts, name, shape):
+            """The value in `data` for this occurrence of site `name`, and the new counters."""
+            value, advance = site_row(self.entry_point or type(self).__name__, name,
+                                      self.data[name], shape, counts[name], self._sites.get(name))
+            if advance:
+                counts = dict(counts, **{name: counts[name] + 1})
+            return value, counts
+
         def sample(counts, msg, *, resume, name, **static):
             skip = (msg["value"] is not None and static["is_observed"]
                     and not (self.observe or self.intervene)) or \
@@ -110,11 +118,7 @@ class _SetValue(Handler):
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
             if name in self.data:
-                value, advance = site_row(self.entry_point or type(self).__name__, name,
-                                          self.data[name], shape, counts[name],
-                                          self._sites.get(name))
-                if advance:
-                    counts = dict(counts, **{name: counts[name] + 1})
+                value, counts = given(counts, name, shape)
             else:
                 value = self.substitute_fn(dict(msg, name=name, **static))
                 if value is None:
@@ -127,12 +131,8 @@ class _SetValue(Handler):
 
         def deterministic(counts, value, *, resume, name, **static):
             if name in self.data:
-                given, advance = site_row(self.entry_point or type(self).__name__, name,
-                                          self.data[name], value.shape, counts[name],
-                                          self._sites.get(name))
-                if advance:
-                    counts = dict(counts, **{name: counts[name] + 1})
-                value = given.astype(value.dtype)
+                fixed, counts = given(counts, name, value.shape)
+                value = fixed.astype(value.dtype)
             return resume(counts, deterministic_op(value, name=name, **static))
 
         if self.sets_deterministic:
