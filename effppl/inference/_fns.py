@@ -191,6 +191,11 @@ def _same_value(a: Any, b: Any) -> bool:
         return True
     if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
         return False
+    if any(jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key) for x in (a, b)):
+        try:
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        except TypeError:
+            return False
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
 

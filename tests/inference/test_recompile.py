@@ -135,3 +135,21 @@ def test_a_changed_global_is_used_not_a_stale_compiled_value(monkeypatch):
     assert float(np.mean(draw(jax.random.key(0))["x"])) == pytest.approx(3.0, abs=0.05)
     monkeypatch.setattr(_Setting, "loc", -3.0)
     assert float(np.mean(draw(jax.random.key(0))["x"])) == pytest.approx(-3.0, abs=0.05)
+
+
+_KEY = jax.random.key(0)
+
+
+def _offset_by_a_global_key():
+    m.sample("x", m.dist.Normal(jax.random.normal(_KEY), 0.01))
+
+
+def test_a_global_prng_key_is_compared_by_its_data(monkeypatch):
+    draw = Predictive(_offset_by_a_global_key, num_samples=50)
+    first = float(np.mean(draw(jax.random.key(1))["x"]))
+    with count_compilations() as count:
+        assert float(np.mean(draw(jax.random.key(1))["x"])) == first
+    assert count[0] == 0
+    monkeypatch.setattr(f"{__name__}._KEY", jax.random.key(7))
+    expected = float(jax.random.normal(jax.random.key(7)))
+    assert float(np.mean(draw(jax.random.key(1))["x"])) == pytest.approx(expected, abs=0.01)
