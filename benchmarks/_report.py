@@ -263,7 +263,8 @@ def header(results):
         f"effppl benchmarks, mode {results['mode']}, dtype {results['dtype']}",
         f"machine: {results['machine']['cpu']} ({results['machine']['cpu_count']} CPUs); "
         f"devices: {devices}",
-        f"jax {v['jax']}, numpyro {v['numpyro']}, blackjax {v['blackjax']}, effppl {v['effppl']}; "
+        f"jax {v['jax']}, numpyro {v['numpyro']}, blackjax {v['blackjax']}, effppl {v['effppl']}"
+        + (f" ({v['effppl_commit'][:12]})" if v.get("effppl_commit") else "") + "; "
         + oryx_text,
     ])
 

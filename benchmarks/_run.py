@@ -131,7 +131,24 @@ def _versions():
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
             out[dist] = None
+    import effppl
+    out["effppl"] = effppl.__version__  # also when run from a checkout that is not installed
+    out["effppl_commit"] = _git_commit()
     return out
+
+
+def _git_commit():
+    """The checkout's commit (with `+dirty` for uncommitted changes), or `None` outside git."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty.strip() else "")
 
 
 def _cpu():

@@ -1,12 +1,14 @@
 """effppl: a probabilistic programming language for JAX built on algebraic effect handlers."""
 
+__version__ = "0.1.0"
+
 from ._errors import EffpplError
 from . import effects
 from .primitives import SiteError, deterministic, factor, plate, sample
 from . import distributions, handlers
 from .handlers import log_density
 
-__all__ = ["EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
+__all__ = ["__version__", "EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
            "deterministic", "factor", "plate", "log_density"]
 
 
