@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
-from numpyro.distributions.batch_util import promote_batch_shape
+from numpyro.distributions import batch_util
 
 from . import effects as fx
 from .effects import _compat
@@ -53,6 +53,22 @@ sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
                                 jax.ShapeDtypeStruct(value.shape, value.dtype),
                                 unhandled=_outside_handlers)
+
+
+def promote_batch_shape(fn):
+    """numpyro's `promote_batch_shape` (leading axes added by `vmap`/stacking join the batch
+    shape), with every `ExpandedDistribution` in `fn` rebuilt by `expand`: numpyro's rule for it
+    updates the batch shapes but keeps the old expansion sizes, so `sample` drew the wrong shape
+    (a `plate` or `sample_shape` site inside `jax.vmap` or a loop)."""
+    return _rebuild_expanded(batch_util.promote_batch_shape(fn))
+
+
+def _rebuild_expanded(fn):
+    if isinstance(fn, dist.ExpandedDistribution):
+        return _rebuild_expanded(fn.base_dist).expand(fn.batch_shape)
+    if isinstance(fn, dist.Independent):
+        return _rebuild_expanded(fn.base_dist).to_event(fn.reinterpreted_batch_ndims)
+    return fn
 
 
 def _batch_message(args, dims, in_tree):
@@ -207,11 +223,24 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         if fn.event_shape and obs.shape[obs.ndim - len(fn.event_shape):] != fn.event_shape:
             raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
                             f"match the event shape {fn.event_shape}.")
+        fn, obs = _broadcast_observation(fn, obs)
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
     infer = tuple(sorted((infer or {}).items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer)
+
+
+def _broadcast_observation(fn, obs):
+    """`fn` expanded and `obs` broadcast to their common shape, so that the site's value has its
+    distribution's shape (NumPyro's `log_prob` broadcasts the two, with the same sum; under
+    `jax.vmap` the batched axis would otherwise broadcast against the wrong one)."""
+    shape = jnp.broadcast_shapes(obs.shape, fn.shape())
+    if shape != fn.shape():
+        fn = _keep_validation(fn.expand(shape[:len(shape) - len(fn.event_shape)]))
+    if shape != obs.shape:
+        obs = jnp.broadcast_to(obs, shape)
+    return fn, obs
 
 
 def _keep_validation(fn):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from numpyro.distributions.batch_util import promote_batch_shape
 
-from ..primitives import SiteError, deterministic_op, sample_op
+from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
 from ._handler import Handler, forward, run_outermost, trace_model
 from ._sites import analyze, bijector
 

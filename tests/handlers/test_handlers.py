@@ -275,6 +275,54 @@ def test_vmap_inside_model_behaves_like_a_plate():
     assert draws.shape == (3,) and len(np.unique(np.asarray(draws))) == 3
 
 
+@pytest.mark.parametrize("where", ["vmap", "scan"])
+@pytest.mark.parametrize("batch", ["plate", "sample_shape"])
+def test_plates_and_sample_shapes_inside_vmap_and_scan(where, batch):
+    # numpyro's promote_batch_shape keeps an expanded distribution's old expansion sizes, so
+    # such a site drew shape (2, 4, 1) for (4, 2) and no handler could run (found in review)
+    def model(x):
+        def piece(_, xi):
+            if batch == "plate":
+                with effppl.plate("k", 2):
+                    a = effppl.sample("a", dist.Normal(0.0, 1.0))
+            else:
+                a = effppl.sample("a", dist.Normal(0.0, 1.0), sample_shape=(2,))
+            effppl.sample("y", dist.Normal(a.sum(), 1.0), obs=xi)
+            return None, None
+        if where == "vmap":
+            jax.vmap(lambda xi: piece(None, xi))(x)
+        else:
+            jax.lax.scan(piece, None, x)
+    x, a = jnp.arange(4.0), jnp.arange(8.0).reshape(4, 2) / 10
+    ref = stats.norm.logpdf(a).sum() + stats.norm.logpdf(x, a.sum(-1), 1.0).sum()
+    _close(effppl.log_density(model, (x,), {}, {"a": a})[0], ref)
+    _close(-handlers.potential_energy(model, (x,), {}, {"a": a}), ref)
+    site = handlers.trace(handlers.seed(model, 0)).get_trace(x)["a"]
+    assert site["value"].shape == site["fn"].shape() == (4, 2)
+    assert site["fn"].sample(jax.random.PRNGKey(0)).shape == (4, 2)
+    assert len(np.unique(np.asarray(site["value"]))) == 8
+
+
+def test_observations_broadcast_against_their_distribution_inside_vmap():
+    def wider_obs(Y):  # a row of 3 observations of a scalar distribution, per element
+        def piece(row):
+            z = effppl.sample("z", dist.Normal(0.0, 1.0))
+            effppl.sample("y", dist.Normal(z, 1.0), obs=row)
+        jax.vmap(piece)(Y)
+
+    def narrower_obs(Y):  # a scalar observation of a distribution of batch shape (3,)
+        def piece(row):
+            z = effppl.sample("z", dist.Normal(0.0, 1.0))
+            effppl.sample("y", dist.Normal(z * jnp.ones(3), 1.0), obs=row[0])
+        jax.vmap(piece)(Y)
+    Y, z = jnp.arange(6.0).reshape(2, 3), jnp.array([0.3, -0.2])
+    _close(effppl.log_density(wider_obs, (Y,), {}, {"z": z})[0],
+           stats.norm.logpdf(z).sum() + stats.norm.logpdf(Y, z[:, None]).sum())
+    _close(effppl.log_density(narrower_obs, (Y,), {}, {"z": z})[0],
+           stats.norm.logpdf(z).sum() + 3 * stats.norm.logpdf(Y[:, 0], z).sum())
+    assert handlers.trace(handlers.seed(narrower_obs, 0)).get_trace(Y)["y"]["value"].shape == (2, 3)
+
+
 def test_vmap_of_cond_with_batched_predicate_counts_only_the_taken_branch():
     # JAX batches such a cond by running both branches; effppl runs it element by element, so only
     # the sites of each element's own branch count (oracle by hand: NumPyro has no such model).
