@@ -111,10 +111,7 @@ class _SetValue(Handler):
             return value, counts
 
         def sample(counts, msg, *, resume, name, **static):
-            skip = (msg["value"] is not None and static["is_observed"]
-                    and not (self.observe or self.intervene)) or \
-                (name not in self.data and self.substitute_fn is None)
-            if skip:
+            if name not in self.data and self.substitute_fn is None:
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
             if name in self.data:
@@ -141,9 +138,11 @@ class _SetValue(Handler):
 
 
 class substitute(_SetValue):
-    """Set latent sites' values from `data` (dict name -> array); they stay latent. As in NumPyro,
-    deterministic sites named in `data` take the given value too (`substitute_fn` is asked about
-    sample sites only).
+    """Set sites' values from `data` (dict name -> array), or from `substitute_fn(msg)` (`None`:
+    leave the site alone). As in NumPyro, every site named takes the value: a latent site stays
+    latent, an observed site (`obs=` or an inner `condition`) stays observed at the new value, and
+    deterministic sites named in `data` take it too (`substitute_fn` is asked about sample sites
+    only).
 
     Inside loops, `data[name]` stacks one row per occurrence (shape `(T, ...)`, nested loops
     `(T_outer, T_inner, ...)`). **Raises:** `SiteError` on a shape mismatch, naming the site.

@@ -411,6 +411,28 @@ def test_handlers_mask_scale_block_condition_replay():
     assert cond["mu"]["is_observed"] and float(cond["mu"]["value"]) == 3.0
 
 
+def test_substitute_sets_observed_sites_too_as_in_numpyro():
+    from numpyro import handlers as nh
+
+    def model(y, sample=effppl.sample):
+        a = sample("a", dist.Normal(0.0, 3.0))
+        sample("y", dist.Normal(a, 1.0), obs=y)
+        return a
+
+    def np_model(y):
+        return model(y, numpyro.sample)
+    y = jnp.array(1.5)
+    ours = handlers.substitute(handlers.condition(model, {"a": 1.0}), {"a": 2.0})
+    theirs = nh.substitute(nh.condition(np_model, {"a": 1.0}), {"a": 2.0})
+    assert ours(y) == theirs(y) == 2.0
+    for params in ({"a": 0.3, "y": 40.0},):  # log_density's params name an observed site
+        _close(effppl.log_density(model, (y,), {}, params)[0],
+               np_log_density(np_model, (y,), {}, params)[0])
+    tr = handlers.trace(handlers.substitute(model, {"a": 0.3, "y": 40.0})).get_trace(y)
+    assert tr["y"]["is_observed"] and tr["y"]["value"] == 40.0
+    _close(tr["y"]["log_prob"], stats.norm.logpdf(40.0, 0.3, 1.0))
+
+
 def test_compiled_log_density_does_not_recompile_for_new_data():
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
