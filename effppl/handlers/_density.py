@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from ..primitives import sample_op
 from ._basic import _analyzed, site_row, substitute
 from ._handler import Handler, forward, run_outermost
-from ._sites import bijector
+from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
 
 
@@ -38,7 +38,13 @@ class _Unconstrain(Handler):
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
     other latents uses their current values), and returns `(result, sum of log|det J_t(u)|)`,
     each term scaled like its site. (NumPyro adds each term as a factor site `_{name}_log_det`;
-    the sum is the same, without two more clauses per latent site to trace.)"""
+    the sum is the same, without two more clauses per latent site to trace.)
+
+    Unconstrained coordinates that no occurrence reads (the rows of a site in a `cond` branch
+    that was not taken; the trailing coordinates of a branch whose distribution has fewer, see
+    `unconstrained_type`) add a standard normal log density to that sum, so the target stays
+    proper: without it HMC drifts without bound along those flat directions. Integrating them
+    out leaves the model's density, and no value depends on them."""
 
     def __init__(self, fn, params):
         super().__init__(fn)
@@ -54,23 +60,41 @@ class _Unconstrain(Handler):
             counts, log_det_total = state
             if name not in self.values or msg["value"] is not None:
                 return resume(state, forward(msg, name=name, **static))
-            fn = msg["fn"]
+            fn, site = msg["fn"], self._sites.get(name)
             t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())
-            u, advance = site_row("potential_energy (unconstrained values)", name,
-                                  self.values[name], u_shape, counts[name], self._sites.get(name))
-            if advance:
-                counts = dict(counts, **{name: counts[name] + 1})
+            row_shape = unconstrained_type(site)[0] if site is not None else u_shape
+            row, _ = site_row("potential_energy (unconstrained values)", name,
+                              self.values[name], row_shape, counts[name], site)
+            counts = dict(counts, **{name: counts[name] + 1})
+            u, unread = split_row(row, u_shape)
             value = t(u)
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
             if msg["scale"] is not None:
                 log_det = jnp.sum(log_det * msg["scale"])
+            if unread is not None:
+                log_det = log_det + jnp.sum(_std_normal(unread))
             state = counts, log_det_total + log_det.astype(log_det_total.dtype)
             return resume(state, forward(dict(msg, value=value), name=name, **static))
         return {sample_op: sample}
 
     def ret(self, state, result):
-        return result, state[1]
+        counts, log_det_total = state
+        for name, count in counts.items():
+            site = self._sites.get(name)
+            if site is None or not site.bounded or site.type != "sample":
+                continue
+            rows = jnp.asarray(self.values[name]).reshape((site.count or 1, -1))
+            occurrence = jnp.arange(rows.shape[0])
+            unread = jnp.zeros(rows.shape[0], bool).at[site.row(occurrence)].set(
+                occurrence >= count)
+            aux = jnp.where(unread[:, None], _std_normal(rows), 0.0)
+            log_det_total = log_det_total + jnp.sum(aux).astype(log_det_total.dtype)
+        return result, log_det_total
+
+
+def _std_normal(u):
+    return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
 
 
 def log_density(model, model_args=(), model_kwargs=None, params=None):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import _compat
@@ -28,6 +30,7 @@ class Site(NamedTuple):
     key: object             # the SiteKey of the perform (its distribution treedef, ...)
     one_family: bool = True  # False when cond branches use different distributions
     reverse: tuple = ()     # per enclosing loop: a `scan(..., reverse=True)`
+    keys: tuple = ()        # the SiteKey of each different perform (cond branches), `key` first
 
     @property
     def in_loop(self):
@@ -143,5 +146,49 @@ def analyze(jaxpr) -> dict:
                             f"branch and {site.aval.shape} in another.")
         if name in sites and sites[name].key.in_tree != site.key.in_tree:
             sites[name] = sites[name]._replace(one_family=False)
-        sites.setdefault(name, site)
+        if name in sites and site.key not in sites[name].keys:
+            sites[name] = sites[name]._replace(keys=sites[name].keys + (site.key,))
+        sites.setdefault(name, site._replace(keys=(site.key,)))
     return sites
+
+
+def _unconstrained_type(site, key):
+    """`(shape, dtype)` of `biject_to(fn.support).inv(value)` for the perform `key` of `site`."""
+    fn_avals = jax.tree_util.tree_unflatten(key.in_tree, key.in_avals)[0]["fn"]
+    leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
+
+    def inv(ls, value):
+        return bijector(site.name, jax.tree_util.tree_unflatten(tree, ls)).inv(value)
+
+    out = jax.eval_shape(inv, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
+    return out.shape, out.dtype
+
+
+def unconstrained_type(site):
+    """`(shape, dtype)` of one occurrence's unconstrained value: that of `biject_to(fn.support)
+    .inv(value)` (a simplex of K has K - 1 coordinates). When `cond` branches give the site
+    distributions whose unconstrained values differ in shape, a flat vector as long as the longest:
+    each branch reads its coordinates from the front (`split_row`)."""
+    types = {_unconstrained_type(site, key) for key in site.keys or (site.key,)}
+    if len(types) == 1:
+        return types.pop()
+    return ((max(math.prod(shape) for shape, _ in types),),
+            jnp.result_type(*[dtype for _, dtype in types]))
+
+
+def pad_row(u, shape):
+    """An occurrence's unconstrained value `u` as a row of the site's `shape` (`unconstrained_type`):
+    `u` itself, or `u` flattened and padded with zeros."""
+    if u.shape == tuple(shape):
+        return u
+    return jnp.pad(jnp.ravel(u), (0, shape[0] - u.size))
+
+
+def split_row(row, shape):
+    """`(u, rest)`: the coordinates of shape `shape` one occurrence reads from `row` (`pad_row`'s
+    inverse), and the coordinates it leaves unread (`None` when it reads the whole row)."""
+    if row.shape == tuple(shape):
+        return row, None
+    size = math.prod(shape)
+    return row[:size].reshape(shape), row[size:]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
 from ._handler import Handler, forward, run_outermost, trace_model
-from ._sites import analyze, bijector
+from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
 def _log_prob_type(site, fn_avals):
@@ -19,17 +19,6 @@ def _log_prob_type(site, fn_avals):
         return jax.tree_util.tree_unflatten(tree, ls).log_prob(value)
 
     return jax.eval_shape(log_prob, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
-
-
-def _unconstrained_type(site, fn_avals):
-    """The type of `biject_to(fn.support).inv(value)` (a simplex of K has K - 1 coordinates)."""
-    leaves, tree = jax.tree_util.tree_flatten(fn_avals)
-    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
-
-    def inv(ls, value):
-        return bijector(site.name, jax.tree_util.tree_unflatten(tree, ls)).inv(value)
-
-    return jax.eval_shape(inv, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
 
 
 class trace(Handler):
@@ -80,8 +69,8 @@ class trace(Handler):
                 lp = _log_prob_type(site, msg_avals["fn"])
                 entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
                 if self.record_unconstrained and not site.is_observed:
-                    u = _unconstrained_type(site, msg_avals["fn"])
-                    entry["unconstrained"] = jnp.zeros(lead + u.shape, u.dtype)
+                    shape, dtype = unconstrained_type(site)
+                    entry["unconstrained"] = jnp.zeros(lead + shape, dtype)
             bufs[name] = entry
         return bufs
 
@@ -107,7 +96,8 @@ class trace(Handler):
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
                 if "unconstrained" in entry:
-                    updates["unconstrained"] = bijector(name, fn).inv(value)
+                    shape = entry["unconstrained"].shape[1 if site.in_loop else 0:]
+                    updates["unconstrained"] = pad_row(bijector(name, fn).inv(value), shape)
             row = site.row(entry["count"]) if site.in_loop else None
             for k, new in updates.items():
                 if site.in_loop:

@@ -228,7 +228,38 @@ def test_each_cond_branch_applies_its_own_bijector_and_one_branch_sites():
     _close(-handlers.potential_energy(model, (1.0,), {}, u), ref_pos)
     sg = jax.nn.sigmoid(0.3)
     ref_neg = jnp.log(0.5) + jnp.log(2 * sg * (1 - sg)) + stats.norm.logpdf(1.0, 0, 2 * sg)
+    ref_neg += stats.norm.logpdf(-0.5)  # `only`, not reached, keeps a proper auxiliary density
     _close(-handlers.potential_energy(model, (-1.0,), {}, u), ref_neg)
+
+
+def dirichlet_or_normal(k):
+    def step(c, kt):  # a simplex of 3 (2 unconstrained coordinates) or a normal vector of 3
+        return c, jax.lax.cond(
+            kt > 0, lambda: effppl.sample("p", dist.Dirichlet(jnp.full(3, 2.0))),
+            lambda: effppl.sample("p", dist.Normal(jnp.zeros(3), 1.0).to_event(1)))
+    jax.lax.scan(step, 0.0, k)
+
+
+def test_cond_branches_with_different_unconstrained_sizes_share_one_padded_row():
+    # found in review: each branch checked its own unconstrained shape, so no value was accepted
+    from numpyro.distributions.transforms import biject_to
+    k = jnp.array([0, 1, 0, 1])
+    simplex = biject_to(dist.Dirichlet(jnp.ones(3)).support)
+    u = jnp.array([[0.1, 0.2, 0.3], [-0.4, 0.5, 0.7], [1.0, -2.0, 0.5], [0.3, 0.0, -1.1]])
+    ref = stats.norm.logpdf(u[jnp.array([0, 2])]).sum()
+    for row in (u[1], u[3]):  # a Dirichlet row reads 2 coordinates, the third is auxiliary
+        p = simplex(row[:2])
+        ref += dist.Dirichlet(jnp.full(3, 2.0)).log_prob(p)
+        ref += simplex.log_abs_det_jacobian(row[:2], p) + stats.norm.logpdf(row[2])
+    _close(-handlers.potential_energy(dirichlet_or_normal, (k,), {}, {"p": u}), ref)
+    values = handlers.constrain_fn(dirichlet_or_normal, (k,), {}, {"p": u})["p"]
+    _close(values[1], simplex(u[1, :2]))
+    _close(values[2], u[2])
+    back = handlers.unconstrain_fn(dirichlet_or_normal, (k,), {}, {"p": values})["p"]
+    assert back.shape == (4, 3)
+    _close(back[jnp.array([0, 2])], u[jnp.array([0, 2])])
+    _close(back[jnp.array([1, 3]), :2], u[jnp.array([1, 3]), :2])
+    _close(back[jnp.array([1, 3]), 2], jnp.zeros(2))  # padding
 
 
 def test_observed_sites_in_data_dependent_while_loop():
@@ -343,10 +374,13 @@ def test_vmap_of_cond_with_batched_predicate_counts_only_the_taken_branch():
     # rows follow occurrences: "a" occurs for elements 0 and 2 (rows 0, 1), "b" for element 1
     values = {"a": jnp.array([0.3, -0.2, 7.0]), "b": jnp.array([49.0, 9.0, 9.0])}
     ref = stats.norm.logpdf(0.3) + stats.norm.logpdf(-0.2) + stats.norm.logpdf(49.0, 50.0, 2.0)
-    _close(-handlers.potential_energy(latent, (flags,), {}, values), ref)
+    _close(effppl.log_density(latent, (flags,), {}, values)[0], ref)
+    # rows never filled (a[2], b[1:]) keep a standard normal density in unconstrained space
+    aux = stats.norm.logpdf(7.0) + 2 * stats.norm.logpdf(9.0)
+    _close(-handlers.potential_energy(latent, (flags,), {}, values), ref + aux)
     grad = jax.grad(lambda v: handlers.potential_energy(latent, (flags,), {}, v))(values)
-    _close(grad["a"], jnp.array([0.3, -0.2, 0.0]))
-    _close(grad["b"], jnp.array([-0.25, 0.0, 0.0]))
+    _close(grad["a"], jnp.array([0.3, -0.2, 7.0]))
+    _close(grad["b"], jnp.array([-0.25, 9.0, 9.0]))
     out = handlers.seed(latent, 0)(flags)
     assert jnp.all(jnp.abs(out[jnp.array([0, 2])]) < 10) and 40 < out[1] < 60
 

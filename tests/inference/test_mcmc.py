@@ -12,6 +12,9 @@ from effppl.inference import _model, _sampler
 from effppl.inference._cache import split_args
 from effppl.inference._fns import model_fns
 
+from effppl import distributions as dist
+from effppl import sample
+
 from . import _models as m
 
 WARMUP, SAMPLES, CHAINS = 200, 400, 2
@@ -71,6 +74,26 @@ def test_dense_mass_recovers_correlated_gaussian_posterior():
     # The adapted dense inverse mass matrix captures the strong posterior correlation.
     corr = imm[:, 0, 1] / np.sqrt(imm[:, 0, 0] * imm[:, 1, 1])
     assert np.all(corr < -0.9) or np.all(corr > 0.9)
+
+
+def test_nuts_on_cond_sites_with_unread_unconstrained_coordinates():
+    # Rows of a cond site never reached, and the coordinates a branch with fewer leaves unread,
+    # have a standard normal density (they were flat: NUTS drifted, ~700 leapfrog steps a draw).
+    def model(k):
+        def step(c, kt):
+            return c, jax.lax.cond(
+                kt > 0, lambda: sample("p", dist.Dirichlet(jnp.full(3, 2.0))),
+                lambda: sample("p", dist.Normal(jnp.zeros(3), 1.0).to_event(1)))
+        jax.lax.scan(step, 0.0, k)
+        jax.lax.cond(k[0] > 0, lambda: sample("w", dist.Beta(2.0, 5.0)), lambda: 0.0)
+    mcmc = _run(NUTS(model), (jnp.array([0, 1, 0, 1]),), num_samples=1000)
+    p, w = np.asarray(mcmc.get_samples()["p"]), np.asarray(mcmc.get_samples()["w"])
+    assert np.all(w == 0.0)  # never reached
+    np.testing.assert_allclose(p[:, [0, 2]].mean(0), 0.0, atol=0.15)
+    np.testing.assert_allclose(p[:, [0, 2]].std(0), 1.0, rtol=0.15)
+    np.testing.assert_allclose(p[:, [1, 3]].mean(0), 1 / 3, atol=0.03)   # Dirichlet(2, 2, 2)
+    np.testing.assert_allclose(p[:, [1, 3]].var(0), 8 / 252, rtol=0.25)
+    assert np.asarray(mcmc.get_extra_fields()["n_steps"]).mean() < 31
 
 
 def test_get_samples_shapes_group_by_chain(nuts_run, y):
