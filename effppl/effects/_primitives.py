@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _compat
 from ._compat import abstractify
@@ -128,6 +130,14 @@ class Operation:
 def _result_type(op, in_tree, in_avals, static):
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals]
     args = jax.tree_util.tree_unflatten(in_tree, structs)
+    try:
+        inspect.signature(op.out).bind(*args, **dict(static))
+    except TypeError as err:
+        raise TypeError(f"Operation `{op.name}` was performed with {len(args)} argument(s) and "
+                        f"static keyword arguments {sorted(dict(static))}, which its result type "
+                        f"function `out` does not accept: {err}.") from None
+    except ValueError:  # no signature to check (a builtin)
+        pass
     out = op.out(*args, **dict(static))
     leaves, out_tree = jax.tree_util.tree_flatten(out)
     return out_tree, tuple(abstractify(x) for x in leaves)
@@ -196,8 +206,18 @@ def _resume_outside(*args, **_):
     raise EffectError("`resume` was called outside of the handler clause that received it.")
 
 
+def _resume_transformed(what):
+    def rule(*args, **_):
+        raise UnsupportedHandlerError(
+            f"`resume` is called under {what} inside a clause; call it at the clause's top level "
+            f"(each call is one resumption of the rest of the handled computation).")
+    return rule
+
+
 resume_p.def_effectful_abstract_eval(_resume_abstract_eval)
 resume_p.def_impl(_resume_outside)
+_compat.batching.primitive_batchers[resume_p] = _resume_transformed("`jax.vmap`")
+_compat.ad.primitive_jvps[resume_p] = _resume_transformed("`jax.grad`/`jax.jvp`")
 _compat.mlir.register_lowering(resume_p, _resume_outside)
 
 
@@ -377,8 +397,9 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
     and under `jax.jit`/`grad`/`vmap` applied outside it (the handler is compiled away first).
 
     **Raises:** `TypeError` when a clause's result or `resume`'s arguments have the wrong type
-    (naming the operation); the translator raises `UnhandledEffectError` /
-    `UnsupportedHandlerError`.
+    (naming the operation; `resume`'s value may differ from the operation's result type only by a
+    dtype of the same kind, NumPy's `same_kind` casting, and is converted); the translator raises
+    `UnhandledEffectError` / `UnsupportedHandlerError`.
 
     **Example:**
     ```python
@@ -443,11 +464,25 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
     return jax.tree_util.tree_unflatten(answer_tree, outs)
 
 
+_MISSING = object()
+
+
+def _safe_cast(x, dtype):
+    """Whether `resume` may convert the value `x` to the operation's `dtype`: NumPy's
+    `same_kind` rule (int -> float, float64 -> float32 are fine; float -> int, complex -> real,
+    number -> bool are not)."""
+    return np.can_cast(jnp.result_type(x), dtype, casting="same_kind")
+
+
 def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
     op = key.op
     out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
 
-    def resume(new_params, value):
+    def resume(new_params=_MISSING, value=_MISSING):
+        if value is _MISSING:
+            raise TypeError(f"The clause for operation `{op.name}` called `resume` without "
+                            f"{'a value' if new_params is not _MISSING else 'arguments'}: call "
+                            f"`resume(new_params, value)`.")
         np_leaves, np_tree = jax.tree_util.tree_flatten(new_params)
         v_leaves, v_tree = jax.tree_util.tree_flatten(value)
         np_avals = [abstractify(x) for x in np_leaves]
@@ -457,9 +492,12 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
                             f"of type {np_tree.unflatten(np_avals)}, but the handler's parameters "
                             f"have type {p_tree.unflatten(p_avals)}.")
         if not _same_types(v_tree, v_avals, out_tree, out_avals):
+            castable = v_tree == out_tree and all(
+                jnp.shape(x) == a.shape and _safe_cast(x, a.dtype)
+                for x, a in zip(v_leaves, out_avals))
             v_leaves = [jnp.asarray(x, a.dtype) for x, a in zip(v_leaves, out_avals)] \
-                if len(v_leaves) == len(out_avals) and v_tree == out_tree else None
-            if v_leaves is None or any(jnp.shape(x) != a.shape for x, a in zip(v_leaves, out_avals)):
+                if castable else None
+            if v_leaves is None:
                 raise TypeError(f"The clause for operation `{op.name}` resumed with a value of type "
                                 f"{v_tree.unflatten(v_avals)}, but `{op.name}` returns "
                                 f"{out_tree.unflatten(out_avals)}.")

@@ -124,7 +124,8 @@ class _SetValue(Handler):
                 forward(msg, name=name, **static)  # goes on with the intervention
                 return resume(counts, jnp.asarray(value, _value_type(msg).dtype))
             static = dict(static, is_observed=static["is_observed"] or self.observe)
-            return resume(counts, forward(dict(msg, value=jnp.asarray(value)), name=name, **static))
+            value = jnp.asarray(value, _value_type(msg).dtype)  # e.g. 1.0 for a Bernoulli site
+            return resume(counts, forward(dict(msg, value=value), name=name, **static))
 
         def deterministic(counts, value, *, resume, name, **static):
             if name in self.data:

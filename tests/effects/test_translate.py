@@ -352,6 +352,29 @@ def test_clause_with_wrong_types_names_the_operation():
         fx.handle(lambda: get(), clauses={get: lambda p, resume: jnp.ones(3)})()
 
 
+def test_resume_converts_a_value_only_within_its_dtype_kind():
+    def resumed_with(op, value):
+        return fx.handle(lambda: op() * 1, clauses={op: lambda p, resume: resume(p, value)})()
+    assert resumed_with(div0, 3) == 3 and resumed_with(get, 2) == 2.0  # int -> int, int -> float
+    for bad in (jnp.float64(1.7), 0.5, 1 + 2j):  # found in review: silently became 1, 0, 1.0
+        with pytest.raises(TypeError, match="`div0` resumed with a value of type"):
+            resumed_with(div0, bad)
+    with pytest.raises(TypeError, match="`choose` resumed"):
+        resumed_with(choose, 0.5)
+
+
+def test_misused_resume_and_operation_signatures_are_clear_errors():
+    with pytest.raises(TypeError, match="`ask` called `resume` without a value"):
+        fx.handle(lambda: ask(), clauses={ask: lambda p, resume: resume(p)})()
+    with pytest.raises(fx.UnsupportedHandlerError, match="`resume` is called under `jax.vmap`"):
+        fx.handle(lambda: ask() * 2.0, clauses={
+            ask: lambda p, resume: jax.vmap(lambda v: resume(p, v))(jnp.arange(3.0)).sum()})()
+    with pytest.raises(TypeError, match="Operation `put` was performed with 2 argument"):
+        state(lambda: put(1.0, 2.0), 0.0)()
+    with pytest.raises(TypeError, match=r"Operation `get` .*\['foo'\]"):
+        state(lambda: get(foo=1), 0.0)()
+
+
 def test_general_clause_resuming_later_and_post_processing():
     # resume, then transform the result: not tail-resumptive, handled by CPS
     h = fx.handle(lambda: ask() * 2.0, clauses={ask: lambda p, resume: resume(p, 3.0) + 1.0})
