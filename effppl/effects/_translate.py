@@ -13,7 +13,10 @@ first tries to translate its region in place (tail-resumptive clauses only, no c
 materialised: the fast path, linear in program size). A general clause whose handler lies beyond
 the region's barrier raises `CrossesBarrier`; the region's rule then retries with the rest of the
 computation pushed in as a continuation (E-Call2/E-Cond2/E-Hop), or, for loops, rewrites the loop
-(abortive clauses, App. B.2) or reports the clause as unsupported.
+(abortive clauses, App. B.2) or reports the clause as unsupported. A region's failed attempt is
+recorded (`attempt`), so that translating it again skips straight to the retry; an attempt on a
+region with side effects (callbacks, prints) is traced apart first, so a failed one leaves no
+equation behind.
 
 Rules are kept in one table keyed by primitive (`RULES`); a rule has the signature
 `rule(eqn, ins, H, K, resume, rest) -> (outs, H) | Done(answer)` where `rest(outs, H, K)` runs
@@ -27,10 +30,13 @@ import functools
 import sys
 from typing import Any, Callable, NamedTuple
 
+import jax
+import jax.numpy as jnp
 
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError
-from ._primitives import (HandlerSpec, handle_p, in_play, perform_p, resume_p, site_key)
+from ._primitives import (HandleEffect, HandlerSpec, OpEffect, ResumeEffect, handle_p, in_play,
+                          perform_p, resume_p, site_key)
 
 
 class Frame(NamedTuple):
@@ -149,12 +155,68 @@ def apply_k(outs, H, K):
         return top.fn(outs, H, K[:-1])
 
 
-def inline(run_region, H, K, rest):
-    """Translate a region in place; on a crossing clause, redo it with the rest pushed in."""
+def inline(run_region, H, K, rest, region=None):
+    """Translate a region in place; on a crossing clause, redo it with the rest pushed in.
+    `region` (the region's jaxpr) lets a known crossing skip the in-place attempt (`attempt`)."""
     try:
-        return run_region(H, (BARRIER,))
+        return attempt(region, H, lambda: run_region(H, (BARRIER,)))
     except CrossesBarrier:
         return Done(run_region(H, K + (Cont(rest),)))
+
+
+_crossings: list = []  # one dict per elimination in progress, see `attempt`
+
+
+def attempt(region, H, in_place):
+    """`in_place()`, the in-place translation of `region` (a jaxpr, or a tuple of them) under the
+    handlers `H`, unless it is already known to raise `CrossesBarrier`: then raise that again.
+
+    Whether a region crosses its barrier depends only on its jaxpr and the handlers in scope, and
+    a rewrite or a continuation pushed into a region translates the regions inside it again:
+    without this record, every enclosing level would redo its inner levels' failed attempts
+    (exponential in the depth of nested loops with an abortive clause)."""
+    if region is None or not _crossings:
+        return in_place()
+    memo = _crossings[-1]
+    key = (region, tuple(f.spec for f in H))
+    known = memo.get(key)
+    if known is not None:
+        raise CrossesBarrier(*known)
+    try:
+        return _sandboxed(in_place) if _side_effects(region) else in_place()
+    except CrossesBarrier as exc:
+        memo[key] = (exc.key, exc.kind, exc.where, exc.eqn)
+        raise
+
+
+def _side_effects(region):
+    """Whether a region's jaxpr(s) hold side effects (`debug.print`, `io_callback`, ...) that dead
+    code elimination keeps, besides the effect operations and handlers being translated."""
+    jaxprs = region if isinstance(region, tuple) else (region,)
+    return any(not isinstance(e, (OpEffect, HandleEffect, ResumeEffect))
+               for j in jaxprs if hasattr(j, "effects") for e in j.effects)
+
+
+def _is_spec(x):
+    return isinstance(x, HandlerSpec)
+
+
+def _sandboxed(in_place):
+    """`in_place()` traced into a jaxpr of its own first, then evaluated in the current trace: an
+    attempt that fails leaves no equation behind (a side effect of a failed attempt would
+    otherwise run too, since dead code elimination keeps effectful equations)."""
+    box = []
+
+    def traced():
+        leaves, tree = jax.tree_util.tree_flatten(in_place(), is_leaf=_is_spec)
+        box.append((tree, {i: x for i, x in enumerate(leaves) if _is_spec(x)}, len(leaves)))
+        return [jnp.asarray(x) for x in leaves if not _is_spec(x)]
+
+    closed = _compat.trace_to_closed_jaxpr(traced, [], "in-place translation")
+    arrays = iter(_compat.eval_jaxpr(closed.jaxpr, closed.consts))
+    tree, static, n = box[0]
+    return jax.tree_util.tree_unflatten(
+        tree, [static[i] if i in static else next(arrays) for i in range(n)])
 
 
 def frame_params(H):
@@ -257,7 +319,7 @@ def _handle_rule(eqn, ins, H, K, resume, rest):
     def run_body(H, K):
         return run(body.jaxpr, body.consts, [*body_consts, *args], H + (frame,), K + (RET,))
 
-    return inline(run_body, H, K, rest)
+    return inline(run_body, H, K, rest, region=body.jaxpr)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,7 +348,11 @@ def _deep_recursion(limit=100_000):
 
 def _eliminate(closed):
     def fn(*args):
-        outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
+        _crossings.append({})  # dropped before the trace ends: it holds the trace's tracers
+        try:
+            outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
+        finally:
+            _crossings.pop()
         return outs
 
     out = _compat.trace_to_closed_jaxpr(fn, closed.in_avals, "eliminate")

@@ -181,6 +181,32 @@ def test_abort_inside_scan_and_nested_loops():
     check(no_raise, 3)
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_side_effects_of_loops_with_an_abortive_clause_run_once_per_iteration(depth):
+    # found in review: a failed in-place attempt left a copy of the loop behind, whose
+    # callbacks ran too (2 ** depth times); translating the rewritten loops is memoised
+    from jax.experimental import io_callback
+    calls = []
+
+    def record(c):
+        calls.append(float(c))
+        return np.float64(c)
+
+    def step(c, _):
+        io_callback(record, F64, c, ordered=True)
+        return c + jax.lax.cond(c > 1e9, lambda: ask(c), lambda: 1.0), None
+
+    def prog(c):
+        loop = lambda c: jax.lax.scan(step, c, None, length=2)[0]
+        for _ in range(depth - 1):
+            loop = (lambda f: lambda c: jax.lax.scan(lambda c, _: (f(c), None), c, None,
+                                                     length=2)[0])(loop)
+        return loop(c)
+    caught = fx.handle(prog, clauses={ask: lambda p, x, resume: -x})
+    assert jax.jit(caught)(0.0) == 2.0 ** depth
+    assert calls == [float(i) for i in range(2 ** depth)]
+
+
 fail = fx.Operation("fail", out=lambda x: F64)
 
 

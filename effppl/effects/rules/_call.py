@@ -14,7 +14,7 @@ def _inline_rule(jaxpr_param):
         def run_call(H, K):
             return run(jaxpr, consts, ins, H, K, resume)
 
-        return inline(run_call, H, K, rest)
+        return inline(run_call, H, K, rest, region=jaxpr)
     return rule
 
 

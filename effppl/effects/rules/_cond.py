@@ -9,8 +9,8 @@ enclosing region's barrier, and the `cond` returns that region's answer.
 
 import jax
 
-from .._translate import BARRIER, Cont, CrossesBarrier, Done, frame_params, register, run, \
-    with_params
+from .._translate import BARRIER, Cont, CrossesBarrier, Done, attempt, frame_params, register, \
+    run, with_params
 from .. import _compat
 
 
@@ -26,7 +26,8 @@ def _cond_rule(eqn, ins, H, K, resume, rest):
         return f
 
     try:
-        outs, params = jax.lax.switch(index, [in_place(b) for b in branches], *ops)
+        outs, params = attempt(tuple(b.jaxpr for b in branches) + (resume is None,), H,
+                               lambda: jax.lax.switch(index, [in_place(b) for b in branches], *ops))
         return outs, with_params(H, params)
     except CrossesBarrier:
         pass

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 from .. import _compat
 from .._errors import UnsupportedHandlerError
 from .._primitives import handle, in_play
-from .._translate import BARRIER, CrossesBarrier, frame_params, inline, register, run, with_params
+from .._translate import BARRIER, CrossesBarrier, _crossings, attempt, frame_params, inline, \
+    register, run, with_params
 
 
 def _cast(xs, avals):
@@ -37,16 +38,29 @@ def _param_avals(H):
     return [_compat.abstractify(x) for x in frame_params(H)]
 
 
-def _translate_rewritten(program, ins, H, K, rest):
-    """Translate the effectful program `program(*ins)`, a rewrite of the current equation."""
-    closed = _compat.trace_to_closed_jaxpr(program, [_compat.abstractify(x) for x in ins],
-                                           "loop rewrite")
-    return inline(lambda H, K: run(closed.jaxpr, closed.consts, ins, H, K), H, K, rest)
+def _translate_rewritten(program, ins, H, K, rest, memo_key=None):
+    """Translate the effectful program `program(*ins)`, a rewrite of the current equation.
+
+    The trace of the rewrite is kept for the elimination in progress under `memo_key`: when the
+    loop is translated again (an enclosing region's retry), the same jaxpr, and so the same
+    `attempt` records, serve."""
+    avals = tuple(_compat.abstractify(x) for x in ins)
+    memo = _rewrites[-1] if _rewrites and memo_key is not None else {}
+    closed = memo.get((memo_key, avals))
+    if closed is None:
+        closed = _compat.trace_to_closed_jaxpr(program, list(avals), "loop rewrite")
+        memo[(memo_key, avals)] = closed
+    return inline(lambda H, K: run(closed.jaxpr, closed.consts, ins, H, K), H, K, rest,
+                  region=closed.jaxpr)
+
+
+_rewrites = _crossings  # the same per-elimination record: a dict shared by both
 
 
 def _crossing(exc, eqn, rewrite, ins, H, K, rest):
     if exc.kind == "abortive":
-        return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest)
+        key = ("abortive rewrite", _body(eqn), exc.key)
+        return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest, memo_key=key)
     raise UnsupportedHandlerError(
         f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) would have to "
         f"capture a continuation across the `{eqn.primitive}` loop traced at "
@@ -54,6 +68,12 @@ def _crossing(exc, eqn, rewrite, ins, H, K, rest):
         f"with `return resume(...)` and perform nothing whose clause needs the rest of the "
         f"computation, or never resume: itself, or by performing, unconditionally (not inside a "
         f"`cond`), an operation whose clause never resumes.") from None
+
+
+def _body(eqn):
+    """The loop's body jaxpr (and condition jaxpr), which identify it across re-traces."""
+    p = eqn.params
+    return p["jaxpr"].jaxpr if "jaxpr" in p else (p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr)
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,8 +95,9 @@ def _scan_rule(eqn, ins, H, K, resume, rest):
                 outs[ncarry:])
 
     try:
-        (c, params), ys = jax.lax.scan(step, (init, frame_params(H)), xs, length=p["length"],
-                                       reverse=p["reverse"], unroll=p["unroll"])
+        (c, params), ys = attempt(body.jaxpr, H, lambda: jax.lax.scan(
+            step, (init, frame_params(H)), xs, length=p["length"], reverse=p["reverse"],
+            unroll=p["unroll"]))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _scan_abortive_rewrite, ins, H, K, rest)
     return [*c, *ys], with_params(H, params)
@@ -150,7 +171,8 @@ def _while_rule(eqn, ins, H, K, resume, rest):
     p = eqn.params
     cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
     if in_play(cj.effects):
-        return _translate_rewritten(_effectful_cond_rewrite(eqn), ins, H, K, rest)
+        return _translate_rewritten(_effectful_cond_rewrite(eqn), ins, H, K, rest,
+                                    memo_key=("effectful condition", _body(eqn)))
     cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
     carry_avals, p_avals = bj.out_avals, _param_avals(H)
 
@@ -163,7 +185,8 @@ def _while_rule(eqn, ins, H, K, resume, rest):
         return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
 
     try:
-        c, params = jax.lax.while_loop(cond, body, (list(init), frame_params(H)))
+        c, params = attempt(bj.jaxpr, H, lambda: jax.lax.while_loop(
+            cond, body, (list(init), frame_params(H))))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
     return c, with_params(H, params)
