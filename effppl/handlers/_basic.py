@@ -13,12 +13,22 @@ from ._sites import analyze
 
 
 def _as_key(rng_seed):
-    if isinstance(rng_seed, int):
+    """`rng_seed` (an int or 0-d int array, a raw `PRNGKey` or a typed key) as raw key data,
+    `uint32[2]`. **Raises:** `TypeError` for anything else, e.g. a batch of keys."""
+    if isinstance(rng_seed, (int, np.integer)):
         return jax.random.PRNGKey(rng_seed)
-    key = jnp.asarray(rng_seed) if not hasattr(rng_seed, "dtype") else rng_seed
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(key)
-    return key
+    dtype = getattr(rng_seed, "dtype", None)
+    shape = np.shape(rng_seed) if dtype is not None else None
+    if shape == () and jnp.issubdtype(dtype, jnp.integer):  # a seed as a 0-d array (NumPyro)
+        return jax.random.PRNGKey(rng_seed)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+        return jax.random.key_data(rng_seed)
+    if dtype == jnp.uint32 and shape == (2,):
+        return jnp.asarray(rng_seed)
+    raise TypeError(f"effppl.handlers.seed(fn, rng_seed=...) expected an int, a raw key "
+                    f"`jax.random.PRNGKey(...)` (uint32[2]) or a typed key `jax.random.key(...)`, "
+                    f"one key (not a batch of keys), but got {type(rng_seed).__name__}"
+                    + (f" of dtype {dtype} and shape {shape}." if dtype is not None else "."))
 
 
 class seed(Handler):
@@ -66,6 +76,8 @@ def site_row(handler, name, values, site_shape, count, site):
     loops = site.loops if site is not None else ()
     if loops:
         if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
+            if site.count == 0:  # inside a loop of length 0: no occurrence ever reads a row
+                return jnp.zeros(site_shape, values.dtype), True
             return values.reshape((-1, *site_shape))[site.row(count)], True
         expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
     elif values.shape == site_shape:

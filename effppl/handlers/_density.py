@@ -46,9 +46,10 @@ class _Unconstrain(Handler):
     proper: without it HMC drifts without bound along those flat directions. Integrating them
     out leaves the model's density, and no value depends on them."""
 
-    def __init__(self, fn, params):
+    def __init__(self, fn, params, entry_point="potential_energy"):
         super().__init__(fn)
         self.values = dict(params)
+        self.entry_point = entry_point  # the function the user called (errors)
 
     def params(self, *args, **kwargs):
         self._sites = _analyzed(self.fn, args, kwargs)
@@ -64,7 +65,7 @@ class _Unconstrain(Handler):
             t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())
             row_shape = unconstrained_type(site)[0] if site is not None else u_shape
-            row, _ = site_row("potential_energy (unconstrained values)", name,
+            row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
                               self.values[name], row_shape, counts[name], site)
             counts = dict(counts, **{name: counts[name] + 1})
             u, unread = split_row(row, u_shape)
@@ -82,9 +83,12 @@ class _Unconstrain(Handler):
         counts, log_det_total = state
         for name, count in counts.items():
             site = self._sites.get(name)
-            if site is None or not site.bounded or site.type != "sample":
+            if site is None or not site.bounded or site.type != "sample" or not site.count:
                 continue
-            rows = jnp.asarray(self.values[name]).reshape((site.count or 1, -1))
+            values, row_shape = jnp.asarray(self.values[name]), unconstrained_type(site)[0]
+            if values.shape not in ((*site.loops, *row_shape), (site.count, *row_shape)):
+                continue  # a wrong shape: the site's clause raises the SiteError
+            rows = values.reshape((site.count, -1))
             occurrence = jnp.arange(rows.shape[0])
             unread = jnp.zeros(rows.shape[0], bool).at[site.row(occurrence)].set(
                 occurrence >= count)
@@ -140,7 +144,8 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    tr = trace(_Unconstrain(model, params)).get_trace(*model_args, **(model_kwargs or {}))
+    tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
+                                                                      **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 

@@ -399,6 +399,29 @@ def test_sites_in_empty_loops_and_empty_vmaps_count_nothing():
     assert effppl.log_density(in_vmap, (jnp.zeros(0, bool), jnp.zeros(0)), {}, {})[0] == 0.0
 
 
+def test_latent_sites_in_an_empty_scan_and_bad_seeds_and_values_name_the_culprit():
+    def model(y):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+
+        def step(c, yt):
+            x = effppl.sample("x", dist.Normal(mu, 1.0))
+            effppl.sample("y", dist.Normal(x, 1.0), obs=yt)
+            return c, None
+        jax.lax.scan(step, 0.0, y)
+    empty = {"mu": 0.5, "x": jnp.zeros(0)}  # found in review: an IndexError
+    _close(effppl.log_density(model, (jnp.zeros(0),), {}, empty)[0], stats.norm.logpdf(0.5))
+    _close(handlers.potential_energy(model, (jnp.zeros(0),), {}, empty), -stats.norm.logpdf(0.5))
+    with pytest.raises(effppl.SiteError, match="constrain_fn .*site `x`"):
+        handlers.constrain_fn(model, (jnp.zeros(3),), {}, {"mu": 0.5, "x": jnp.zeros(2)})
+    for bad in (1.5, jnp.zeros(3, jnp.uint32), jax.random.split(jax.random.PRNGKey(0), 2),
+                jax.random.split(jax.random.key(0), 2)):
+        with pytest.raises(TypeError, match=r"seed\(fn, rng_seed=...\) expected an int"):
+            handlers.seed(model, bad)
+    draws = [handlers.trace(handlers.seed(model, key)).get_trace(jnp.zeros(2))["mu"]["value"]
+             for key in (3, jnp.array(3), jax.random.PRNGKey(3), jax.random.key(3))]
+    assert len(set(float(d) for d in draws)) == 1
+
+
 def test_vmap_of_while_with_batched_predicate_counts_each_elements_iterations():
     def model(ns, ys):
         def one(n, y):
