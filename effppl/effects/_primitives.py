@@ -75,6 +75,12 @@ class Operation:
     - `unhandled`: optional `unhandled(**static) -> str`, how to fix a perform that no handler
       handles (a library built on effects tells its users which of its entry points to use);
       the default suggests `effppl.effects.handle`.
+    - `batch_rule`: optional `batch_rule(args, dims, *, in_tree, static) -> (outs, out_dims)`,
+      JAX's batching rule over the flattened arguments, for performs under a `jax.vmap` *inside*
+      the handled region (typically: move the batch axis into the arguments and perform once,
+      as effppl's `sample` does to act like a plate). Without one, such a perform is an
+      `UnsupportedHandlerError`, except inside a `cond`/`while_loop` whose predicate depends on
+      the mapped data, which runs element by element (a `lax.map`), performing per element.
 
     Calling `op(*args, **static)` performs it: `args` are pytrees of arrays, `static` keyword
     arguments must be hashable and reach the clause as keyword arguments.
@@ -88,16 +94,21 @@ class Operation:
     """
 
     def __init__(self, name: str, out: Callable[..., Any],
-                 unhandled: Callable[..., str] | None = None):
+                 unhandled: Callable[..., str] | None = None,
+                 batch_rule: Callable[..., Any] | None = None):
         if not callable(out):
             raise TypeError(f"effppl.effects.Operation({name!r}, out=...) expected a callable "
                             f"giving the result type, but got {out!r}.")
         if unhandled is not None and not callable(unhandled):
             raise TypeError(f"effppl.effects.Operation({name!r}, unhandled=...) expected a "
                             f"callable giving a message, but got {unhandled!r}.")
+        if batch_rule is not None and not callable(batch_rule):
+            raise TypeError(f"effppl.effects.Operation({name!r}, batch_rule=...) expected a "
+                            f"callable, but got {batch_rule!r}.")
         self.name = name
         self.out = out
         self.unhandled = unhandled
+        self.batch_rule = batch_rule
 
     def how_to_handle(self, static) -> str:
         """The fix suggested when no handler handles a perform with static kwargs `static`."""
@@ -184,7 +195,8 @@ def _perform_batch(args, dims, *, op, in_tree, static):
     if rule is None:
         raise UnsupportedHandlerError(
             f"Operation `{op.name}` is performed under `jax.vmap` *inside* a handled region, and "
-            f"it declares no `batch_rule`; apply `jax.vmap` outside the handler instead.")
+            f"it declares no `batch_rule` (`Operation(..., batch_rule=...)`); apply `jax.vmap` "
+            f"outside the handler instead.")
     return rule(args, dims, in_tree=in_tree, static=static)
 
 

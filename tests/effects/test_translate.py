@@ -401,6 +401,21 @@ def test_misused_resume_and_operation_signatures_are_clear_errors():
         state(lambda: get(foo=1), 0.0)()
 
 
+def test_an_operation_with_a_batch_rule_works_under_vmap_inside_the_handler():
+    def add_batched(args, dims, *, in_tree, static):
+        (x,), (d,) = args, dims  # one perform adding the whole batch
+        add(jnp.sum(jnp.moveaxis(x, d, 0), axis=0) if d is not None else x * 1.0)
+        return [], []
+    add = fx.Operation("add", out=lambda x: (), batch_rule=add_batched)
+    total = fx.handle(lambda xs: jax.vmap(lambda x: (add(x * 2.0), x)[1])(xs),
+                      params=jnp.float64(0.0),
+                      clauses={add: lambda p, x, resume: resume(p + x, ())},
+                      ret=lambda p, r: (p, r))
+    check(total, (12.0, [0.0, 1.0, 2.0, 3.0]), jnp.arange(4.0))
+    with pytest.raises(TypeError, match="batch_rule=...\\) expected a callable"):
+        fx.Operation("bad", out=lambda: (), batch_rule=3)
+
+
 def test_general_clause_resuming_later_and_post_processing():
     # resume, then transform the result: not tail-resumptive, handled by CPS
     h = fx.handle(lambda: ask() * 2.0, clauses={ask: lambda p, resume: resume(p, 3.0) + 1.0})
