@@ -64,6 +64,13 @@ def test_init_failure_names_value_outside_support():
         _initial_point(m.scale_model, init_to_value(values={"sigma": -1.0}), jnp.arange(5.0))
 
 
+def test_init_failure_points_at_nan_in_the_data():
+    y = jnp.array([1.0, jnp.nan, 2.0, 0.5, 1.5])
+    with pytest.raises(InitializationError, match=r"data hold NaN or inf \(array argument\(s\) "
+                                                  r"number \[0\]"):
+        _initial_point(m.scale_model, init_to_uniform(), y)
+
+
 def test_invalid_strategy_settings_raise():
     with pytest.raises(ValueError, match="radius"):
         init_to_uniform(radius=0)
