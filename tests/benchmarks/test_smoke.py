@@ -5,6 +5,7 @@ import pathlib
 import sys
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import benchmarks
@@ -126,3 +127,18 @@ def test_oryx_rows_are_skipped_with_a_reason_when_its_environment_cannot_be_made
     row = results["models"]["toy"]["frameworks"]["oryx"]
     assert row["status"] == "skipped" and "run_s" not in row
     assert "skipped" in benchmarks.render(results)
+
+
+def test_nuts_seeds_records_one_run_per_framework():
+    from benchmarks import nuts_seeds
+    from benchmarks._config import MODES
+    from models import proportion_test
+
+    mode = MODES["quick"]._replace(num_warmup=30, num_samples=40, num_chains=1, max_tree_depth=3)
+    args, kwargs = proportion_test.make_data("quick")
+    for framework in ("effppl", "numpyro"):
+        row = nuts_seeds.one_run(framework, proportion_test, args, kwargs, mode, seed=0)
+        assert row["wall_s"] > 0 and 0 < row["min_bulk_ess"] < 10 * 40
+        assert set(row["bulk_ess"]) == set(proportion_test.latent_shapes(*args, **kwargs))
+        assert 1 <= row["mean_leapfrog_steps"] <= 2 ** 3 - 1
+        assert np.shape(row["step_size"]) in ((), (1,))
