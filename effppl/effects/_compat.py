@@ -174,7 +174,7 @@ def bind_eqn(eqn, invals):
 def summarize_source(source_info) -> str:
     """`file:line` of where an equation was traced, for error messages."""
     try:
-        return _source_info_util.summarize(source_info)
+        return _source_info_util.summarize(source_info) or "<unknown location>"
     except Exception:  # pragma: no cover - best effort only
         return "<unknown location>"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
@@ -430,7 +431,17 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
     @functools.wraps(body)
     def handled(*args, **kwargs):
-        return _bind_handle(body, name, params, clauses, ret, args, kwargs)
+        try:
+            return _bind_handle(body, name, params, clauses, ret, args, kwargs)
+        except RecursionError as err:
+            if str(err).startswith("Handlers nested"):
+                raise
+            raise RecursionError(
+                f"Handlers nested too deeply (around handler `{name}`): tracing each nested "
+                f"handler takes several Python frames, and Python's recursion limit "
+                f"({sys.getrecursionlimit()}) was reached. Nest fewer handlers (one handler can "
+                f"handle several operations), or raise the limit with "
+                f"`sys.setrecursionlimit`.") from None
 
     return handled
 
