@@ -50,6 +50,12 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
+prng_key_op = fx.Operation(
+    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32),
+    unhandled=lambda name: (f"Site `{name}` is hidden by `block` and has no value, and no `seed` "
+                            f"handler gives it a key: put `seed` inside or outside the `block`."))
+"""A fresh raw key from the nearest `seed` handler (NumPyro's `prng_key()`): `block` asks for
+one for a hidden site that has neither a value nor a key yet."""
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
                                 jax.ShapeDtypeStruct(value.shape, value.dtype),
                                 unhandled=_outside_handlers)

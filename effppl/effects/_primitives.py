@@ -528,6 +528,15 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
         return jax.tree_util.tree_unflatten(answer_tree, outs)
 
     def clause_flat(p, args):
+        try:
+            inspect.signature(clause).bind(p, *args, resume=resume, **dict(key.static))
+        except TypeError as err:
+            raise TypeError(f"The clause for operation `{op.name}` cannot be called as "
+                            f"`clause(params, *args, resume=..., **static)` with {len(args)} "
+                            f"argument(s) and static keyword arguments {sorted(dict(key.static))}: "
+                            f"{err}.") from None
+        except ValueError:  # no signature to check (a builtin)
+            pass
         return clause(p, *args, resume=resume, **dict(key.static))
 
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)

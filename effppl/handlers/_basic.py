@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..primitives import SiteError, _value_type, deterministic_op, sample_op
+from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
 from ._handler import Handler, forward, trace_model
 from ._sites import analyze
 
@@ -55,7 +55,11 @@ class seed(Handler):
                 return resume(key, forward(msg, **static))
             key, sub = jax.random.split(key)
             return resume(key, forward(dict(msg, rng_key=sub), **static))
-        return {sample_op: sample}
+
+        def prng_key(key, *, resume, **static):
+            key, sub = jax.random.split(key)
+            return resume(key, sub)
+        return {sample_op: sample, prng_key_op: prng_key}
 
 
 def site_row(handler, name, values, site_shape, count, site):
@@ -191,8 +195,8 @@ def replay(fn, trace):
 
 class block(Handler):
     """Hide sites from the handlers outside: `hide` (names), `expose` (names), or `hide_fn(msg)`;
-    by default every site is hidden. A hidden latent site is drawn here from the key an inner
-    `seed` attached."""
+    by default every site is hidden. A hidden latent site with no value is drawn here, from the
+    key an inner `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
 
     def __init__(self, fn, hide_fn=None, hide=None, expose=None):
         super().__init__(fn)
@@ -210,11 +214,9 @@ class block(Handler):
             if not self.hidden(name, msg):
                 return resume(params, forward(msg, name=name, **static))
             value = msg["value"]
-            if value is None:
-                if msg["rng_key"] is None:
-                    raise SiteError(f"Site `{name}` is hidden by `block` but has no value: put a "
-                                    f"`seed` handler inside the `block`.")
-                value = msg["fn"].sample(msg["rng_key"])
+            if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
+                key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(name=name)
+                value = msg["fn"].sample(key)
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):

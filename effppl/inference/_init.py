@@ -264,14 +264,14 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     bad_grads = [n for n, f in grad_ok.items() if not np.asarray(f)[chain]]
     if bad_grads:
         problems.append(f"the gradient was non-finite at sites {bad_grads}")
-    bad_data = [i for i, x in enumerate(jax.tree_util.tree_leaves(dynamic))
-                if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
-                and not np.all(np.isfinite(np.asarray(x)))]
-    if bad_data:
-        problems.append(f"the model's data hold NaN or inf (array argument(s) number "
-                        f"{bad_data}, counting the flattened array arguments): an observation of "
-                        f"NaN makes the log density NaN; drop those values, or mask them with "
-                        f"`effppl.handlers.mask`")
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(dynamic)
+              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    found = sorted({kind for x in leaves for kind, bad in (("NaN", np.isnan(x)), ("inf", np.isinf(x)))
+                    if bad.any()})
+    if found:
+        problems.append(f"the model's data hold {' and '.join(found)} (in its array arguments): "
+                        f"such a value among the observations or covariates makes the log density "
+                        f"non-finite; drop those values, or mask them with `effppl.handlers.mask`")
     raise InitializationError(
         f"`{api}` could not find a valid initial point for model `{name}` after {max_tries} tries "
         f"with {strategy.describe()} (chain {chain} of {num_chains}): {'; '.join(problems)}. Check "

@@ -390,6 +390,8 @@ def test_resume_converts_a_value_only_within_its_dtype_kind():
 
 
 def test_misused_resume_and_operation_signatures_are_clear_errors():
+    with pytest.raises(TypeError, match="clause for operation `get` cannot be called .*resume"):
+        fx.handle(lambda: get(), clauses={get: lambda p: p})()
     with pytest.raises(TypeError, match="`ask` called `resume` without a value"):
         fx.handle(lambda: ask(), clauses={ask: lambda p, resume: resume(p)})()
     with pytest.raises(fx.UnsupportedHandlerError, match="`resume` is called under `jax.vmap`"):

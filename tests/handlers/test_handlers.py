@@ -704,6 +704,27 @@ def test_block_hides_deterministic_condition_overrides_obs_scale_must_be_positiv
         handlers.scale(model, -1.0)
 
 
+def test_block_draws_hidden_sites_with_a_key_from_an_outer_seed_like_numpyro():
+    from numpyro import handlers as nh
+
+    def model(sample=effppl.sample):
+        mu = sample("mu", dist.Normal(0.0, 1.0))
+        return sample("z", dist.Normal(mu, 0.01))
+    ours = handlers.trace(handlers.seed(handlers.block(model, hide=["mu"]), 1)).get_trace()
+    theirs = nh.trace(nh.seed(nh.block(lambda: model(numpyro.sample), hide=["mu"]), 1)).get_trace()
+    assert set(ours) == set(theirs) == {"z"}
+    zs = [handlers.seed(handlers.block(model, hide=["mu"]), k)() for k in range(200)]
+    assert 0.8 < np.std(zs) < 1.2  # mu was drawn afresh for each key, not fixed
+
+    def in_scan():  # a fresh key per occurrence
+        return jax.lax.scan(lambda c, _: (c, effppl.sample("a", dist.Normal(0.0, 1.0))), 0.0,
+                            None, length=4)[1]
+    assert len(np.unique(np.asarray(handlers.seed(handlers.block(in_scan), 0)()))) == 4
+    with pytest.raises(effppl.effects.UnhandledEffectError,
+                       match="`mu` is hidden by `block` .* no `seed`"):
+        handlers.trace(handlers.substitute(handlers.block(model, hide=["mu"]), {"z": 1.0}))()
+
+
 def test_mask_and_scale_as_context_managers_like_numpyro():
     def model():
         mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
