@@ -164,7 +164,13 @@ def inline(run_region, H, K, rest, region=None):
         return Done(run_region(H, K + (Cont(rest),)))
 
 
-_crossings: list = []  # one dict per elimination in progress, see `attempt`
+_memos: list = []  # one dict per elimination in progress: see `attempt` and `memo`
+
+
+def memo() -> dict:
+    """The record kept for the elimination in progress (failed attempts, loop rewrites), keyed by
+    static objects (jaxprs, handler specs); a throwaway dict outside any elimination."""
+    return _memos[-1] if _memos else {}
 
 
 def attempt(region, H, in_place):
@@ -175,17 +181,17 @@ def attempt(region, H, in_place):
     a rewrite or a continuation pushed into a region translates the regions inside it again:
     without this record, every enclosing level would redo its inner levels' failed attempts
     (exponential in the depth of nested loops with an abortive clause)."""
-    if region is None or not _crossings:
+    if region is None:
         return in_place()
-    memo = _crossings[-1]
-    key = (region, tuple(f.spec for f in H))
-    known = memo.get(key)
+    record = memo()
+    key = ("attempt", region, tuple(f.spec for f in H))
+    known = record.get(key)
     if known is not None:
         raise CrossesBarrier(*known)
     try:
         return _sandboxed(in_place) if _side_effects(region) else in_place()
     except CrossesBarrier as exc:
-        memo[key] = (exc.key, exc.kind, exc.where, exc.eqn)
+        record[key] = (exc.key, exc.kind, exc.where, exc.eqn)
         raise
 
 
@@ -348,11 +354,11 @@ def _deep_recursion(limit=100_000):
 
 def _eliminate(closed):
     def fn(*args):
-        _crossings.append({})  # dropped before the trace ends: it holds the trace's tracers
+        _memos.append({})  # dropped before the trace ends: it holds the trace's tracers
         try:
             outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
         finally:
-            _crossings.pop()
+            _memos.pop()
         return outs
 
     out = _compat.trace_to_closed_jaxpr(fn, closed.in_avals, "eliminate")

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 from .. import _compat
 from .._errors import UnsupportedHandlerError
 from .._primitives import handle, in_play
-from .._translate import BARRIER, CrossesBarrier, _crossings, attempt, frame_params, inline, \
-    register, run, with_params
+from .._translate import BARRIER, CrossesBarrier, attempt, frame_params, inline, memo, register, \
+    run, with_params
 
 
 def _cast(xs, avals):
@@ -45,16 +45,13 @@ def _translate_rewritten(program, ins, H, K, rest, memo_key=None):
     loop is translated again (an enclosing region's retry), the same jaxpr, and so the same
     `attempt` records, serve."""
     avals = tuple(_compat.abstractify(x) for x in ins)
-    memo = _rewrites[-1] if _rewrites and memo_key is not None else {}
-    closed = memo.get((memo_key, avals))
+    record = memo() if memo_key is not None else {}
+    closed = record.get((memo_key, avals))
     if closed is None:
         closed = _compat.trace_to_closed_jaxpr(program, list(avals), "loop rewrite")
-        memo[(memo_key, avals)] = closed
+        record[(memo_key, avals)] = closed
     return inline(lambda H, K: run(closed.jaxpr, closed.consts, ins, H, K), H, K, rest,
                   region=closed.jaxpr)
-
-
-_rewrites = _crossings  # the same per-elimination record: a dict shared by both
 
 
 def _crossing(exc, eqn, rewrite, ins, H, K, rest):
