@@ -64,7 +64,8 @@ class _Unconstrain(Handler):
             fn, site = msg["fn"], self._sites.get(name)
             t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())
-            row_shape = unconstrained_type(site)[0] if site is not None else u_shape
+            one_type = site is None or len(site.keys) <= 1  # the branch's own shape
+            row_shape = u_shape if one_type else unconstrained_type(site)[0]
             row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
                               self.values[name], row_shape, counts[name], site)
             counts = dict(counts, **{name: counts[name] + 1})
@@ -83,8 +84,9 @@ class _Unconstrain(Handler):
         counts, log_det_total = state
         for name, count in counts.items():
             site = self._sites.get(name)
-            if site is None or not site.bounded or site.type != "sample" or not site.count:
-                continue
+            if site is None or site.type != "sample" or not site.conditional or not site.bounded \
+                    or not site.count:
+                continue  # outside every `cond`, each occurrence reads its row
             values, row_shape = jnp.asarray(self.values[name]), unconstrained_type(site)[0]
             if values.shape not in ((*site.loops, *row_shape), (site.count, *row_shape)):
                 continue  # a wrong shape: the site's clause raises the SiteError

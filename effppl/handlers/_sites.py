@@ -7,6 +7,7 @@ that handler's clause, whose own re-performs then inherit the perform's loop con
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -31,6 +32,7 @@ class Site(NamedTuple):
     one_family: bool = True  # False when cond branches use different distributions
     reverse: tuple = ()     # per enclosing loop: a `scan(..., reverse=True)`
     keys: tuple = ()        # the SiteKey of each different perform (cond branches), `key` first
+    conditional: bool = False  # some occurrence sits in a `cond` branch (may never run)
 
     @property
     def in_loop(self):
@@ -148,7 +150,9 @@ def analyze(jaxpr) -> dict:
             sites[name] = sites[name]._replace(one_family=False)
         if name in sites and site.key not in sites[name].keys:
             sites[name] = sites[name]._replace(keys=sites[name].keys + (site.key,))
-        sites.setdefault(name, site._replace(keys=(site.key,)))
+        if branch and name in sites:
+            sites[name] = sites[name]._replace(conditional=True)
+        sites.setdefault(name, site._replace(keys=(site.key,), conditional=bool(branch)))
     return sites
 
 
@@ -165,11 +169,13 @@ def _unconstrained_type(site, key):
     return out.shape, out.dtype
 
 
+@functools.lru_cache(maxsize=1024)
 def unconstrained_type(site):
     """`(shape, dtype)` of one occurrence's unconstrained value: that of `biject_to(fn.support)
     .inv(value)` (a simplex of K has K - 1 coordinates). When `cond` branches give the site
     distributions whose unconstrained values differ in shape, a flat vector as long as the longest:
-    each branch reads its coordinates from the front (`split_row`)."""
+    each branch reads its coordinates from the front (`split_row`). Cached per site (a static
+    description), as each trace of a model asks for every site's."""
     types = {_unconstrained_type(site, key) for key in site.keys or (site.key,)}
     if len(types) == 1:
         return types.pop()
