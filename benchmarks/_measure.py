@@ -12,6 +12,8 @@ Three timings per target, each on the same flattened function of `(params, data)
   change in the machine's load falls on all of them alike.
 """
 
+import collections
+import re
 import statistics
 import time
 from typing import Callable, NamedTuple
@@ -63,6 +65,20 @@ def _callbacks(closed_jaxpr):
     return sum("callback" in eqn.primitive.name for eqn in _walk(closed_jaxpr.jaxpr))
 
 
+_HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+ = .*? ([a-z][\w\-]*)\(", re.MULTILINE)
+
+
+def hlo_op_counts(compiled):
+    """Opcode -> number of instructions in the optimized HLO of `compiled` (a
+    `jax.stages.Compiled`), over all its computations (fusion bodies included).
+
+    Equal counts for two frameworks say XLA made (nearly surely) the same program of both, up to
+    the order and naming of instructions; unlike a timing, they do not depend on the machine's
+    load. The counts are those of the backend that compiled (CPU and GPU programs differ).
+    """
+    return dict(sorted(collections.Counter(_HLO_INSTRUCTION.findall(compiled.as_text())).items()))
+
+
 def _timed(thunk):
     start = time.perf_counter()
     out = thunk()
@@ -110,7 +126,8 @@ def prepare(target, params, data, mode):
     **Returns:** a `Prepared` whose `figures` hold `trace_s`, `trace_first_s`, `trace_all_s`,
     `compile_s`, `compile_all_s`, `total_s` (= trace + compile), `num_evals`, `num_eqns`
     (top-level equations in the produced jaxpr), `num_callbacks` (host callbacks anywhere in it:
-    each costs a device-host round trip) and `dtype`.
+    each costs a device-host round trip), `hlo_ops` (opcode -> count in the optimized HLO of the
+    compiled log density + gradient, see `hlo_op_counts`), `num_hlo_ops` (their sum) and `dtype`.
     """
     params = jax.device_put(params)
     data = jax.device_put(data)
@@ -125,9 +142,10 @@ def prepare(target, params, data, mode):
 
     compile_times = []
     for _ in range(mode.compile_repeats):
-        seconds, _ = _timed(
+        seconds, compiled = _timed(
             lambda: jax.jit(jax.value_and_grad(fn)).lower(params, data).compile())
         compile_times.append(seconds)
+    hlo_ops = hlo_op_counts(compiled)
 
     loop = jax.jit(_eval_loop(fn, mode.num_evals)).lower(params, data).compile()
     trace_s = statistics.median(trace_times)
@@ -142,6 +160,8 @@ def prepare(target, params, data, mode):
         "num_evals": mode.num_evals,
         "num_eqns": len(closed_jaxpr.jaxpr.eqns),
         "num_callbacks": _callbacks(closed_jaxpr),
+        "num_hlo_ops": sum(hlo_ops.values()),
+        "hlo_ops": hlo_ops,
         "dtype": str(jnp.result_type(float)),
     }
     return Prepared(figures=figures, run=lambda: loop(params, data))

@@ -50,6 +50,8 @@ def test_verdict_names_what_effppl_misses():
         "bnn": {"effppl": 1.20, "numpyro": 1.00, "handwritten": 1.25},  # slower than NumPyro
         "hsgp": {"effppl": 2.00, "numpyro": 2.00, "handwritten": 1.0},  # slower than hand-written
     })
+    for fw, ops in (("effppl", 120), ("numpyro", 100)):
+        results["models"]["bnn"]["frameworks"][fw]["num_hlo_ops"] = ops
     results["models"]["ucbadmit"] = {"frameworks": {
         "effppl": {"status": "ok", "run_s": 1.0, "total_s": 1.0},
         "numpyro": {"status": "error", "reason": "boom"},
@@ -58,6 +60,8 @@ def test_verdict_names_what_effppl_misses():
     assert got["hmm"]["meets_goal"] and got["hmm"]["misses"] == []
     assert got["hmm"]["runtime_vs_handwritten"] == pytest.approx(1.03)
     assert got["bnn"]["meets_goal"] is False and got["bnn"]["misses"] == ["20% slower than NumPyro"]
+    assert got["bnn"]["program_vs_numpyro"] == pytest.approx(1.2)
+    assert got["hmm"]["program_vs_numpyro"] is None  # no instruction counts (older JSON)
     assert got["hsgp"]["misses"] == ["100% slower than hand-written"]
     assert got["ucbadmit"]["meets_goal"] is None and got["ucbadmit"]["runtime_vs_numpyro"] is None
     assert got["proportion_test"]["meets_goal"] is None and got["proportion_test"]["too_short"]
@@ -65,6 +69,11 @@ def test_verdict_names_what_effppl_misses():
     text = _report.verdict_text(results)
     assert "Semi-sup. HMM: meets the goal (1.03x hand-written runtime" in text
     assert "Bayesian NN: MISSES the goal: effppl is 20% slower than NumPyro" in text
+    assert "1.20x NumPyro's XLA instruction count" in text and "likely noise" not in text
+
+    results["models"]["bnn"]["frameworks"]["effppl"]["num_hlo_ops"] = 100
+    text = _report.verdict_text(results)
+    assert "1.00x NumPyro's XLA instruction count). XLA compiled both" in text
     assert "UCBadmit GLMM: not judged" in text
     assert "Proportion: not judged, a loop took under 0.1 s (noise); 3.00x" in text
 

@@ -43,8 +43,9 @@ def test_run_quick_model_gives_every_figure_and_agreement(tmp_path):
     for fw in ("effppl", "numpyro", "handwritten"):
         row = model["frameworks"][fw]
         assert row["status"] == "ok", row
-        for field in ("trace_s", "compile_s", "total_s", "run_s", "evals_per_s"):
+        for field in ("trace_s", "compile_s", "total_s", "run_s", "evals_per_s", "num_hlo_ops"):
             assert row[field] > 0
+        assert row["num_hlo_ops"] == sum(row["hlo_ops"].values()) and "fusion" in row["hlo_ops"]
         assert row["num_evals"] == 5
     agreement = model["agreement"]
     assert agreement["reference"] == "handwritten"
@@ -56,6 +57,7 @@ def test_run_quick_model_gives_every_figure_and_agreement(tmp_path):
     text = benchmarks.render(results)
     assert "Table 1" in text and "Table 2" in text and "Proportion" in text
     assert "Verdict" in text and loaded["verdict"]["proportion_test"]["runtime_vs_handwritten"] > 0
+    assert loaded["verdict"]["proportion_test"]["program_vs_numpyro"] <= 1.01
 
 
 _RIGHT_DENSITY = toy_model.handwritten_log_density
