@@ -29,20 +29,23 @@ def make_config(mode="quick", models=MODEL_NAMES, frameworks=FRAMEWORKS, nuts=Tr
 
     **Arguments:**
     - `mode`: `"quick"` or `"paper"`.
-    - `models`, `frameworks`: names from `MODEL_NAMES` and `FRAMEWORKS`.
+    - `models`, `frameworks`: names from `MODEL_NAMES` and `FRAMEWORKS` (a list, or one
+      comma-separated string); `models` may be empty when `run` is given `modules` of its own.
     - `nuts`: run the end-to-end NUTS comparison.
-    - `seed`: seed of the data, the agreement points and NUTS.
+    - `seed`: seed of the data, the agreement points and NUTS (an integer >= 0).
     - `num_evals`: overrides the mode's number of timed evaluations.
     - `oryx_venv`: folder of the pinned Oryx environment.
     - `progress`: show a tqdm progress bar.
 
-    **Raises:** `BenchmarkConfigError` on an unknown name.
+    **Raises:** `BenchmarkConfigError` on an unknown name, no framework, a `num_evals` that is not a
+    positive integer, or a `seed` that is not a non-negative integer.
     """
-    from ._config import check_names
+    from ._config import check_count, check_names
     return RunConfig(mode=make_mode(mode, num_evals),
-                     models=check_names("models", models, MODEL_NAMES),
+                     models=check_names("models", models, MODEL_NAMES, allow_none=True),
                      frameworks=check_names("frameworks", frameworks, FRAMEWORKS),
-                     nuts=bool(nuts), seed=int(seed), oryx_venv=str(oryx_venv),
+                     nuts=bool(nuts), seed=check_count("seed", seed, minimum=0),
+                     oryx_venv=str(oryx_venv),
                      progress=bool(progress))
 
 

@@ -5,7 +5,9 @@ a framework raised (the JSON and tables are written first); 2 on a bad command l
 """
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import jax
 
@@ -14,7 +16,24 @@ from ._errors import AgreementError, BenchmarkConfigError
 
 
 def _names(text):
-    return [n.strip() for n in text.split(",") if n.strip()]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected at least one name, but got {text!r}")
+    return names
+
+
+def _unwritable(path):
+    """Why a file cannot be written at `path` (its folder is created if missing), or `None`."""
+    if path.is_dir():
+        return "is a folder; give a file name"
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK):
+        return f"folder {folder} is not writable"
+    return None
 
 
 def parse_args(argv=None):
@@ -61,22 +80,30 @@ def main(argv=None):
     except BenchmarkConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from pathlib import Path
     default = Path(__file__).resolve().parent / "results" / f"{args.mode}_{jax.default_backend()}"
     json_path = Path(args.json) if args.json else default.with_suffix(".json")
     plot_path = Path(args.plot) if args.plot else json_path.with_suffix(".png")
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        problem = _unwritable(path)
+        if problem:  # found before hours of measuring, not after
+            print(f"error: {flag} {path}: {problem}", file=sys.stderr)
+            return 2
 
     results = benchmarks.run(config, log=lambda m: print(m, file=sys.stderr),
                              on_model=lambda partial: benchmarks.write_json(partial, json_path))
     print(benchmarks.render(results))
     benchmarks.write_json(results, json_path)
     print(f"\nresults: {json_path}")
+    status = 0
     try:
         benchmarks.plot(results, plot_path)
         print(f"chart:   {plot_path}")
     except ImportError as err:
         print(f"chart:   not drawn ({err}; pip install matplotlib)")
-    status = 0
+    except OSError as err:
+        print(f"\nerror: --plot {plot_path}: the chart could not be written ({err})",
+              file=sys.stderr)
+        status = 1
     failed = [f"{m}/{fw}" for m, model in results["models"].items()
               for fw, row in {**model.get("frameworks", {}),
                               **{f"nuts:{k}": v for k, v in model.get("nuts", {}).items()

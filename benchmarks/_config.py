@@ -6,6 +6,7 @@ timing repeats, and the NUTS settings shared by effppl and NumPyro so that their
 ESS/s compare like for like.
 """
 
+import numbers
 from typing import NamedTuple
 
 from ._errors import BenchmarkConfigError
@@ -42,7 +43,9 @@ class Mode(NamedTuple):
       object (JAX caches traces by function identity); the median is reported, so the first,
       cold trace (which also warms caches shared by all frameworks) does not decide it.
     - `compile_repeats`: repeats of the XLA compile timing; the median is reported.
-    - `run_repeats`: repeats of the evaluation loop; the minimum is reported.
+    - `run_repeats`: repeats of the evaluation loop; the minimum is reported (a loop run once in
+      under `benchmarks._measure.SHORT_LOOP_S` seconds runs a second time: its cold run carries
+      one-time costs).
     - `num_warmup`, `num_samples`, `num_chains`, `max_tree_depth`: NUTS settings, the same for
       every framework (a small `max_tree_depth` bounds the quick mode's time on hard posteriors,
       at most 2**depth - 1 leapfrog steps per draw).
@@ -109,19 +112,29 @@ def make_mode(name, num_evals=None):
             "Pass --quick or --paper.")
     mode = MODES[name]
     if num_evals is not None:
-        if int(num_evals) < 1:
-            raise BenchmarkConfigError(
-                f"`benchmarks(num_evals=...)` expected a positive count, but got {num_evals!r}.")
-        mode = mode._replace(num_evals=int(num_evals))
+        mode = mode._replace(num_evals=check_count("num_evals", num_evals, minimum=1))
     return mode
 
 
-def check_names(kind, names, allowed):
-    """`names` as a tuple, in the order of `allowed`; raises `BenchmarkConfigError` on an unknown one."""
-    names = tuple(names)
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
+def check_count(name, value, minimum):
+    """`value` as an int; raises `BenchmarkConfigError` naming `name` unless it is an integer (not a
+    bool, float or string) of at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise BenchmarkConfigError(
-            f"`benchmarks(--{kind} ...)` expected names from {list(allowed)}, but got "
-            f"{unknown}. Separate several with commas.")
+            f"`benchmarks({name}=...)` expected an integer >= {minimum}, but got {value!r}.")
+    return int(value)
+
+
+def check_names(kind, names, allowed, allow_none=False):
+    """`names` (a list of names, or one comma-separated string) as a tuple in the order of
+    `allowed`; raises `BenchmarkConfigError` on an unknown name, or on none unless `allow_none`."""
+    if isinstance(names, str):
+        names = names.split(",")
+    names = tuple(n.strip() for n in names if n.strip())
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not (names or allow_none):
+        raise BenchmarkConfigError(
+            f"`benchmarks(--{kind} ...)` expected {'' if allow_none else 'at least one of '}the "
+            f"names {list(allowed)}, but got {unknown or list(names)}. Separate several with "
+            "commas.")
     return tuple(n for n in allowed if n in names)

@@ -641,12 +641,16 @@ def _prepare(fn, params, data, args):
     return figures, lambda: loop(params, data)
 
 
+SHORT_LOOP_S = 10.0  # as benchmarks._measure.SHORT_LOOP_S: a short loop's cold run never counts alone
+
+
 def _time_side_by_side(runs, args):
     """Round-robin runs of every loop (a load change falls on all alike); the fastest counts."""
     times, results = {name: [] for name in runs}, {}
-    for _ in range(args.run_repeats):
-        for name, run in runs.items():
-            seconds, results[name] = _timed(run)
+    wants = lambda ts: len(ts) < args.run_repeats or (len(ts) == 1 and ts[0] < SHORT_LOOP_S)  # noqa: E731
+    while rounds := [name for name in runs if wants(times[name])]:
+        for name in rounds:
+            seconds, results[name] = _timed(runs[name])
             times[name].append(seconds)
     return {name: {"run_s": min(ts), "run_all_s": ts, "evals_per_s": args.num_evals / min(ts),
                    "loop_result": float(results[name])} for name, ts in times.items()}

@@ -42,8 +42,15 @@ def _cell(model, fw, field, fmt, notes):
     return f"{text} ({ratio:.2f}x)" if ratio is not None else text
 
 
+_NOTE_LINES = 12
+
+
 def _note(notes, reason):
-    reason = reason.splitlines()[0][:300]
+    """The number of `reason` among a table's footnotes (added if new). A note keeps the first
+    `_NOTE_LINES` lines of the reason (e.g. the places searched for a missing data file), each
+    cut to 300 characters and indented under the first."""
+    lines = [line[:300] for line in reason.strip().splitlines()[:_NOTE_LINES]] or [""]
+    reason = "\n      ".join(lines)
     if reason not in notes:
         notes.append(reason)
     return notes.index(reason) + 1

@@ -27,6 +27,17 @@ def test_loops_run_round_robin_and_the_fastest_run_counts(monkeypatch):
     assert timing["a"]["loop_result"] == 1.5
 
 
+def test_a_short_loop_timed_once_runs_again_so_its_cold_run_never_counts_alone(monkeypatch):
+    order = []
+    prepared = {"short": _prepared("short", order), "long": _prepared("long", order)}
+    clock = iter([0.0, 3.0, 3.0, 23.0, 23.0, 24.0])  # short: 3 s cold, 1 s warm; long: 20 s
+    monkeypatch.setattr(_measure.time, "perf_counter", lambda: next(clock))
+    timing = _measure.time_side_by_side(prepared, repeats=1)
+    assert order == ["short", "long", "short"]
+    assert timing["short"]["run_all_s"] == [3.0, 1.0] and timing["short"]["run_s"] == 1.0
+    assert timing["long"]["run_all_s"] == [20.0]
+
+
 def test_a_failing_loop_is_reported_and_the_others_still_timed():
     order = []
     prepared = {"bad": _prepared("bad", order, fail=True), "good": _prepared("good", order)}
@@ -83,3 +94,13 @@ def test_no_verdict_without_effppl():
                        frameworks=("numpyro", "handwritten"))
     assert _report.verdict_text(results) == ""
 
+
+
+def test_a_multi_line_reason_is_kept_whole_in_the_table_notes():
+    reason = "DataNotFoundError: `SP500.csv` was not found in:\n  /a/SP500.csv\n  /b/SP500.csv"
+    results = _results({"stochastic_volatility": {"handwritten": 1.0}})
+    results["models"]["stochastic_volatility"]["frameworks"]["effppl"] = {
+        "status": "error", "reason": reason}
+    text = _report.runtime_table({**results, "config": {**results["config"], "num_evals": 10}})
+    assert "[1] DataNotFoundError: `SP500.csv` was not found in:\n" in text
+    assert "\n        /a/SP500.csv\n        /b/SP500.csv" in text

@@ -98,6 +98,36 @@ def test_unknown_framework_is_a_config_error():
     assert cli_main(["--quick", "--frameworks", "pyro", "--no-progress"]) == 2
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"frameworks": ","}, "at least one of the names"),
+    ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"), ({"num_evals": 1.5}, "num_evals"),
+    ({"num_evals": "10"}, "num_evals"), ({"num_evals": 0}, "num_evals")])
+def test_bad_settings_are_config_errors_naming_the_setting(kwargs, match):
+    with pytest.raises(benchmarks.BenchmarkConfigError, match=match):
+        benchmarks.make_config("quick", **kwargs)
+
+
+def test_a_comma_separated_string_of_names_is_accepted():
+    config = benchmarks.make_config("quick", models="hmm, bnn", frameworks="numpyro")
+    assert config.models == ("bnn", "hmm") and config.frameworks == ("numpyro",)
+
+
+def test_cli_rejects_bad_settings_and_unwritable_paths_before_measuring(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for argv, message in [(["--seed=-1"], "seed"), (["--models", ","], "at least one name"),
+                          (["--frameworks", ""], "at least one name"),
+                          (["--json", str(blocker / "out.json")], "--json"),
+                          (["--json", str(tmp_path)], "is a folder"),
+                          (["--plot", str(blocker / "chart.png")], "--plot")]:
+        try:
+            status = cli_main(argv + ["--no-progress", "--no-nuts"])
+        except SystemExit as exit:  # argparse's own errors
+            status = exit.code
+        assert status == 2, argv
+        assert message in capsys.readouterr().err, argv
+
+
 def test_chart_is_written(tmp_path):
     pytest.importorskip("matplotlib")
     results = benchmarks.run(_config([], ["numpyro", "handwritten"]),
