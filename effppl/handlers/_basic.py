@@ -82,7 +82,7 @@ def site_row(handler, name, values, site_shape, count, site):
         if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
             if site.count == 0:  # inside a loop of length 0: no occurrence ever reads a row
                 return jnp.zeros(site_shape, values.dtype), True
-            return values.reshape((-1, *site_shape))[site.row(count)], True
+            return values.reshape((site.count, *site_shape))[site.row(count)], True
         expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
     elif values.shape == site_shape:
         return values, False

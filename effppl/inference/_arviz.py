@@ -20,7 +20,7 @@ def to_inference_data(results: dict):
     fns, dynamic, info = results["fns"], results["dynamic"], results["info"]
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     latent = {n: samples[n] for n in info.latent}
-    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), latent)
+    flat = jax.tree.map(lambda x: x.reshape((num_chains * num_draws,) + x.shape[2:]), latent)
     loglik = fns.log_likelihood(flat, dynamic)
     loglik = {
         n: np.asarray(v).reshape((num_chains, num_draws) + v.shape[1:]) for n, v in loglik.items()

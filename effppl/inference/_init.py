@@ -6,6 +6,7 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 """
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -196,6 +197,10 @@ def init_to_value(values: dict | None = None, radius: float = 2.0) -> InitStrate
 
     **Returns:** an `InitStrategy`.
     """
+    if values is not None and not isinstance(values, Mapping):
+        raise InitializationError(
+            f"`effppl.infer.init_to_value(values=...)` expected a dict site name -> constrained "
+            f"value, but got {type(values).__name__} {values!r}.")
     values = dict(values or {})
     names = tuple(sorted(values))
     return _InitToValue(
@@ -278,3 +283,53 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
         "that the model's log density is finite and differentiable on the support of its priors, "
         "or pass init_strategy=init_to_value(values={...}) with a point known to be valid."
     )
+
+
+def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple,
+                         *, api: str = "effppl.infer.MCMC.run"):
+    """The user's initial point, checked, as `find_initial_params` returns one.
+
+    **Arguments:** as `find_initial_params`, and `init_params`: dict latent site -> *unconstrained*
+    value (as NumPyro's `MCMC.run(init_params=...)`; `effppl.handlers.unconstrain_fn` maps
+    constrained values there), of the site's unconstrained shape (the same for every chain) or
+    with a leading axis of length `num_chains`.
+
+    **Returns:** `(params, potential_energy, grad)`, each with a leading chain axis.
+
+    **Raises:** `InitializationError` naming the site whose value is missing, unknown or of the
+    wrong shape, or the chain at which the log density or its gradient is not finite.
+    """
+    name = getattr(fns.model, "__qualname__", repr(fns.model))
+    if not isinstance(init_params, Mapping):
+        raise InitializationError(
+            f"`{api}(init_params=...)` expected a dict site name -> unconstrained value, but got "
+            f"{type(init_params).__name__}.")
+    keys = jax.random.split(jax.random.key(0), num_chains)
+    template = jax.eval_shape(fns.init_proposer(init_to_uniform()), keys, (), dynamic)
+    if set(init_params) != set(template):
+        raise InitializationError(
+            f"`{api}(init_params=...)` needs an unconstrained value for each latent site of model "
+            f"`{name}`, {sorted(template)}, but got {sorted(init_params)}. For constrained values, "
+            "or to give only some sites, use init_strategy=init_to_value(values={...}).")
+    params = {}
+    for site, spec in template.items():
+        value = jnp.asarray(init_params[site], spec.dtype)
+        if value.shape == spec.shape[1:]:
+            value = jnp.broadcast_to(value, spec.shape)
+        if value.shape != spec.shape:
+            raise InitializationError(
+                f"`{api}(init_params=...)`: site `{site}` of model `{name}` has unconstrained shape "
+                f"{spec.shape[1:]}, so its value must have that shape or {spec.shape} (one per "
+                f"chain), but got {jnp.shape(init_params[site])}.")
+        params[site] = value
+    pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+    ok = np.isfinite(np.asarray(pe))
+    for flags in (*param_ok.values(), *grad_ok.values()):
+        ok &= np.asarray(flags)
+    if not ok.all():
+        raise InitializationError(
+            f"`{api}(init_params=...)`: the log density of model `{name}` or its gradient is not "
+            f"finite at the given point of chain {int(np.flatnonzero(~ok)[0])} (potential energy "
+            f"{float(np.asarray(pe)[~ok][0])}). The values are unconstrained: map constrained ones "
+            "with effppl.handlers.unconstrain_fn, or use init_strategy=init_to_value(values=...).")
+    return params, pe, grad

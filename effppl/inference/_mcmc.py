@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import EffpplError
 from ._cache import split_args
 from ._fns import model_fns
-from ._init import find_initial_params
+from ._init import find_initial_params, given_initial_params
 from ._kernels import _HMCFamily
 from ._sampler import sampler_for, warmup_schedule
 
@@ -50,14 +50,14 @@ class MCMCState(NamedTuple):
     inverse_mass_matrix: Any
 
 
-def _as_key(rng_key, api):
+def _as_key(rng_key, api, error=MCMCError):
     if isinstance(rng_key, jax.Array) and jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
         if rng_key.shape != ():
-            raise MCMCError(f"`{api}` expected a single PRNG key, but got key array of shape {rng_key.shape}.")
+            raise error(f"`{api}` expected a single PRNG key, but got key array of shape {rng_key.shape}.")
         return rng_key
     arr = np.asarray(rng_key) if not isinstance(rng_key, jax.Array) else rng_key
     if arr.dtype != np.uint32 or arr.shape != (2,):
-        raise MCMCError(
+        raise error(
             f"`{api}` expected a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), but "
             f"got {type(rng_key).__name__} of dtype {arr.dtype} and shape {arr.shape}."
         )
@@ -170,8 +170,17 @@ class MCMC:
         mesh = self._mesh() if self.chain_method == "sharded" else None
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
 
-    def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws):
+    def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws, init_params):
         """`(state, adapt_state, (step_size, imm), num_warmup)` to start from."""
+        if pws is not None and init_params is not None:
+            raise MCMCError(
+                f"`{api}` got `init_params` while `post_warmup_state` is set: a run continuing "
+                "from a saved state starts at its position. Set `mcmc.post_warmup_state = None` "
+                "to start from `init_params` (with a new warmup).")
+        if pws is not None and not isinstance(pws, MCMCState):
+            raise MCMCError(
+                f"`{api}`: `post_warmup_state` must be an `MCMCState` (`mcmc.last_state` or the "
+                f"one `mcmc.warmup(...)` sets), or None, but got {type(pws).__name__}.")
         if pws is not None:  # continue after `warmup()` (or a previous run): no warmup
             chains = np.shape(pws.logdensity)[:1]
             if chains != (self.num_chains,) or set(pws.position) != set(info.latent):
@@ -191,18 +200,21 @@ class MCMC:
                     f"`post_warmup_state = None` to initialise and warm up anew.")
             state, astate, _ = sampler.start(position, pe, grad)
             return state, astate, (pws.step_size, pws.inverse_mass_matrix), 0
-        init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains, dynamic,
-                                   api=api)
+        if init_params is not None:
+            init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
+        else:
+            init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains,
+                                       dynamic, api=api)
         state, astate, tuned = sampler.start(*self._place(init, mesh, PartitionSpec("chain")))
         return state, astate, tuned, self.num_warmup
 
-    def _execute(self, rng_key, args, kwargs, api, *, sample: bool):
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
         init_key, run_key = jax.random.split(key)
         pws = self.post_warmup_state if sample else None
         state, astate, tuned, num_warmup = self._initial_state(
-            sampler, fns, info, init_key, dynamic, mesh, api, pws
+            sampler, fns, info, init_key, dynamic, mesh, api, pws, init_params
         )
         thinning = self.thinning
         num_draws = self.num_samples // thinning if sample else 0
@@ -260,14 +272,15 @@ class MCMC:
                 DivergenceWarning, stacklevel=4,
             )
 
-    def warmup(self, rng_key, *args, **kwargs) -> None:
+    def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:
         """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
 
         **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
         """
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False)
+        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
+                      init_params=init_params)
 
-    def run(self, rng_key, *args, extra_fields=(), **kwargs) -> None:
+    def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
 
         **Arguments:**
@@ -277,17 +290,24 @@ class MCMC:
           sampler: new values of the same shapes re-use it); every other leaf is static and keys it.
         - `extra_fields`: accepted for NumPyro compatibility and ignored: every statistic of
           `get_extra_fields` is always recorded.
+        - `init_params`: optional starting point, as NumPyro's: dict latent site -> *unconstrained*
+          value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
+          unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
+          constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
 
         **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
 
-        **Raises:** `InitializationError` when a chain finds no finite starting point;
-        `MCMCError` for a model without continuous latent sites.
+        **Raises:** `InitializationError` when a chain finds no finite starting point, or
+        `init_params` misses a site, has a wrong shape or a non-finite log density;
+        `MCMCError` for a model without continuous latent sites, or `init_params` given while
+        `post_warmup_state` is set.
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
         del extra_fields
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True)
+        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
+                      init_params=init_params)
 
     # -- results ---------------------------------------------------------------------------
 
@@ -300,7 +320,7 @@ class MCMC:
     def _flatten(tree, group_by_chain):
         if group_by_chain:
             return tree
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+        return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
 
     def get_samples(self, group_by_chain: bool = False) -> dict:
         """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.

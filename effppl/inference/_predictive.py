@@ -1,5 +1,6 @@
 """Prior and posterior predictive draws, and pointwise log likelihoods."""
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
@@ -39,7 +40,7 @@ def _batch_shape(api, samples: dict, batch_ndims: int):
 def _flatten(tree, batch_ndims):
     def flat(x):
         x = x if hasattr(x, "reshape") else np.asarray(x)
-        return x.reshape((-1,) + tuple(x.shape[batch_ndims:]))
+        return x.reshape((math.prod(x.shape[:batch_ndims]),) + tuple(x.shape[batch_ndims:]))
 
     return jax.tree.map(flat, tree)
 
@@ -100,6 +101,11 @@ class Predictive:
         self.batch_ndims = int(batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
+        if batch_shape is None and num_samples is None:
+            raise PredictiveError(
+                f"`{api}(model, posterior_samples)` found no site in `posterior_samples` to take "
+                "the number of draws from; pass `num_samples` (for prior draws, leave "
+                "`posterior_samples` out).")
         if batch_shape is None:
             batch_shape = (1,) * (self.batch_ndims - 1) + (int(num_samples),)
         elif num_samples is not None and num_samples != int(np.prod(batch_shape)):
@@ -113,7 +119,7 @@ class Predictive:
     def __call__(self, rng_key, *args, **kwargs) -> dict:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
-        key = _as_key(rng_key, api)
+        key = _as_key(rng_key, api, PredictiveError)
         structure, dynamic = split_args(api, args, kwargs)
         fns = model_fns(self.model, structure, dynamic)
         info = fns.site_info(dynamic)

@@ -263,3 +263,62 @@ def test_results_before_run_raise():
     mcmc = MCMC(NUTS(m.normal_normal), num_warmup=1, num_samples=1)
     with pytest.raises(MCMCError, match="call `mcmc.run"):
         mcmc.get_samples()
+
+
+def _empty_prediction(x_new):
+    a = sample("a", dist.Normal(0.0, 1.0))
+    m.deterministic("pred", a * x_new)
+
+
+def test_a_zero_size_site_flattens_as_numpyros():
+    mcmc = _run(NUTS(_empty_prediction), (jnp.zeros(0),), num_warmup=20, num_samples=10)
+    samples = mcmc.get_samples()
+    assert samples["pred"].shape == (CHAINS * 10, 0) and samples["a"].shape == (CHAINS * 10,)
+    from effppl.inference import Predictive
+    grouped = mcmc.get_samples(group_by_chain=True)
+    predicted = Predictive(_empty_prediction, grouped, batch_ndims=2)(jax.random.key(1),
+                                                                     jnp.zeros(0))
+    assert predicted["pred"].shape == (CHAINS, 10, 0)
+    assert mcmc.to_arviz().posterior["pred"].shape == (CHAINS, 10, 0)
+
+
+def test_init_params_are_unconstrained_starting_points_as_in_numpyro(y):
+    from numpyro.infer import MCMC as NumPyroMCMC, NUTS as NumPyroNUTS
+
+    from effppl.inference import InitializationError
+
+    def scale_model(y):
+        sigma = sample("sigma", dist.HalfNormal(1.0))
+        sample("y", dist.Normal(0.0, sigma), obs=y)
+
+    # With no warmup and a tiny fixed step, the first draw stays next to the starting point,
+    # log(sigma) = 2 (sigma = e^2): init_params are unconstrained, as NumPyro's.
+    kernel = dict(step_size=1e-4, adapt_step_size=False, adapt_mass_matrix=False)
+    for init, chains in (({"sigma": 2.0}, 2), ({"sigma": jnp.array([2.0, 2.5])}, 2)):
+        mcmc = _run(NUTS(scale_model, **kernel), (y,), num_warmup=0, num_samples=1,
+                    num_chains=chains)
+        mcmc.run(jax.random.key(0), y, init_params=init)
+        np.testing.assert_allclose(mcmc.get_samples()["sigma"],
+                                   np.exp(np.broadcast_to(init["sigma"], (chains,))), rtol=1e-2)
+    import numpyro
+
+    def numpyro_scale_model(y):
+        sigma = numpyro.sample("sigma", numpyro.distributions.HalfNormal(1.0))
+        numpyro.sample("y", numpyro.distributions.Normal(0.0, sigma), obs=y)
+
+    reference = NumPyroMCMC(NumPyroNUTS(numpyro_scale_model, **kernel), num_warmup=0,
+                            num_samples=1, progress_bar=False)
+    reference.run(jax.random.PRNGKey(0), y, init_params={"sigma": 2.0})
+    np.testing.assert_allclose(reference.get_samples()["sigma"], [np.exp(2.0)], rtol=1e-2)
+    mcmc = _run(NUTS(scale_model), (y,), num_warmup=10, num_samples=10)
+    for bad, match in (({"tau": 0.0}, r"\['sigma'\], but got \['tau'\]"),
+                       ({"sigma": jnp.zeros(3)}, "sigma.*shape \\(\\)"),
+                       ({"sigma": jnp.inf}, "not finite"), ([1.0], "expected a dict")):
+        with pytest.raises(InitializationError, match=match):
+            mcmc.run(jax.random.key(0), y, init_params=bad)
+    mcmc.post_warmup_state = mcmc.last_state
+    with pytest.raises(MCMCError, match="post_warmup_state"):
+        mcmc.run(jax.random.key(0), y, init_params={"sigma": 0.0})
+    mcmc.post_warmup_state = {"sigma": 0.0}
+    with pytest.raises(MCMCError, match="must be an `MCMCState`"):
+        mcmc.run(jax.random.key(0), y)

@@ -24,6 +24,23 @@ def test_posterior_samples_must_be_a_dict():
         Predictive(model, [1, 2])
 
 
+def test_empty_posterior_samples_without_num_samples_is_an_error_saying_what_to_pass():
+    with pytest.raises(PredictiveError, match="pass `num_samples`"):
+        Predictive(model, {})
+    assert Predictive(model, {}, num_samples=3)(jax.random.key(0))["y"].shape == (3,)
+
+
+def test_a_bad_key_is_a_predictive_error():
+    with pytest.raises(PredictiveError, match="expected a PRNG key"):
+        Predictive(model, num_samples=2)(0)
+
+
+def test_init_to_value_needs_a_dict():
+    from effppl.infer import InitializationError, init_to_value
+    with pytest.raises(InitializationError, match="expected a dict site name"):
+        init_to_value(3.0)
+
+
 def test_unknown_site_in_posterior_samples_is_named():
     with pytest.raises(PredictiveError, match="mux"):
         Predictive(model, {"mux": jnp.zeros(3)})(jax.random.PRNGKey(0))
