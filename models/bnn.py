@@ -19,8 +19,12 @@ SIZES = {"quick": 100, "paper": 50_000}
 
 
 def make_data(size="quick", seed=0, num_features=3, num_hidden=5, sigma_obs=0.05):
-    """`((X (N, D_X), Y (N, 1)) float64, {"D_H": num_hidden})`."""
-    n = resolve_size(SIZES, size)
+    """`((X (N, D_X), Y (N, 1)) float64, {"D_H": num_hidden})`.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or an int >= 2 (one row has no
+    spread to standardise `Y` by).
+    """
+    n = resolve_size(SIZES, size, NAME, min_size=2)
     rng = np.random.default_rng(seed)
     x = np.linspace(-1, 1, n)
     X = np.power(x[:, None], np.arange(num_features))

@@ -24,8 +24,11 @@ SIZES = {"quick": 200, "paper": 5_000}
 
 def make_data(size="quick", seed=0, num_categories=3, num_words=10, num_supervised=100):
     """`((transition_prior (K,), emission_prior (W,), supervised_categories (S,),
-    supervised_words (S,), unsupervised_words (T,)), {})`; T = the size."""
-    num_unsupervised = resolve_size(SIZES, size)
+    supervised_words (S,), unsupervised_words (T,)), {})`; T = the size.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or a positive int.
+    """
+    num_unsupervised = resolve_size(SIZES, size, NAME)
     rng = np.random.default_rng(seed)
     transition_prior = np.ones(num_categories)
     emission_prior = np.full(num_words, 0.1)

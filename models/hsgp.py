@@ -25,7 +25,7 @@ from numpyro.handlers import scope
 
 import effppl
 from effppl import distributions as dist
-from models._data import load_births, resolve_size
+from models._data import SOURCES, load_births, resolve_size
 from models._hsgp_basis import (
     diag_spectral_density_periodic,
     eigenfunctions_periodic,
@@ -45,9 +45,13 @@ _HOLIDAYS = (  # (name, month, weekday with Monday = 0, first day, last day)
 def make_data(size="quick", seed=0):
     """The first `N` days, preprocessed as NumPyro's `make_birthdays_data_dict`: `((x, day_of_week,
     day_of_year, memorial, labour, thanksgiving indicators, y), {"w0", "L", "M1", "M2", "M3"})`.
-    `seed` is unused."""
+    `seed` is unused.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or an int in 2..7305 (one day has
+    no spread to standardise by); `DataFormatError`, `DataNotFoundError` from `load_births`.
+    """
     del seed
-    n = resolve_size(SIZES, size)
+    n = resolve_size(SIZES, size, NAME, min_size=2, max_size=SOURCES["births_usa_1969.csv"].rows)
     data = {k: v[:n] for k, v in load_births().items()}
     x = data["id"].astype(np.float64)
     y = data["births"] / data["births"].mean()

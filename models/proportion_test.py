@@ -22,8 +22,11 @@ SIZES = {"quick": 1_000, "paper": 3_000_000}
 
 
 def make_data(size="quick", seed=0):
-    """`((design_matrix (N, 3) float64, outcome (N,) float64), {})`; 51.342% of rows called."""
-    n = resolve_size(SIZES, size)
+    """`((design_matrix (N, 3) float64, outcome (N,) float64), {})`; 51.342% of rows called.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or a positive int.
+    """
+    n = resolve_size(SIZES, size, NAME)
     rng = np.random.default_rng(seed)
     num_calls = round(n * 51342 / 100000)
     got_called = np.arange(n) < num_calls

@@ -12,16 +12,20 @@ from jax.scipy.stats import norm, t
 
 import effppl
 from effppl import distributions as dist
-from models._data import load_sp500, resolve_size
+from models._data import SOURCES, load_sp500, resolve_size
 
 NAME = "stochastic_volatility"
 SIZES = {"quick": 250, "paper": 2_517}
 
 
 def make_data(size="quick", seed=0):
-    """`((returns (T,) float64,), {})`: the first `T` returns of the series; `seed` is unused."""
+    """`((returns (T,) float64,), {})`: the first `T` returns of the series; `seed` is unused.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or an int in 1..2517;
+    `DataFormatError`, `DataNotFoundError` from `load_sp500`.
+    """
     del seed
-    n = resolve_size(SIZES, size)
+    n = resolve_size(SIZES, size, NAME, max_size=SOURCES["SP500.csv"].rows)
     _, returns = load_sp500()
     return (returns[:n],), {}
 

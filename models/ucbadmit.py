@@ -26,9 +26,13 @@ SIZES = {"quick": 12, "paper": 49_152}
 
 def make_data(size="quick", seed=0):
     """`((dept, male, applications, admit) int64 (N,), {"num_dept": 6})`: the 12 rows tiled to N
-    rows (cut short if N is not a multiple of 12); `seed` is unused."""
+    rows (cut short if N is not a multiple of 12); `seed` is unused.
+
+    **Raises:** `SizeError` unless `size` is a key of `SIZES` or a positive int; `DataFormatError`,
+    `DataNotFoundError` from `load_ucbadmit`.
+    """
     del seed
-    n = resolve_size(SIZES, size)
+    n = resolve_size(SIZES, size, NAME)
     data = load_ucbadmit()
     columns = tuple(np.resize(data[c], n) for c in ("dept", "male", "applications", "admit"))
     return columns, {"num_dept": int(len(np.unique(data["dept"])))}

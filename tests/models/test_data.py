@@ -1,4 +1,5 @@
 import hashlib
+import importlib
 import time
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 import models._data as data
 from effppl import EffpplError
-from models._data import DataNotFoundError, SizeError, Source
+from models._data import DataFormatError, DataNotFoundError, SizeError, Source
 
 
 @pytest.fixture
@@ -80,11 +81,37 @@ def test_offline_error_names_file_places_and_url(places):
 
 
 def test_resolve_size_rejects_unknown_names():
-    assert data.resolve_size({"quick": 3}, "quick") == 3
-    assert data.resolve_size({"quick": 3}, 7) == 7
+    assert data.resolve_size({"quick": 3}, "quick", "m") == 3
+    assert data.resolve_size({"quick": 3}, 7, "m") == 7
     for bad in ("huge", 0, -1, True, 2.5):
-        with pytest.raises(SizeError, match="expected one of"):
-            data.resolve_size({"quick": 3}, bad)
+        with pytest.raises(SizeError, match=r"`models\.m\.make_data.*expected one of"):
+            data.resolve_size({"quick": 3}, bad, "m")
+
+
+def test_resolve_size_rejects_sizes_out_of_bounds():
+    assert data.resolve_size({"quick": 3}, 2, "m", min_size=2, max_size=5) == 2
+    assert data.resolve_size({"quick": 3}, 5, "m", min_size=2, max_size=5) == 5
+    with pytest.raises(SizeError, match=r"size=1\).*an int >= 2, its smallest size"):
+        data.resolve_size({"quick": 3}, 1, "m", min_size=2, max_size=5)
+    with pytest.raises(SizeError, match=r"`models\.m\.make_data\(size=6\)`.* only 5 rows"):
+        data.resolve_size({"quick": 3}, 6, "m", min_size=2, max_size=5)
+
+
+@pytest.mark.parametrize("name, rows", [("stochastic_volatility", 2517), ("hsgp", 7305)])
+def test_make_data_larger_than_the_data_set_is_a_size_error(name, rows):
+    module = importlib.import_module(f"models.{name}")
+    with pytest.raises(SizeError, match=rf"models\.{name}\.make_data\(size=100000\).* {rows} rows"):
+        module.make_data(100_000)
+    assert module.make_data(rows)[0][0].shape == (rows,)
+
+
+@pytest.mark.parametrize("name", ["bnn", "hsgp"])
+def test_make_data_of_one_row_is_a_size_error_naming_the_smallest_size(name):
+    module = importlib.import_module(f"models.{name}")
+    with pytest.raises(SizeError, match=rf"models\.{name}\.make_data\(size=1\).*int >= 2"):
+        module.make_data(1)
+    args, _ = module.make_data(2)
+    assert all(np.isfinite(np.asarray(a, np.float64)).all() for a in args)
 
 
 def test_load_sp500():
@@ -109,3 +136,92 @@ def test_load_births_dates_agree_with_ids():
     assert (dates.astype("datetime64[M]").astype(int) % 12 + 1 == d["month"]).all()
     weekday = (dates.astype("datetime64[D]").astype(int) + 3) % 7  # 1970-01-01: Thursday = 3
     assert (weekday == d["day_of_week"] - 1).all()
+
+
+@pytest.fixture
+def put_copy(tmp_path, monkeypatch):
+    """`put_copy(name, edit)`: puts `edit(text of the known file)` (str or bytes) in a fresh
+    EFFPPL_DATA_DIR and returns its path."""
+    monkeypatch.setenv("EFFPPL_DATA_DIR", str(tmp_path))
+
+    def put(name, edit):
+        text = edit(data.data_path(name).read_text())  # the known file, before the copy exists
+        path = tmp_path / name
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return path
+
+    return put
+
+
+def _format_error(load, path, *parts):
+    with pytest.raises(DataFormatError) as info:
+        load()
+    assert isinstance(info.value, EffpplError) and isinstance(info.value, ValueError)
+    message = str(info.value)
+    for part in (str(path), "EFFPPL_DATA_DIR", *parts):
+        assert part in message, (part, message)
+    return message
+
+
+def _lines(text, edit):
+    lines = text.splitlines(keepends=True)
+    edit(lines)
+    return "".join(lines)
+
+
+def test_truncated_file_is_a_format_error_not_a_short_table(put_copy):
+    path = put_copy("SP500.csv", lambda t: "".join(t.splitlines(keepends=True)[:101]))
+    _format_error(data.load_sp500, path, "100 data rows", "expected 2517", "sha256")
+    import models.stochastic_volatility as sv
+
+    with pytest.raises(DataFormatError, match="100 data rows"):
+        sv.make_data("quick")
+
+
+def test_edited_value_is_caught_by_the_sha256(put_copy):
+    path = put_copy("SP500.csv", lambda t: t.replace("0.7524280936307193", "0.75", 1))
+    _format_error(data.load_sp500, path, "2517 data rows", data.SOURCES["SP500.csv"].sha256[:12])
+
+
+def test_bad_number_names_line_column_and_value(put_copy):
+    def edit(lines):
+        lines[49] = lines[49].rsplit(",", 1)[0] + ",abc\n"
+
+    path = put_copy("SP500.csv", lambda t: _lines(t, edit))
+    _format_error(data.load_sp500, path, "line 50", "`VALUE`", "'abc'")
+
+
+def test_short_row_names_the_missing_value(put_copy):
+    def edit(lines):
+        lines[3] = lines[3].rsplit(",", 1)[0] + "\n"
+
+    path = put_copy("SP500.csv", lambda t: _lines(t, edit))
+    _format_error(data.load_sp500, path, "line 4", "`VALUE`", "no value")
+
+
+def test_binary_garbage_is_a_format_error(put_copy):
+    path = put_copy("SP500.csv", lambda t: b"garbage \xff\xfe\x00\n")
+    _format_error(data.load_sp500, path, "not UTF-8 CSV")
+
+
+@pytest.mark.parametrize("name, column, load", [
+    ("SP500.csv", "DATE", data.load_sp500),
+    ("births_usa_1969.csv", "id", data.load_births),
+])
+def test_missing_column_is_named(put_copy, name, column, load):
+    path = put_copy(name, lambda t: t.replace(f",{column},", ",other,", 1))
+    _format_error(load, path, f"lacks column(s) ['{column}']")
+
+
+def test_ucbadmit_rejects_a_bad_department_code(put_copy):
+    path = put_copy("UCBadmit.csv", lambda t: t.replace('"A";"male"', '"a";"male"', 1))
+    _format_error(data.load_ucbadmit, path, "line 2", "`dept`", "'a'", "'F'")
+    import models.ucbadmit as ucb
+
+    with pytest.raises(DataFormatError, match="'a'"):
+        ucb.make_data("quick")
+
+
+def test_ucbadmit_rejects_a_bad_gender(put_copy):
+    path = put_copy("UCBadmit.csv", lambda t: t.replace('"female"', '"f"', 1))
+    _format_error(data.load_ucbadmit, path, "line 3", "`gender`", "'f'")
