@@ -64,6 +64,27 @@ def _as_key(rng_key, api, error=MCMCError):
     return jax.random.wrap_key_data(arr)
 
 
+_NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's statistics
+    "accept_prob": lambda stats: stats["acceptance_rate"],
+    "num_steps": lambda stats: stats["n_steps"],
+    "potential_energy": lambda stats: -stats["lp"],
+    "adapt_state.step_size": lambda stats: stats["step_size"],
+}
+_STATS = ("diverging", "acceptance_rate", "energy", "n_steps", "tree_depth", "lp", "step_size")
+
+
+def _numpyro_fields(extra_fields, api):
+    """The NumPyro names among `extra_fields`; raises `MCMCError` on a name effppl cannot give."""
+    if isinstance(extra_fields, str):
+        extra_fields = (extra_fields,)
+    unknown = [f for f in extra_fields if f not in _STATS and f not in _NUMPYRO_FIELDS]
+    if unknown:
+        raise MCMCError(
+            f"`{api}(..., extra_fields=...)`: effppl cannot record {unknown}. It records "
+            f"{list(_STATS)} always, and gives NumPyro's names {list(_NUMPYRO_FIELDS)} when asked.")
+    return tuple(f for f in extra_fields if f in _NUMPYRO_FIELDS)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _split_each(keys, shape):
     return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
@@ -288,8 +309,10 @@ class MCMC:
         - `rng_key`: `jax.random.key(seed)` or a raw `uint32[2]` `jax.random.PRNGKey(seed)`.
         - `*args`, `**kwargs`: the model's arguments. Arrays are data (arguments of the compiled
           sampler: new values of the same shapes re-use it); every other leaf is static and keys it.
-        - `extra_fields`: accepted for NumPyro compatibility and ignored: every statistic of
-          `get_extra_fields` is always recorded.
+        - `extra_fields`: names of statistics `get_extra_fields` must return, for NumPyro
+          compatibility: every statistic of `get_extra_fields` is always recorded, and NumPyro's
+          names `accept_prob`, `num_steps`, `potential_energy` and `adapt_state.step_size` are
+          added under those names when asked for. Other names raise `MCMCError`.
         - `init_params`: optional starting point, as NumPyro's: dict latent site -> *unconstrained*
           value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
           unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
@@ -305,9 +328,11 @@ class MCMC:
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
-        del extra_fields
+        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                       init_params=init_params)
+        stats = self._results["stats"]
+        stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     # -- results ---------------------------------------------------------------------------
 

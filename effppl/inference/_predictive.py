@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
+from ..primitives import SiteError
 from ._cache import split_args
 from ._fns import model_fns
 from ._mcmc import _as_key
@@ -143,7 +144,16 @@ class Predictive:
                 )
             sites = set(self.return_sites)
         keys = jax.random.split(key, self.num_samples)
-        out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims), dynamic)
+        try:
+            out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims),
+                                                      dynamic)
+        except SiteError as err:
+            if "shape" not in str(err):
+                raise
+            raise PredictiveError(
+                f"`{api}`: {err} (after taking {self.batch_ndims} leading batch axis(es) off "
+                "`posterior_samples`; draws grouped by chain, from "
+                "`get_samples(group_by_chain=True)`, need `batch_ndims=2`).") from err
         return _unflatten(out, self._batch_shape)
 
 
@@ -175,7 +185,8 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     if missing:
         raise PredictiveError(
             f"`{api}` expected posterior draws of every latent site of model `{fns.name}`, but "
-            f"sites {missing} are missing from `posterior_samples`."
+            f"sites {missing} are missing from `posterior_samples`. (A site is latent when its "
+            "observation is not passed: pass the model's observed data as arguments.)"
         )
     if info.unrecorded:
         warnings.warn(

@@ -322,3 +322,23 @@ def test_init_params_are_unconstrained_starting_points_as_in_numpyro(y):
     mcmc.post_warmup_state = {"sigma": 0.0}
     with pytest.raises(MCMCError, match="must be an `MCMCState`"):
         mcmc.run(jax.random.key(0), y)
+
+
+def test_numpyro_extra_field_names_are_given_when_asked(y):
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=20, num_samples=10, num_chains=1,
+                progress_bar=False)
+    mcmc.run(jax.random.key(0), y, extra_fields=("accept_prob", "num_steps", "potential_energy",
+                                                 "diverging"))
+    stats = mcmc.get_extra_fields()
+    np.testing.assert_array_equal(stats["accept_prob"], stats["acceptance_rate"])
+    np.testing.assert_array_equal(stats["num_steps"], stats["n_steps"])
+    np.testing.assert_allclose(stats["potential_energy"], -stats["lp"])
+    with pytest.raises(MCMCError, match=r"cannot record \['mean_accept_prob'\]"):
+        mcmc.run(jax.random.key(0), y, extra_fields=("mean_accept_prob",))
+
+
+def test_predictive_of_draws_grouped_by_chain_says_to_pass_batch_ndims(nuts_run, y):
+    from effppl.inference import Predictive, PredictiveError
+    with pytest.raises(PredictiveError, match="need `batch_ndims=2`"):
+        Predictive(m.normal_normal, nuts_run.get_samples(group_by_chain=True))(jax.random.key(0),
+                                                                                 y)
