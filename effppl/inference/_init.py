@@ -217,6 +217,14 @@ def _select_chains(ok, old, new):
     return jax.tree.map(pick, old, new)
 
 
+def _chains_ok(pe, param_ok, grad_ok):
+    """bool[chain]: the potential energy, every unconstrained value and gradient are finite."""
+    ok = np.isfinite(np.asarray(pe))
+    for flags in (*param_ok.values(), *grad_ok.values()):
+        ok &= np.asarray(flags)
+    return ok
+
+
 def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, dynamic: tuple,
                         *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run"):
     """Draw one valid unconstrained initial point per chain.
@@ -250,9 +258,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
                 "inside one, through which the gradient would go. Use `lax.scan` or "
                 "`lax.fori_loop` with static bounds (and `effppl.handlers.mask` for a "
                 "data-dependent number of steps).") from err
-        ok = np.isfinite(np.asarray(pe))
-        for flags in (*param_ok.values(), *grad_ok.values()):
-            ok &= np.asarray(flags)
+        ok = _chains_ok(pe, param_ok, grad_ok)
         if ok.all():
             return params, pe, grad
         if attempt == max_tries:
@@ -323,9 +329,7 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
                 f"chain), but got {jnp.shape(init_params[site])}.")
         params[site] = value
     pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
-    ok = np.isfinite(np.asarray(pe))
-    for flags in (*param_ok.values(), *grad_ok.values()):
-        ok &= np.asarray(flags)
+    ok = _chains_ok(pe, param_ok, grad_ok)
     if not ok.all():
         raise InitializationError(
             f"`{api}(init_params=...)`: the log density of model `{name}` or its gradient is not "
