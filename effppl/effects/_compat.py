@@ -140,10 +140,11 @@ def split_args(args, kwargs):
 
 
 def scan_counts(params) -> tuple[int, int]:
-    """`(num_consts, num_carry)` of a scan equation (JAX 0.11 groups inputs in `ft_in`)."""
+    """`(num_consts, num_carry)` of a scan equation (JAX 0.11 groups its inputs in `ft_in`, a
+    `FlatTree` of (consts, carry, xs) whose `len` counts leaves)."""
     if "num_consts" in params:
         return params["num_consts"], params["num_carry"]
-    consts, carry, _ = params["ft_in"]
+    consts, carry, _ = params["ft_in"].unpack()
     return len(consts), len(carry)
 
 
