@@ -338,7 +338,19 @@ def eliminate_jaxpr(closed):
     if not in_play(closed.effects):
         return closed
     with _deep_recursion():
-        return _eliminate(closed)
+        try:
+            return _eliminate(closed)
+        except RecursionError as err:
+            if str(err).startswith(("Handlers nested", "Translating the handlers")):
+                raise
+            raise RecursionError(
+                "Translating the handlers nested more Python calls than this interpreter "
+                "allows: each captured continuation (the rest of the program after an operation "
+                "whose clause resumes) is translated inside the clause that resumes it, so "
+                "operations performed in sequence under clauses that resume several times nest "
+                "deeply. Python 3.12's fixed C recursion limit stops this at about 8 such "
+                "operations in a row (a two-way choice); Python 3.11 allows more. Perform fewer "
+                "of them in one handled program.") from None
 
 
 @contextlib.contextmanager
