@@ -14,12 +14,30 @@ import contextlib
 import functools
 import threading
 
+import numpyro.primitives
 
 from .. import effects as fx
 from ..effects import _compat
 from ..primitives import SiteError, deterministic_op, message_contexts, sample_op
 
 _depth = threading.local()
+
+
+class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
+    """On NumPyro's handler stack while an effppl model runs: a NumPyro primitive there would be
+    invisible to effppl's handlers (and, with no NumPyro handler, fail deep inside NumPyro)."""
+
+    def process_message(self, msg):
+        kind, name = msg.get("type"), msg.get("name")
+        ours = {"sample": "sample", "plate": "plate", "deterministic": "deterministic"}
+        if kind == "sample" and type(msg.get("fn")).__name__ == "Unit":
+            kind, ours["factor"] = "factor", "factor"  # what numpyro.factor sends
+        instead = (f"`effppl.{ours[kind]}`" if kind in ours
+                   else "effppl's primitives (`sample`, `plate`, `deterministic`, `factor`)")
+        raise SiteError(
+            f"`numpyro.{kind}` (site `{name}`) was called inside an effppl model. effppl's "
+            f"handlers (seed, trace, log density, MCMC) do not see NumPyro's primitives; use "
+            f"{instead}, which take NumPyro's arguments.")
 
 
 def _nesting():
@@ -30,7 +48,8 @@ def _nesting():
 def _inside():
     _depth.n = _nesting() + 1
     try:
-        yield
+        with _NoNumPyroPrimitives():
+            yield
     finally:
         _depth.n -= 1
 

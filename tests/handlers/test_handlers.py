@@ -537,6 +537,35 @@ def test_latent_without_value_names_the_site():
         jax.grad(lambda loc: effppl.sample("g", dist.Normal(loc, 1.0)))(0.0)
 
 
+@pytest.mark.parametrize("primitive, use", [
+    ("sample", "effppl.sample"), ("plate", "effppl.plate"),
+    ("deterministic", "effppl.deterministic"), ("factor", "effppl.factor")])
+def test_a_numpyro_primitive_inside_an_effppl_model_names_the_site_and_its_effppl_twin(primitive,
+                                                                                     use):
+    def model():
+        x = effppl.sample("x", dist.Normal(0.0, 1.0))
+
+        def step(c, _):  # inside a loop too: the model is traced with NumPyro's stack guarded
+            if primitive == "sample":
+                c = c + numpyro.sample("z", dist.Normal(0.0, 1.0))
+            elif primitive == "plate":
+                with numpyro.plate("z", 3):
+                    pass
+            elif primitive == "deterministic":
+                numpyro.deterministic("z", 2.0 * c)
+            else:
+                numpyro.factor("z", -c ** 2)
+            return c, None
+        jax.lax.scan(step, x, None, length=2)
+
+    match = f"`numpyro.{primitive}` \\(site `z`\\).*inside an effppl model.*`{use}`"
+    with pytest.raises(effppl.SiteError, match=match):
+        handlers.trace(handlers.seed(model, 0)).get_trace()
+    with pytest.raises(effppl.SiteError, match=match):
+        effppl.log_density(model, (), {}, {"x": 0.5})
+    assert not numpyro.primitives._PYRO_STACK  # the guard leaves NumPyro's stack as it was
+
+
 def _with_sample_shape(sample, plate):
     def model():
         sample("y", dist.Normal(0.0, 1.0), sample_shape=(4,))
