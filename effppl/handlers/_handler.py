@@ -14,6 +14,7 @@ import contextlib
 import functools
 import threading
 
+import numpyro.distributions
 import numpyro.primitives
 
 from .. import effects as fx
@@ -30,7 +31,7 @@ class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
     def process_message(self, msg):
         kind, name = msg.get("type"), msg.get("name")
         ours = {"sample": "sample", "plate": "plate", "deterministic": "deterministic"}
-        if kind == "sample" and type(msg.get("fn")).__name__ == "Unit":
+        if kind == "sample" and isinstance(msg.get("fn"), numpyro.distributions.Unit):
             kind, ours["factor"] = "factor", "factor"  # what numpyro.factor sends
         instead = (f"`effppl.{ours[kind]}`" if kind in ours
                    else "effppl's primitives (`sample`, `plate`, `deterministic`, `factor`)")
