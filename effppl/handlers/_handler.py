@@ -30,10 +30,9 @@ class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
 
     def process_message(self, msg):
         kind, name = msg.get("type"), msg.get("name")
-        ours = {"sample": "sample", "plate": "plate", "deterministic": "deterministic"}
         if kind == "sample" and isinstance(msg.get("fn"), numpyro.distributions.Unit):
-            kind, ours["factor"] = "factor", "factor"  # what numpyro.factor sends
-        instead = (f"`effppl.{ours[kind]}`" if kind in ours
+            kind = "factor"  # what numpyro.factor sends
+        instead = (f"`effppl.{kind}`" if kind in ("sample", "plate", "deterministic", "factor")
                    else "effppl's primitives (`sample`, `plate`, `deterministic`, `factor`)")
         raise SiteError(
             f"`numpyro.{kind}` (site `{name}`) was called inside an effppl model. effppl's "
