@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions import batch_util
+from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
 from .effects import _compat
@@ -181,6 +182,13 @@ def _broadcast_to_plates(name, fn):
     return fn if tuple(batch) == tuple(fn.batch_shape) else fn.expand(tuple(batch))
 
 
+def _plate_frames():
+    """The enclosing plates as NumPyro's `CondIndepStackFrame(name, dim, size)`, innermost first
+    (NumPyro's order): a static parameter of each site, which traces record as `cond_indep_stack`
+    (NumPyro's field) and `to_arviz` uses to name the site's dimensions."""
+    return tuple(CondIndepStackFrame(p.name, p.dim, p.size) for p in reversed(_active_plates()))
+
+
 def message_contexts():
     """Message adjustments of the `with mask(...)`/`with scale(...)` blocks being traced."""
     if not hasattr(_plates, "contexts"):
@@ -234,7 +242,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
     infer = tuple(sorted((infer or {}).items()))
-    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer)
+    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
+                     cond_indep_stack=_plate_frames())
 
 
 def _broadcast_observation(fn, obs):
@@ -293,7 +302,7 @@ def deterministic(name: str, value):
 
     **Returns:** `value` unchanged.
     """
-    return deterministic_op(jnp.asarray(value), name=name)
+    return deterministic_op(jnp.asarray(value), name=name, cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):

@@ -23,9 +23,11 @@ def _log_prob_type(site, fn_avals):
 
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
-    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer"}}`; `log_prob` is
-    the elementwise log density of each occurrence's value under that occurrence's distribution,
-    zero where an enclosing `mask` is false (NumPyro's masked `fn`), not scaled.
+    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer",
+    "cond_indep_stack"}}`; `log_prob` is the elementwise log density of each occurrence's value
+    under that occurrence's distribution, zero where an enclosing `mask` is false (NumPyro's masked
+    `fn`), not scaled; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
+    `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them).
 
     A site inside `lax.scan` has its values stacked: shape `(T, *site_shape)`, nested scans
     `(T_outer, T_inner, *site_shape)`; its `"fn"` is the distribution with the same leading axes in
@@ -154,7 +156,8 @@ class trace(Handler):
                 else (lambda x: x)
             msg_static = dict(site.key.static)
             rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
-                   "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ()))}
+                   "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
+                   "cond_indep_stack": list(msg_static.get("cond_indep_stack", ()))}
             if site.type == "sample":
                 rec["fn"] = None
                 if "fn" in entry:

@@ -12,7 +12,9 @@ def to_inference_data(results: dict):
     Groups: `posterior` (constrained latent and deterministic sites, `[chain, draw, ...]`),
     `sample_stats` (`diverging`, `acceptance_rate`, `energy`, `n_steps`, `tree_depth` for NUTS,
     `lp`, `step_size`), `log_likelihood` (pointwise `log p(y_i | theta)` per observed site) and
-    `observed_data`.
+    `observed_data`. A site's axes that an enclosing `plate` spans are named after the plate (in
+    every group; the other axes get arviz's default `<site>_dim_<i>`), as arviz's `from_numpyro`
+    does.
     """
     import arviz as az
 
@@ -31,4 +33,5 @@ def to_inference_data(results: dict):
         sample_stats={n: np.asarray(v) for n, v in stats.items()},
         log_likelihood=loglik or None,
         observed_data=observed or None,
+        dims={name: list(names) for name, names in info.dims},
     )

@@ -27,7 +27,9 @@ class SiteInfo(NamedTuple):
     `latent`: unobserved sample sites; `observed`: observed sample sites; `deterministic`:
     deterministic sites; `discrete_latent`: the latent sites with a discrete support;
     `unrecorded`: observed sites inside a `while_loop`, which count in the log density but are
-    not recorded in traces (no static number of occurrences).
+    not recorded in traces (no static number of occurrences); `dims`: `(site, axis names)` pairs
+    for the sites inside a `plate`, naming the axes of a value's batch part (`None` where no plate
+    sits, `plate_dims`).
     """
 
     latent: tuple
@@ -35,6 +37,25 @@ class SiteInfo(NamedTuple):
     deterministic: tuple
     discrete_latent: tuple
     unrecorded: tuple = ()
+    dims: tuple = ()
+
+
+def plate_dims(site) -> tuple | None:
+    """The names of the axes of `site`'s value before its event axes: the enclosing plate's name
+    where one sits (as arviz's `from_numpyro` names them), `None` elsewhere (loop-stacking axes,
+    `sample_shape`); `None` for a site inside no plate. An axis whose length is not its plate's
+    size (a deterministic value of another shape) keeps `None`."""
+    if not site.plates:
+        return None
+    shape = jnp.shape(site.value)
+    event_ndim = len(site.fn.event_shape) if site.fn is not None else 0
+    batch_end = len(shape) - event_ndim
+    dims = [None] * batch_end
+    for frame in site.plates:
+        axis = batch_end + frame.dim
+        if 0 <= axis < batch_end and shape[axis] == frame.size:
+            dims[axis] = frame.name
+    return tuple(dims)
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -91,7 +112,7 @@ class ModelFns:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""
         sig = _signature(dynamic)
         if sig not in self._site_info:
-            found, unrecorded = {}, []
+            found, unrecorded, dims = {}, [], []
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -99,6 +120,8 @@ class ModelFns:
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
                 for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
+                    if (names := plate_dims(site)) is not None:
+                        dims.append((name, names))
                 unrecorded.extend(_model.unrecorded_observed_sites(self.model, args, kwargs))
 
             jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
@@ -109,6 +132,7 @@ class ModelFns:
                 deterministic=tuple(n for n, (k, _, _) in found.items() if k == "deterministic"),
                 discrete_latent=tuple(n for n in latent if found[n][2]),
                 unrecorded=tuple(unrecorded),
+                dims=tuple(dims),
             )
         return self._site_info[sig]
 

@@ -57,6 +57,7 @@ class Site(NamedTuple):
     is_observed: bool
     fn: Any
     log_prob: Any = None  # elementwise log density, when the trace records it
+    plates: tuple = ()    # the enclosing plates' CondIndepStackFrame(name, dim, size), innermost first
 
 
 def model_name(model: Callable) -> str:
@@ -167,5 +168,6 @@ def get_trace(
             is_observed=bool(site.get("is_observed", False)),
             fn=site.get("fn") if kind == "sample" else None,
             log_prob=site.get("log_prob") if kind == "sample" else None,
+            plates=tuple(site.get("cond_indep_stack", ())),
         )
     return sites

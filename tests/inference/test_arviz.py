@@ -1,0 +1,95 @@
+"""`MCMC.to_arviz` names a site's axes after its plates, as arviz's `from_numpyro` does."""
+
+import warnings
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as ndist
+from jax import lax
+from numpyro.infer import MCMC as NumPyroMCMC
+from numpyro.infer import NUTS as NumPyroNUTS
+
+import effppl
+from effppl import distributions as dist
+from effppl.handlers import seed, trace
+from effppl.inference import MCMC, NUTS
+
+GROUP = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+Y = np.linspace(-1.0, 1.0, 8)
+
+
+def hierarchical(group, y):
+    mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+    with effppl.plate("groups", 3):
+        a = effppl.sample("a", dist.Normal(mu, 1.0))
+        effppl.deterministic("a2", 2 * a)
+    with effppl.plate("rows", 2, dim=-2), effppl.plate("cols", 4):
+        effppl.sample("b", dist.Normal(0.0, 1.0))
+    with effppl.plate("data", y.shape[0]):
+        effppl.sample("y", dist.Normal(a[group], 1.0), obs=y)
+
+
+def hierarchical_numpyro(group, y):
+    mu = numpyro.sample("mu", ndist.Normal(0.0, 1.0))
+    with numpyro.plate("groups", 3):
+        a = numpyro.sample("a", ndist.Normal(mu, 1.0))
+        numpyro.deterministic("a2", 2 * a)
+    with numpyro.plate("rows", 2, dim=-2), numpyro.plate("cols", 4):
+        numpyro.sample("b", ndist.Normal(0.0, 1.0))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", ndist.Normal(a[group], 1.0), obs=y)
+
+
+def _dims(idata):
+    return {(group, name): idata[group][name].dims
+            for group in ("posterior", "log_likelihood", "observed_data")
+            for name in idata[group].data_vars}
+
+
+def test_trace_records_plates_as_numpyro_does():
+    ours = trace(seed(hierarchical, 0)).get_trace(GROUP, Y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.seed(hierarchical_numpyro, 0)).get_trace(GROUP, Y)
+    for name in ("mu", "a", "a2", "b", "y"):
+        expected = [(f.name, f.dim, f.size) for f in theirs[name]["cond_indep_stack"]]
+        assert [(f.name, f.dim, f.size) for f in ours[name]["cond_indep_stack"]] == expected, name
+
+
+def test_to_arviz_names_dims_after_plates_like_from_numpyro():
+    mcmc = MCMC(NUTS(hierarchical), num_warmup=20, num_samples=10, num_chains=1,
+                progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.key(0), GROUP, Y)
+    ours = _dims(mcmc.to_arviz())
+    theirs = NumPyroMCMC(NumPyroNUTS(hierarchical_numpyro), num_warmup=20, num_samples=10,
+                         progress_bar=False)
+    theirs.run(jax.random.key(0), GROUP, Y)
+    expected = _dims(az.from_numpyro(theirs))
+    assert ours[("posterior", "a")] == ("chain", "draw", "groups")
+    assert ours[("posterior", "b")] == ("chain", "draw", "rows", "cols")
+    assert ours[("log_likelihood", "y")] == ("chain", "draw", "data")
+    assert ours == expected
+
+
+def test_a_plate_inside_scan_names_its_axis_and_the_loop_axis_keeps_the_default():
+    def walk(y):
+        def step(carry, y_t):
+            with effppl.plate("units", 3):
+                z = effppl.sample("z", dist.Normal(carry, 1.0))
+                effppl.sample("y", dist.Normal(z, 1.0), obs=y_t)
+            return z, None
+
+        lax.scan(step, jnp.zeros(3), y)
+
+    mcmc = MCMC(NUTS(walk), num_warmup=10, num_samples=5, num_chains=1, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.key(0), jnp.ones((4, 3)))
+    idata = mcmc.to_arviz()
+    assert idata.posterior["z"].dims == ("chain", "draw", "z_dim_0", "units")
+    assert idata.posterior["z"].shape == (1, 5, 4, 3)
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "y_dim_0", "units")
+    assert idata.observed_data["y"].dims == ("y_dim_0", "units")
