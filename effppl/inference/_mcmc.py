@@ -90,6 +90,19 @@ def _split_each(keys, shape):
     return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
 
 
+def _advance(bar, num: int, postfix: str) -> None:
+    """Count `num` more steps on the progress bar `bar`. After the first chunk, whose call also
+    compiled the sampler, the bar's clock restarts: its rate and ETA then measure sampling alone,
+    not compilation (the elapsed time shown counts from there)."""
+    bar.set_postfix_str(postfix, refresh=False)
+    if bar.n:
+        bar.update(num)
+        return
+    bar.reset()
+    bar.n = bar.last_print_n = bar.initial = num  # a rate from later chunks only; ETA "?" until then
+    bar.refresh()
+
+
 def _concat(parts):
     if len(parts) == 1:
         return parts[0]
@@ -110,7 +123,8 @@ class MCMC:
       number of devices that divides `num_chains` is used). Both give the same draws.
     - `thinning`: keep every `thinning`-th draw.
     - `progress_bar`: show a tqdm bar over warmup and sampling (run in ~20 chunks of one compiled
-      function; with `False`, each phase is a single call).
+      function; with `False`, each phase is a single call). Its clock starts after the first
+      chunk, so the rate and ETA leave out compilation.
 
     **Raises:** `MCMCError` (a `ValueError`) for invalid settings.
 
@@ -258,8 +272,7 @@ class MCMC:
                 state, astate, tuned, _, _, nd = call(state, astate, tuned, start, num, False)
                 if self.progress_bar:
                     n_div += int(np.sum(np.asarray(nd)))
-                    bar.set_postfix_str(f"{n_div} divergences in warmup")
-                    bar.update(num)
+                    _advance(bar, num, f"{n_div} divergences in warmup")
             bar.set_description("sample")
             n_div = 0
             for start in range(0, num_draws, length):
@@ -271,8 +284,7 @@ class MCMC:
                 stats.append(st)
                 if self.progress_bar:
                     n_div += int(np.sum(np.asarray(st["diverging"])))
-                    bar.set_postfix_str(f"{n_div} divergences")
-                    bar.update(num * thinning)
+                    _advance(bar, num * thinning, f"{n_div} divergences")
         last = MCMCState(position=state.position, logdensity=state.logdensity,
                          logdensity_grad=state.logdensity_grad, step_size=tuned[0],
                          inverse_mass_matrix=tuned[1])

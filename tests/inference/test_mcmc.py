@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from effppl.inference import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
-from effppl.inference import _model, _sampler
+from effppl.inference import _mcmc, _model, _sampler
 from effppl.inference._cache import split_args
 from effppl.inference._fns import model_fns
 
@@ -126,6 +126,25 @@ def test_progress_bar_chunks_give_same_draws(nuts_run, y, capsys):
     mcmc.run(jax.random.key(0), y)
     assert "sample" in capsys.readouterr().err
     np.testing.assert_array_equal(mcmc.get_samples()["mu"], nuts_run.get_samples()["mu"])
+
+
+def test_progress_bar_rate_and_eta_leave_out_the_first_chunks_compilation():
+    import io
+
+    import tqdm
+
+    now = [0.0]
+    bar = tqdm.tqdm(total=100, file=io.StringIO(), mininterval=0)
+    bar._time = lambda: now[0]  # a fake clock
+    now[0] = 30.0  # the first chunk of 10 steps: 29 s compiling, 1 s sampling
+    _mcmc._advance(bar, 10, "0 divergences")
+    assert bar.n == 10 and bar.format_dict["elapsed"] == 0
+    assert "?" in str(bar)  # no rate yet, instead of 10 steps / 30 s
+    now[0] = 31.0
+    _mcmc._advance(bar, 10, "0 divergences")
+    assert bar.n == 20 and bar.format_dict["rate"] == pytest.approx(10.0)  # steps/s
+    assert "00:08" in str(bar)  # 80 steps left at 10/s (with compilation counted: ~2 min)
+    bar.close()
 
 
 def test_raw_and_typed_keys_give_same_draws(nuts_run, y):
