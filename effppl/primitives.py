@@ -151,6 +151,11 @@ class plate(contextlib.ContextDecorator):
 
     def __enter__(self):
         stack = _active_plates()
+        clash = next((p for p in stack if p.dim == self.dim), None)
+        if self.dim is not None and clash is not None:
+            raise SiteError(f"effppl.plate({self.name!r}, {self.size}, dim={self.dim}): dim "
+                            f"{self.dim} is already used by the enclosing plate {clash.name!r}. "
+                            f"Nested plates need different dims.")
         if self.dim is None:
             used = {p.dim for p in stack}
             self.dim = next(d for d in range(-1, -100, -1) if d not in used)

@@ -27,7 +27,8 @@ class trace(Handler):
     "cond_indep_stack"}}`; `log_prob` is the elementwise log density of each occurrence's value
     under that occurrence's distribution, zero where an enclosing `mask` is false (NumPyro's masked
     `fn`), not scaled; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
-    `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them).
+    `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them; empty for a
+    site that different `cond` branches put in different plates).
 
     A site inside `lax.scan` has its values stacked: shape `(T, *site_shape)`, nested scans
     `(T_outer, T_inner, *site_shape)`; its `"fn"` is the distribution with the same leading axes in
@@ -155,9 +156,11 @@ class trace(Handler):
             stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
                 else (lambda x: x)
             msg_static = dict(site.key.static)
+            # `cond` branches that put the site in different plates: no plates are recorded
+            stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
             rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
-                   "cond_indep_stack": list(msg_static.get("cond_indep_stack", ()))}
+                   "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":
                 rec["fn"] = None
                 if "fn" in entry:

@@ -1,5 +1,7 @@
 """Conversion of `MCMC` results to `arviz.InferenceData`."""
 
+import re
+
 import jax
 import numpy as np
 
@@ -28,10 +30,33 @@ def to_inference_data(results: dict):
         n: np.asarray(v).reshape((num_chains, num_draws) + v.shape[1:]) for n, v in loglik.items()
     }
     observed = {n: np.asarray(v) for n, v in fns.observed_values(dynamic).items()}
+    posterior = {n: np.asarray(v) for n, v in samples.items()}
+    shapes = {n: v.shape[2:] for n, v in posterior.items()}
+    shapes.update({n: v.shape for n, v in observed.items()})
     return az.from_dict(
-        posterior={n: np.asarray(v) for n, v in samples.items()},
+        posterior=posterior,
         sample_stats={n: np.asarray(v) for n, v in stats.items()},
         log_likelihood=loglik or None,
         observed_data=observed or None,
-        dims={name: list(names) for name, names in info.dims},
+        dims=_usable_dims(info.dims, shapes, {*posterior, *stats, *loglik, *observed}),
     )
+
+
+def _usable_dims(dims, shapes, variables):
+    """arviz's `dims`: each site's plate-named axes (`SiteInfo.dims`), less the plate names arviz
+    cannot use as dimensions, which would make xarray drop, merge or NaN-pad variables: the name of
+    a variable (a site called like a plate), `chain`/`draw`, a default name `<variable>_dim_<i>`,
+    or a name two plates of different sizes share. Those axes keep arviz's default names."""
+    sizes = {}
+    for site, names in dims:
+        for axis, name in enumerate(names):
+            if name is not None:
+                sizes.setdefault(name, set()).add(shapes[site][axis])
+
+    def usable(name):
+        default = re.fullmatch(r"(.+)_dim_\d+", name)
+        return (len(sizes[name]) == 1 and name not in variables | {"chain", "draw"}
+                and not (default and default.group(1) in variables))
+
+    return {site: [n if n is not None and usable(n) else None for n in names]
+            for site, names in dims}

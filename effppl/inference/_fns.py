@@ -40,20 +40,25 @@ class SiteInfo(NamedTuple):
     dims: tuple = ()
 
 
-def plate_dims(site) -> tuple | None:
-    """The names of the axes of `site`'s value before its event axes: the enclosing plate's name
-    where one sits (as arviz's `from_numpyro` names them), `None` elsewhere (loop-stacking axes,
-    `sample_shape`); `None` for a site inside no plate. An axis whose length is not its plate's
-    size (a deterministic value of another shape) keeps `None`."""
+def plate_dims(site, loop_ndim: int = 0) -> tuple | None:
+    """The names of the leading axes of `site`'s value: the enclosing plate's name where one sits
+    (as arviz's `from_numpyro` names them), `None` elsewhere (the `loop_ndim` loop-stacking axes,
+    `sample_shape`, axes of no plate); `None` for a site inside no plate.
+
+    A sample site's plate dims count from the end of its distribution's batch shape; a
+    deterministic value has none, so its plate axes are taken to lead, after the loop axes (as
+    arviz does). An axis whose length is not its plate's size keeps `None`."""
     if not site.plates:
         return None
     shape = jnp.shape(site.value)
-    event_ndim = len(site.fn.event_shape) if site.fn is not None else 0
-    batch_end = len(shape) - event_ndim
-    dims = [None] * batch_end
+    if site.kind == "sample" and site.fn is not None:
+        batch_end = len(shape) - len(site.fn.event_shape)
+    else:
+        batch_end = loop_ndim + max(-frame.dim for frame in site.plates)
+    dims = [None] * min(batch_end, len(shape))
     for frame in site.plates:
         axis = batch_end + frame.dim
-        if 0 <= axis < batch_end and shape[axis] == frame.size:
+        if loop_ndim <= axis < len(dims) and shape[axis] == frame.size:
             dims[axis] = frame.name
     return tuple(dims)
 
@@ -118,11 +123,15 @@ class ModelFns:
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
+                static = _model.analyze_sites(self.model, args, kwargs)
                 for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
-                    if (names := plate_dims(site)) is not None:
+                    loop_ndim = len(static[name].loops) if name in static else 0
+                    if (names := plate_dims(site, loop_ndim)) is not None:
                         dims.append((name, names))
-                unrecorded.extend(_model.unrecorded_observed_sites(self.model, args, kwargs))
+                # observed sites inside a `while_loop`: no static number of occurrences
+                unrecorded.extend(n for n, s in static.items()
+                                  if s.type == "sample" and s.is_observed and not s.bounded)
 
             jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
             latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)

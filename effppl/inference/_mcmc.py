@@ -273,6 +273,7 @@ class MCMC:
                 if self.progress_bar:
                     n_div += int(np.sum(np.asarray(nd)))
                     _advance(bar, num, f"{n_div} divergences in warmup")
+            bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
             n_div = 0
             for start in range(0, num_draws, length):

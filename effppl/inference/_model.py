@@ -77,15 +77,16 @@ def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
     return call_unhandled(model, *args, **kwargs)
 
 
-def unrecorded_observed_sites(model: Callable, args: tuple, kwargs: dict) -> tuple:
-    """Names of the observed sites a trace does not record: those inside a `while_loop` (no
-    static number of occurrences)."""
-    if _backend is not None:  # NumPyro has no sites inside while loops
-        return ()
+def analyze_sites(model: Callable, args: tuple, kwargs: dict) -> dict:
+    """The model's sites found by static analysis, without running it: `{name: site}` with
+    `effppl.handlers`' site description (`type`, `is_observed`, `loops`: the lengths of the
+    enclosing loops, `None` for a `while_loop`; `bounded`); `{}` for a NumPyro model (no sites
+    inside loops)."""
+    if _backend is not None:
+        return {}
     from effppl.handlers._basic import _analyzed
 
-    return tuple(name for name, site in _analyzed(model, args, kwargs).items()
-                 if site.type == "sample" and site.is_observed and not site.bounded)
+    return _analyzed(model, args, kwargs)
 
 
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as ndist
+import pytest
 from jax import lax
 from numpyro.infer import MCMC as NumPyroMCMC
 from numpyro.infer import NUTS as NumPyroNUTS
@@ -45,7 +46,7 @@ def hierarchical_numpyro(group, y):
 
 def _dims(idata):
     return {(group, name): idata[group][name].dims
-            for group in ("posterior", "log_likelihood", "observed_data")
+            for group in ("posterior", "log_likelihood", "observed_data") if group in idata.groups()
             for name in idata[group].data_vars}
 
 
@@ -93,3 +94,70 @@ def test_a_plate_inside_scan_names_its_axis_and_the_loop_axis_keeps_the_default(
     assert idata.posterior["z"].shape == (1, 5, 4, 3)
     assert idata.log_likelihood["y"].dims == ("chain", "draw", "y_dim_0", "units")
     assert idata.observed_data["y"].dims == ("y_dim_0", "units")
+
+
+def _idata(model, *args, num_chains=1):
+    mcmc = MCMC(NUTS(model), num_warmup=5, num_samples=5, num_chains=num_chains,
+                progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.key(0), *args)
+    return mcmc.to_arviz()
+
+
+def test_a_deterministic_sites_plate_axes_lead_as_in_from_numpyro():
+    def simplexes(numpyro_style=False):
+        plate, sample, deterministic, d = (
+            (numpyro.plate, numpyro.sample, numpyro.deterministic, ndist) if numpyro_style
+            else (effppl.plate, effppl.sample, effppl.deterministic, dist))
+        with plate("groups", 3):
+            p = sample("p", d.Dirichlet(jnp.ones(3)))
+            deterministic("logp", jnp.log(p))
+
+    ours = _dims(_idata(simplexes))
+    theirs = NumPyroMCMC(NumPyroNUTS(simplexes), num_warmup=5, num_samples=5, progress_bar=False)
+    theirs.run(jax.random.key(0), True)
+    assert ours[("posterior", "logp")] == ("chain", "draw", "groups", "logp_dim_1")
+    assert ours == _dims(az.from_numpyro(theirs))
+
+
+def test_plate_names_arviz_cannot_use_leave_the_default_names_and_keep_the_data():
+    def clashing(y1, y2):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        with effppl.plate("y1", 3):  # a plate named like a site
+            effppl.sample("y1", dist.Normal(mu, 1.0), obs=y1)
+        with effppl.plate("data", 3):
+            a = effppl.sample("a", dist.Normal(mu, 1.0))
+        with effppl.plate("data", 5):  # the same name, another size
+            effppl.sample("y2", dist.Normal(a.sum(), 1.0), obs=y2)
+
+    idata = _idata(clashing, jnp.ones(3), jnp.ones(5))
+    assert idata.log_likelihood["y1"].dims == ("chain", "draw", "y1_dim_0")
+    assert idata.posterior["a"].dims == ("chain", "draw", "a_dim_0")
+    assert idata.observed_data["y2"].dims == ("y2_dim_0",)
+    np.testing.assert_array_equal(idata.observed_data["y1"], np.ones(3))  # no NaN padding
+    assert np.all(np.isfinite(idata.posterior["a"]))
+
+
+def test_a_site_that_cond_branches_put_in_different_plates_records_no_plate():
+    def branches(flag):
+        def inside(_):
+            with effppl.plate("a", 3):
+                return effppl.sample("z", dist.Normal(0.0, 1.0))
+
+        def outside(_):
+            return effppl.sample("z", dist.Normal(0.0, 1.0).expand([3]))
+
+        return lax.cond(flag, inside, outside, None)
+
+    site = trace(seed(branches, 0)).get_trace(True)["z"]
+    assert site["cond_indep_stack"] == [] and site["value"].shape == (3,)
+
+
+def test_nested_plates_on_one_dim_are_an_error_naming_both():
+    def model():
+        with effppl.plate("a", 3), effppl.plate("b", 3, dim=-1):
+            effppl.sample("z", dist.Normal(0.0, 1.0))
+
+    with pytest.raises(effppl.SiteError, match=r"plate\('b', 3, dim=-1\).*enclosing plate 'a'"):
+        trace(seed(model, 0)).get_trace()
