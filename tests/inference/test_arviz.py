@@ -22,26 +22,23 @@ GROUP = np.array([0, 1, 2, 0, 1, 2, 0, 1])
 Y = np.linspace(-1.0, 1.0, 8)
 
 
-def hierarchical(group, y):
-    mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
-    with effppl.plate("groups", 3):
-        a = effppl.sample("a", dist.Normal(mu, 1.0))
-        effppl.deterministic("a2", 2 * a)
-    with effppl.plate("rows", 2, dim=-2), effppl.plate("cols", 4):
-        effppl.sample("b", dist.Normal(0.0, 1.0))
-    with effppl.plate("data", y.shape[0]):
-        effppl.sample("y", dist.Normal(a[group], 1.0), obs=y)
+def _ppl(numpyro_style):
+    """`(plate, sample, deterministic, distributions)` of NumPyro or effppl: one model, twice."""
+    if numpyro_style:
+        return numpyro.plate, numpyro.sample, numpyro.deterministic, ndist
+    return effppl.plate, effppl.sample, effppl.deterministic, dist
 
 
-def hierarchical_numpyro(group, y):
-    mu = numpyro.sample("mu", ndist.Normal(0.0, 1.0))
-    with numpyro.plate("groups", 3):
-        a = numpyro.sample("a", ndist.Normal(mu, 1.0))
-        numpyro.deterministic("a2", 2 * a)
-    with numpyro.plate("rows", 2, dim=-2), numpyro.plate("cols", 4):
-        numpyro.sample("b", ndist.Normal(0.0, 1.0))
-    with numpyro.plate("data", y.shape[0]):
-        numpyro.sample("y", ndist.Normal(a[group], 1.0), obs=y)
+def hierarchical(group, y, numpyro_style=False):
+    plate, sample, deterministic, d = _ppl(numpyro_style)
+    mu = sample("mu", d.Normal(0.0, 1.0))
+    with plate("groups", 3):
+        a = sample("a", d.Normal(mu, 1.0))
+        deterministic("a2", 2 * a)
+    with plate("rows", 2, dim=-2), plate("cols", 4):
+        sample("b", d.Normal(0.0, 1.0))
+    with plate("data", y.shape[0]):
+        sample("y", d.Normal(a[group], 1.0), obs=y)
 
 
 def _dims(idata):
@@ -52,7 +49,7 @@ def _dims(idata):
 
 def test_trace_records_plates_as_numpyro_does():
     ours = trace(seed(hierarchical, 0)).get_trace(GROUP, Y)
-    theirs = numpyro.handlers.trace(numpyro.handlers.seed(hierarchical_numpyro, 0)).get_trace(GROUP, Y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.seed(hierarchical, 0)).get_trace(GROUP, Y, True)
     for name in ("mu", "a", "a2", "b", "y"):
         expected = [(f.name, f.dim, f.size) for f in theirs[name]["cond_indep_stack"]]
         assert [(f.name, f.dim, f.size) for f in ours[name]["cond_indep_stack"]] == expected, name
@@ -65,9 +62,9 @@ def test_to_arviz_names_dims_after_plates_like_from_numpyro():
         warnings.simplefilter("ignore")
         mcmc.run(jax.random.key(0), GROUP, Y)
     ours = _dims(mcmc.to_arviz())
-    theirs = NumPyroMCMC(NumPyroNUTS(hierarchical_numpyro), num_warmup=20, num_samples=10,
+    theirs = NumPyroMCMC(NumPyroNUTS(hierarchical), num_warmup=20, num_samples=10,
                          progress_bar=False)
-    theirs.run(jax.random.key(0), GROUP, Y)
+    theirs.run(jax.random.key(0), GROUP, Y, True)
     expected = _dims(az.from_numpyro(theirs))
     assert ours[("posterior", "a")] == ("chain", "draw", "groups")
     assert ours[("posterior", "b")] == ("chain", "draw", "rows", "cols")
@@ -107,9 +104,7 @@ def _idata(model, *args, num_chains=1):
 
 def test_a_deterministic_sites_plate_axes_lead_as_in_from_numpyro():
     def simplexes(numpyro_style=False):
-        plate, sample, deterministic, d = (
-            (numpyro.plate, numpyro.sample, numpyro.deterministic, ndist) if numpyro_style
-            else (effppl.plate, effppl.sample, effppl.deterministic, dist))
+        plate, sample, deterministic, d = _ppl(numpyro_style)
         with plate("groups", 3):
             p = sample("p", d.Dirichlet(jnp.ones(3)))
             deterministic("logp", jnp.log(p))
