@@ -1,11 +1,12 @@
-"""Conversion of `MCMC` results to `arviz.InferenceData`."""
+"""Conversion of `MCMC` results to `arviz.InferenceData`, with axes named after plates."""
 
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["to_inference_data"]
+__all__ = ["plate_dims", "to_inference_data"]
 
 
 def to_inference_data(results: dict):
@@ -60,3 +61,26 @@ def _usable_dims(dims, shapes, variables):
 
     return {site: [n if n is not None and usable(n) else None for n in names]
             for site, names in dims}
+
+
+def plate_dims(site, loop_ndim: int = 0) -> tuple | None:
+    """The names of the leading axes of `site`'s value: the enclosing plate's name where one sits
+    (as arviz's `from_numpyro` names them), `None` elsewhere (the `loop_ndim` loop-stacking axes,
+    `sample_shape`, axes of no plate); `None` for a site inside no plate.
+
+    A sample site's plate dims count from the end of its distribution's batch shape; a
+    deterministic value has none, so its plate axes are taken to lead, after the loop axes (as
+    arviz does). An axis whose length is not its plate's size keeps `None`."""
+    if not site.plates:
+        return None
+    shape = jnp.shape(site.value)
+    if site.kind == "sample" and site.fn is not None:
+        batch_end = len(shape) - len(site.fn.event_shape)
+    else:
+        batch_end = loop_ndim + max(-frame.dim for frame in site.plates)
+    dims = [None] * min(batch_end, len(shape))
+    for frame in site.plates:
+        axis = batch_end + frame.dim
+        if loop_ndim <= axis < len(dims) and shape[axis] == frame.size:
+            dims[axis] = frame.name
+    return tuple(dims)
