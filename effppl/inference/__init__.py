@@ -7,6 +7,7 @@ arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
 from ._cache import UnhashableArgumentError, clear_cache
+from ._fns import StaticArgumentWarning
 from ._init import (
     InitializationError,
     InitStrategy,
@@ -37,5 +38,6 @@ __all__ = [
     "UnhashableArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StaticArgumentWarning",
     "clear_cache",
 ]

@@ -9,8 +9,7 @@ import numpy as np
 
 from .._errors import EffpplError
 from ..primitives import SiteError
-from ._cache import split_args
-from ._fns import model_fns
+from ._fns import prepare
 from ._mcmc import _as_key
 
 __all__ = ["Predictive", "log_likelihood"]
@@ -121,8 +120,7 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.model, structure, dynamic)
+        fns, dynamic = prepare(api, self.model, args, kwargs)
         info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
@@ -178,8 +176,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     leave-one-out cross-validation and WAIC" (the input of `arviz.loo` / `arviz.waic`).
     """
     api = "effppl.infer.log_likelihood"
-    structure, dynamic = split_args(api, args, kwargs)
-    fns = model_fns(model, structure, dynamic)
+    fns, dynamic = prepare(api, model, args, kwargs)
     info = fns.site_info(dynamic)
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
