@@ -206,7 +206,7 @@ def message_contexts():
 
 
 def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None, *,
-           sample_shape: tuple = ()):
+           sample_shape: tuple = (), obs_mask: Any = None):
     """Draw (or observe) the random variable `name` from the distribution `fn`.
 
     **Arguments:**
@@ -217,6 +217,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     - `infer`: optional dict of static inference hints (hashable values).
     - `sample_shape`: extra leading batch dimensions of independent draws; as in NumPyro, the
       enclosing plates broadcast against `sample_shape + fn.batch_shape`.
+    - `obs_mask`: boolean array broadcasting to `fn.batch_shape`, with `obs` (NumPyro's
+      imputation): events where it is true are observed (site `{name}_observed`), the others are
+      imputed by the latent site `{name}_unobserved`; the value, the two interleaved, is recorded
+      as the deterministic site `name`. (As in NumPyro, `obs` at the imputed events must still
+      be finite numbers for gradients to be.)
 
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
@@ -226,6 +231,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
+    if obs_mask is not None:
+        return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
     if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
@@ -249,6 +256,22 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     infer = tuple(sorted((infer or {}).items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
                      cond_indep_stack=_plate_frames())
+
+
+def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
+    """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
+    from .handlers import mask  # the handlers build on these primitives
+
+    if obs is None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
+                        f"says which events of `obs` are observed.")
+    obs_mask = jnp.asarray(obs_mask, bool)
+    with mask(mask=obs_mask):
+        observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
+    with mask(mask=~obs_mask):
+        unobserved = sample(f"{name}_unobserved", fn, infer=infer, sample_shape=sample_shape)
+    batch_mask = jnp.reshape(obs_mask, jnp.shape(obs_mask) + (1,) * fn.event_dim)
+    return deterministic(name, jnp.where(batch_mask, observed, unobserved))
 
 
 def _broadcast_observation(fn, obs):
