@@ -15,6 +15,7 @@ from ._init import (
     init_to_uniform,
     init_to_value,
 )
+from ._init_site import init_to_feasible, init_to_mean, init_to_sample
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
@@ -29,6 +30,9 @@ __all__ = [
     "init_to_uniform",
     "init_to_median",
     "init_to_value",
+    "init_to_feasible",
+    "init_to_mean",
+    "init_to_sample",
     "InitStrategy",
     "MCMCState",
     "InitializationError",

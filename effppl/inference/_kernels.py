@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .._errors import EffpplError
 from ._init import InitStrategy, init_to_uniform
+from ._init_site import as_strategy
 
 __all__ = ["NUTS", "HMC"]
 
@@ -40,8 +41,9 @@ class _HMCFamily:
                "a bool (block-structured mass matrices are not supported)")
         _check(api, "target_accept_prob", target_accept_prob,
                0 < float(target_accept_prob) < 1, "a float in (0, 1)")
-        _check(api, "init_strategy", init_strategy, isinstance(init_strategy, InitStrategy),
-               "an effppl.infer init strategy such as init_to_uniform()")
+        _check(api, "init_strategy", init_strategy, callable(init_strategy),
+               "an effppl.infer init strategy such as init_to_uniform(), or a function of a "
+               "site message as in NumPyro")
         _check(api, "divergence_threshold", divergence_threshold,
                float(divergence_threshold) > 0, "a positive float")
         self.model = model
@@ -50,7 +52,7 @@ class _HMCFamily:
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
         self.dense_mass = dense_mass
         self.target_accept_prob = float(target_accept_prob)
-        self.init_strategy = init_strategy
+        self.init_strategy = as_strategy(init_strategy)
         self.divergence_threshold = float(divergence_threshold)
 
     def settings(self) -> tuple:
