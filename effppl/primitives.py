@@ -51,10 +51,16 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
+def _no_key(name):
+    if name is None:
+        return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
+                "under `effppl.handlers.seed(model, rng_seed)`.")
+    return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
+            f"it a key: put `seed` inside or outside the `block`.")
+
+
 prng_key_op = fx.Operation(
-    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32),
-    unhandled=lambda name: (f"Site `{name}` is hidden by `block` and has no value, and no `seed` "
-                            f"handler gives it a key: put `seed` inside or outside the `block`."))
+    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32), unhandled=_no_key)
 """A fresh raw key from the nearest `seed` handler (NumPyro's `prng_key()`): `block` asks for
 one for a hidden site that has neither a value nor a key yet."""
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
@@ -338,3 +344,35 @@ def factor(name: str, log_factor):
     of a `Unit` distribution (as `numpyro.factor` does)."""
     unit = dist.Unit(jnp.asarray(log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
+
+
+def prng_key():
+    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
+    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+
+    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
+    and returns None)."""
+    return prng_key_op(name=None)
+
+
+def mask_scopes():
+    """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
+    first (for `get_mask`)."""
+    if not hasattr(_plates, "masks"):
+        _plates.masks = []
+    return _plates.masks
+
+
+def get_mask():
+    """The mask of the enclosing `effppl.handlers.mask` handlers (NumPyro's `get_mask`): None
+    when there is none, a Python bool when every mask is one (so `if get_mask() is not False:`
+    skips work that only feeds a masked-out `factor`), else their conjunction (a bool array)."""
+    masks = mask_scopes()
+    if not masks:
+        return None
+    if all(isinstance(m, bool) for m in masks):
+        return all(masks)
+    out = jnp.asarray(masks[0], bool)
+    for m in masks[1:]:
+        out = jnp.logical_and(out, m)
+    return out

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
+from ..primitives import (SiteError, _value_type, deterministic_op, mask_scopes, prng_key_op,
+                          sample_op)
 from ._handler import Handler, forward, trace_model
 from ._sites import analyze
 
@@ -255,6 +256,22 @@ class mask(Handler):
     def __init__(self, fn=None, mask=True):
         self.mask = mask
         super().__init__(fn)
+
+    def __enter__(self):
+        out = super().__enter__()
+        mask_scopes().append(self.mask)  # for `get_mask`
+        return out
+
+    def __exit__(self, *exc):
+        mask_scopes().pop()
+        return super().__exit__(*exc)
+
+    def handled(self, *args, **kwargs):
+        mask_scopes().append(self.mask)
+        try:
+            return super().handled(*args, **kwargs)
+        finally:
+            mask_scopes().pop()
 
     def adjust_message(self, msg):
         m = jnp.asarray(self.mask, bool)
