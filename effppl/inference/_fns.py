@@ -7,7 +7,9 @@ long as the model's own program and the values it closes over stay the same.
 """
 
 import inspect
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -313,7 +315,17 @@ def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[Model
                         f"`{name}` as static: it keys the compiled functions, and each new value "
                         f"of it compiles anew. To silence this, pass it as a tuple or compute "
                         f"the value it needs outside the model and pass that as an int.",
-                        StaticArgumentWarning, stacklevel=3)
+                        StaticArgumentWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of `warnings.warn`, called from the caller of this function, that
+    points at the first frame outside effppl (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _culprits(err: Exception, model: Callable, structure: ArgsStructure, dynamic: tuple) -> list:

@@ -269,7 +269,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
 
     - `fns`: the model's `ModelFns` (compiled, cached functions).
     - `strategy`: an `InitStrategy`.
-    - `rng_key`: a typed PRNG key.
+    - `rng_key`: a typed PRNG key, or one per chain (shape `(num_chains,)`).
     - `num_chains`: number of chains.
     - `dynamic`: the array leaves of the model arguments.
     - `max_tries`: number of draws per chain before giving up.
@@ -280,7 +280,8 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     """
     propose = fns.init_proposer(strategy)
     sdyn = strategy.dynamic()
-    params = propose(jax.random.split(rng_key, num_chains), sdyn, dynamic)
+    chain_keys = rng_key if rng_key.ndim else jax.random.split(rng_key, num_chains)
+    params = propose(chain_keys, sdyn, dynamic)
     name = getattr(fns.model, "__qualname__", repr(fns.model))
     for attempt in range(1, max_tries + 1):
         try:
@@ -299,7 +300,10 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
             return params, pe, grad
         if attempt == max_tries:
             break
-        keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
+        if rng_key.ndim:  # a key per chain: each chain's redraws depend on its key alone
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, attempt))(chain_keys)
+        else:
+            keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
         params = _select_chains(ok, params, propose(keys, sdyn, dynamic))
     chain = int(np.flatnonzero(~ok)[0])
     problems = []

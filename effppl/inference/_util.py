@@ -14,20 +14,17 @@ __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 
 
 def _keys(rng_key, api):
-    """`(typed key, number of points, batched)` for one key or a batch of keys."""
-    if jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
-        shape = rng_key.shape
-        key = rng_key if shape == () else rng_key.reshape(-1)[0]
-    else:
+    """`(typed keys of shape (N,), batched)` for one key (N = 1) or a batch of N keys."""
+    if not jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
         raw = jnp.asarray(rng_key)
-        if raw.dtype != jnp.uint32 or raw.shape[-1:] != (2,) or raw.ndim > 2:
-            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys (shape "
-                            f"(N, 2)), but got dtype {raw.dtype} and shape {raw.shape}.")
-        shape = raw.shape[:-1]
-        key = jax.random.wrap_key_data(raw if raw.ndim == 1 else raw[0])
-    if len(shape) > 1:
-        raise TypeError(f"`{api}(rng_key, ...)` expected one key or a 1-d batch of keys.")
-    return key, (shape[0] if shape else 1), bool(shape)
+        if raw.dtype != jnp.uint32 or raw.shape[-1:] != (2,):
+            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
+                            f"got dtype {raw.dtype} and shape {raw.shape}.")
+        rng_key = jax.random.wrap_key_data(raw)
+    if rng_key.ndim > 1:
+        raise TypeError(f"`{api}(rng_key, ...)` expected one key or a 1-d batch of keys, but got "
+                        f"a batch of shape {rng_key.shape}.")
+    return (rng_key, True) if rng_key.ndim else (rng_key[None], False)
 
 
 def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_args=False,
@@ -38,7 +35,8 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
 
     **Arguments:**
 
-    - `rng_key`: a PRNG key, or a batch of `N` keys (shape `(N, 2)`) for `N` initial points.
+    - `rng_key`: a PRNG key, or a batch of `N` keys (shape `(N, 2)`, or typed keys `(N,)`)
+      for `N` initial points; point `i` is the one `rng_key[i]` alone gives.
     - `model`: the effppl model.
     - `init_strategy`: an effppl or NumPyro init strategy (`init_to_uniform`, ...).
     - `dynamic_args`: as in NumPyro, `potential_fn(*args, **kwargs)` and
@@ -66,9 +64,10 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     """
     api = "effppl.infer.util.initialize_model"
     model_kwargs = dict(model_kwargs or {})
-    key, num, batched = _keys(rng_key, api)
+    keys, batched = _keys(rng_key, api)
     fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
-    z, pe, grad = find_initial_params(fns, as_strategy(init_strategy), key, num, dynamic, api=api)
+    z, pe, grad = find_initial_params(fns, as_strategy(init_strategy), keys, len(keys), dynamic,
+                                      api=api)
     if not batched:
         z, pe, grad = jax.tree.map(lambda x: x[0], (z, pe, grad))
     args, kwargs = fns.args(dynamic)
