@@ -491,10 +491,7 @@ HARNESS = [
 
 
 _NEEDS_FIX = {  # cases that failed the bar when the catalogue was written; fixed one by one
-    "Operation-out-returns-a-str", "Operation-name-not-a-str", "perform-with-a-str-argument",
-    "handle-body-not-callable", "handle-params-a-str", "handle-params-an-object",
-    "resume-value-a-str", "ret-not-callable", "ret-wrong-signature", "eliminate-not-callable",
-    "make_jaxpr-not-callable", "site-name-an-int-under-MCMC", "site-name-an-int-under-trace",
+    "site-name-an-int-under-MCMC", "site-name-an-int-under-trace",
     "site-name-empty", "deterministic-name-a-tuple", "factor-name-an-int", "obs-a-str",
     "obs-object-dtype", "obs-complex-for-a-real-site", "obs-ragged-list",
     "validate_args-invalid-parameter-under-MCMC", "plate-size-0", "plate-size-negative",
