@@ -18,6 +18,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 from jax._src import linear_util as _lu
+from ._values import describe_non_array
 
 Primitive = _core.Primitive
 ClosedJaxpr = _core.ClosedJaxpr
@@ -127,9 +128,19 @@ def split_args(args, kwargs):
 
     Python ints, bools, strings and other non-array leaves stay static (as NumPyro models use them
     for sizes and options); arrays and Python floats are traced.
+
+    **Raises:** `TypeError` naming the argument (`args[0]`, `kwargs['y']`) for a NumPy array that
+    JAX cannot trace (of strings or objects).
     """
-    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    with_paths, tree = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    leaves = [x for _, x in with_paths]
     dynamic = [_is_dynamic(x) for x in leaves]
+    for (path, x), d in zip(with_paths, dynamic):
+        problem = d and describe_non_array(x)
+        if problem:
+            where = ("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(path[1:])
+            raise TypeError(f"The argument {where} is {problem}, which JAX cannot trace: pass "
+                            f"arrays of numbers (or static Python values).")
 
     def rebuild(dyn):
         it = iter(dyn)

@@ -13,8 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat
-
 _SCALARS = (bool, int, float, complex, np.bool_, np.number)
 
 
@@ -22,7 +20,7 @@ def describe_non_array(x: Any) -> str | None:
     """`None` when `x` converts to a JAX array (an array or tracer of a numeric or bool dtype, a
     Python or NumPy number, a rectangular nested list of numbers); else what `x` is, for an error
     message: "a str 'abc'", "an array of dtype object", "a ragged nested list", ...."""
-    if isinstance(x, (jax.Array, _compat._core.Tracer, *_SCALARS)):
+    if isinstance(x, (jax.Array, jax.core.Tracer, *_SCALARS)):
         return None
     if isinstance(x, (str, bytes)):
         return f"a {type(x).__name__} {x!r:.60}"
