@@ -132,8 +132,8 @@ class Operation:
         try:
             leaves = [x if isinstance(x, jax.core.Tracer) else jnp.asarray(x) for x in leaves]
         except (TypeError, ValueError):
-            check_arrays(args, f"Operation `{self.name}` was performed with arguments that are "
-                               f"not arrays: it")
+            check_arrays(args, f"Operation `{self.name}` was performed with an argument that is "
+                               f"not an array")
             raise
         static_items = tuple(sorted(static.items()))
         try:
@@ -548,9 +548,9 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
         np_leaves, np_tree = jax.tree_util.tree_flatten(new_params)
         v_leaves, v_tree = jax.tree_util.tree_flatten(value)
         check_arrays(new_params, f"The clause for operation `{op.name}` called `resume` with "
-                                 f"new parameters that are not arrays: it")
+                                 f"new parameters that are not arrays")
         check_arrays(value, f"The clause for operation `{op.name}` called `resume` with a value "
-                            f"that is not an array: it")
+                            f"that is not an array")
         np_avals = [abstractify(x) for x in np_leaves]
         v_avals = [abstractify(x) for x in v_leaves]
         if not _same_types(np_tree, np_avals, p_tree, p_avals):

@@ -44,12 +44,13 @@ def check_arrays(tree: Any, what: str, error: type = TypeError) -> list:
     """The leaves of `tree`, after checking that each is array-like (`describe_non_array`).
 
     **Raises:** `error` (default `TypeError`) whose message starts with `what` (e.g.
-    "`effppl.effects.handle(..., params=...)`") and names the leaf's path in `tree`.
+    "effppl.effects.handle(..., params=...)") and names the leaf's path in `tree`.
     """
     with_paths, _ = jax.tree_util.tree_flatten_with_path(tree)
     for path, leaf in with_paths:
         problem = describe_non_array(leaf)
         if problem is not None:
             where = f" at {jax.tree_util.keystr(path)}" if path else ""
-            raise error(f"{what} expected arrays (or pytrees of arrays), but got {problem}{where}.")
+            raise error(f"{what}: expected arrays (or pytrees of arrays), but got "
+                        f"{problem}{where}.")
     return [leaf for _, leaf in with_paths]

@@ -6,7 +6,8 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
-from ._cache import ModelArgumentError, UnhashableArgumentError, clear_cache
+from ._arguments import ModelArgumentError
+from ._cache import UnhashableArgumentError, clear_cache
 from ._init import (
     InitializationError,
     InitStrategy,

@@ -27,17 +27,11 @@ import numpy as np
 
 from .._errors import EffpplError
 
-__all__ = ["ModelArgumentError", "UnhashableArgumentError", "ArgsStructure", "split_args", "cached", "clear_cache"]
+__all__ = ["UnhashableArgumentError", "ArgsStructure", "split_args", "cached", "clear_cache"]
 
 
 class UnhashableArgumentError(EffpplError, TypeError):
     """A model argument is neither an array nor hashable, so it cannot key a compiled function."""
-
-
-class ModelArgumentError(EffpplError, TypeError):
-    """A model argument given to an inference entry point cannot be data (a string, an object,
-    a ragged list, an array of strings or objects) or holds a JAX value leaked from another
-    trace; the message names the argument by position and name."""
 
 
 def _is_array(leaf: Any) -> bool:

@@ -17,6 +17,7 @@ import tqdm.auto as tqdm
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
+from ._arguments import model_arguments
 from ._cache import split_args
 from ._fns import model_fns
 from ._init import find_initial_params, given_initial_params
@@ -155,6 +156,7 @@ class MCMC:
               f"an int in [1, num_samples={num_samples}]")
         check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
               f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
+        check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")
         self.kernel = kernel
         self.num_warmup, self.num_samples = int(num_warmup), int(num_samples)
         self.num_chains, self.thinning = int(num_chains), int(thinning)
@@ -188,9 +190,10 @@ class MCMC:
     def _prepare(self, rng_key, args, kwargs, api):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.kernel.model, structure, dynamic)
-        info = fns.site_info(dynamic)
+        with model_arguments(api, self.kernel.model, args, kwargs):
+            structure, dynamic = split_args(api, args, kwargs)
+            fns = model_fns(self.kernel.model, structure, dynamic)
+            info = fns.site_info(dynamic)
         if not info.latent:
             raise MCMCError(
                 f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "
