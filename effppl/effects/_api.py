@@ -48,6 +48,7 @@ def eliminate(f: Callable) -> Callable:
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
         closed, consts, leaves, out_tree = _trace(f, args, kwargs)
+        _compat.check_no_leaked_tracers(consts, getattr(f, "__name__", "f"))
         out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)

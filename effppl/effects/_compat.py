@@ -18,6 +18,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 from jax._src import linear_util as _lu
+from ._errors import LeakedTracerError
 from ._values import describe_non_array
 
 Primitive = _core.Primitive
@@ -94,6 +95,19 @@ def _trace_flat(fn: Callable, args: Sequence[Any], name: str):
     wrapped = _lu.wrap_init(flat_fn, debug_info=debug)
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, [abstractify(a) for a in leaves])
     return jaxpr, list(consts), out_tree_box[0]
+
+
+def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
+    """Raise `LeakedTracerError` naming `name` when, outside every JAX transformation, a value
+    the traced function `name` closes over (`consts`) is a tracer: it leaked out of an earlier
+    trace (JAX would fail later, naming neither the function nor the cause)."""
+    if _core.trace_state_clean() and any(isinstance(c, _core.Tracer) for c in consts):
+        raise LeakedTracerError(
+            f"`{name}` reads a JAX value that leaked out of another trace: a tracer (an "
+            f"intermediate value of a function being traced, such as a model run by a handler or "
+            f"under jit/vmap/grad) was stored in a global, a closure or an attribute, and is read "
+            f"here, outside that trace, where it has no value. Return such values, or pass them "
+            f"as arguments, instead of storing them.")
 
 
 def _is_array_like(x) -> bool:
