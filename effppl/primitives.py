@@ -339,10 +339,31 @@ def _validate_at_run_time(name, fn):
     def check(*flags):
         bad = [n for n, ok in zip(names, flags) if not bool(ok)]
         if bad:
-            raise SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
+            err = SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
                             f"{', '.join(bad)} (outside their support; validate_args=True).")
+            _callback_errors.append(err)
+            raise err
 
     jax.debug.callback(check, *valid)
+
+
+_callback_errors: list = []  # SiteErrors that `_validate_at_run_time` raised, newest last
+
+
+@contextlib.contextmanager
+def callback_site_errors():
+    """Re-raise the `SiteError` that a run-time validation raised inside compiled code, which XLA
+    reports as a `JaxRuntimeError` (holding it as text only), as itself: an inference entry point
+    runs its compiled functions inside this context."""
+    _callback_errors.clear()
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        if not _callback_errors:
+            raise
+        raise _callback_errors[-1] from err
+    finally:
+        _callback_errors.clear()
 
 
 def deterministic(name: str, value):

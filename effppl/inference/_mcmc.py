@@ -21,6 +21,7 @@ from ._arguments import model_arguments
 from ._cache import split_args
 from ._fns import model_fns
 from ._init import find_initial_params, given_initial_params
+from ._model import site_errors
 from ._kernels import _HMCFamily
 from ._sampler import sampler_for, warmup_schedule
 
@@ -314,8 +315,9 @@ class MCMC:
 
         **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
         """
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
-                      init_params=init_params)
+        with site_errors():
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
+                          init_params=init_params)
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
@@ -339,14 +341,16 @@ class MCMC:
         **Raises:** `InitializationError` when a chain finds no finite starting point, or
         `init_params` misses a site, has a wrong shape or a non-finite log density;
         `MCMCError` for a model without continuous latent sites, or `init_params` given while
-        `post_warmup_state` is set.
+        `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
+        data; `SiteError` naming a site whose explicit `validate_args=True` check fails.
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
-                      init_params=init_params)
+        with site_errors():
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
+                          init_params=init_params)
         stats = self._results["stats"]
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 

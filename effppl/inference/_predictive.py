@@ -14,6 +14,7 @@ from ._arguments import model_arguments
 from ._cache import split_args
 from ._fns import model_fns
 from ._mcmc import _as_key
+from ._model import site_errors
 
 __all__ = ["Predictive", "log_likelihood"]
 
@@ -172,8 +173,9 @@ class Predictive:
             sites = set(self.return_sites)
         keys = jax.random.split(key, self.num_samples)
         try:
-            out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims),
-                                                      dynamic)
+            with site_errors():
+                out = jax.block_until_ready(fns.predictor(tuple(sorted(sites)))(
+                    keys, _flatten(samples, self.batch_ndims), dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -233,5 +235,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
         batch_shape = ()
     else:
         batch_shape = _batch_shape(api, samples, batch_ndims)
-    out = fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)), dynamic)
+    with site_errors():
+        out = jax.block_until_ready(fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)),
+                                                       dynamic))
     return jax.tree.map(lambda x: x.reshape(tuple(batch_shape) + x.shape[1:]), out)
