@@ -259,6 +259,9 @@ PPL = [
     pytest.param(lambda: _mcmc(invalid_traced_scale, num_chains=1).run(KEY), SiteError,
                  ["`y`", "scale", "validate_args"],
                  id="validate_args-invalid-parameter-under-MCMC"),
+    pytest.param(lambda: Predictive(invalid_traced_scale, {"s": jnp.array([1.0, -1.0])})(KEY),
+                 SiteError, ["`y`", "scale", "validate_args"],
+                 id="validate_args-invalid-parameter-under-Predictive"),
     pytest.param(_traced(with_plate(0)), SiteError, ["plate", "'p'", "size", "0"],
                  id="plate-size-0"),
     pytest.param(_traced(with_plate(-2)), SiteError, ["plate", "'p'", "size", "-2"],
@@ -500,33 +503,7 @@ HARNESS = [
 ]
 
 
-_NEEDS_FIX = {  # cases that failed the bar when the catalogue was written; fixed one by one
-   
-   
-   
-    "validate_args-invalid-parameter-under-MCMC",
-   
-   
-   
-   
-   
-   
-   
-   
-   
-   
-   
-   
-    "bench-json-in-an-unwritable-folder",
-}
-
-
-def _marked(cases):
-    return [pytest.param(*p.values, id=p.id, marks=[pytest.mark.xfail(strict=True, reason="needs a fix")])
-            if p.id in _NEEDS_FIX else p for p in cases]
-
-
-CASES = _marked(EFFECTS + PPL + HANDLERS + INFERENCE + HARNESS)
+CASES = EFFECTS + PPL + HANDLERS + INFERENCE + HARNESS
 
 
 def test_the_catalogue_is_large_and_ids_are_unique():
