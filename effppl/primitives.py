@@ -178,10 +178,10 @@ class plate(contextlib.ContextDecorator):
 
 def _plate_size(name, size):
     if isinstance(size, jax.core.Tracer):
-        raise SiteError(f"effppl.plate({name!r}, size) expected a static int size, but got a traced "
-                        f"value ({size.aval}, e.g. computed from an array argument of the model): "
-                        f"a plate's size is a shape. Pass it as a Python int, or take it from a "
-                        f"shape (`y.shape[0]`).")
+        raise SiteError(f"effppl.plate({name!r}, size) expected a static int size, but got a "
+                        f"traced value ({size.aval}, e.g. computed from an array argument of the "
+                        f"model): a plate's size is a shape. Pass it as a Python int, or take it "
+                        f"from a shape (`y.shape[0]`).")
     try:
         value = None if isinstance(size, bool) else operator.index(size)
     except TypeError:
@@ -289,8 +289,8 @@ def _observation(name, obs):
         problem = (f"a complex value (dtype {jnp.result_type(obs)}; no distribution has a complex "
                    f"support)")
     if problem is not None:
-        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers (real, "
-                        f"integer or bool), but got {problem}.")
+        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
+                        f"(real, integer or bool), but got {problem}.")
     return jnp.asarray(obs)
 
 

@@ -102,8 +102,9 @@ class Operation:
                  unhandled: Callable[..., str] | None = None,
                  batch_rule: Callable[..., Any] | None = None):
         if not isinstance(name, str):
-            raise TypeError(f"effppl.effects.Operation(name, ...) expected a str name (for messages "
-                            f"and printed jaxprs), but got {type(name).__name__} {name!r}.")
+            raise TypeError(f"effppl.effects.Operation(name, ...) expected a str name (for "
+                            f"messages and printed jaxprs), but got {type(name).__name__} "
+                            f"{name!r}.")
         if not callable(out):
             raise TypeError(f"effppl.effects.Operation({name!r}, out=...) expected a callable "
                             f"giving the result type, but got {out!r}.")
@@ -446,7 +447,8 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
                         f"{type(body).__name__} {body!r:.60}.")
     if ret is not None and not callable(ret):
         raise TypeError(f"effppl.effects.handle(..., ret=...) expected a callable return clause "
-                        f"`ret(params, result)`, or None, but got {type(ret).__name__} {ret!r:.60}.")
+                        f"`ret(params, result)`, or None, but got {type(ret).__name__} "
+                        f"{ret!r:.60}.")
     check_arrays(params, "effppl.effects.handle(..., params=...)")
     clauses = dict(clauses or {})
     for op, clause in clauses.items():

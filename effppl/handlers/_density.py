@@ -107,8 +107,8 @@ def _check_call(api, model_args, model_kwargs, params):
     params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
     for arg, value, ok, expected in (
             ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
-            ("model_kwargs", model_kwargs, model_kwargs is None or isinstance(model_kwargs, Mapping),
-             "a dict"),
+            ("model_kwargs", model_kwargs,
+             model_kwargs is None or isinstance(model_kwargs, Mapping), "a dict"),
             ("params", params, params is None or isinstance(params, Mapping),
              "a dict site name -> value")):
         if not ok:
