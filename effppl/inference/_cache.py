@@ -27,7 +27,8 @@ import numpy as np
 
 from .._errors import EffpplError
 
-__all__ = ["ArgsStructure", "StaticArray", "split_args", "cached", "clear_cache"]
+__all__ = ["UnhashableArgumentError", "ArgsStructure", "StaticArray", "split_args", "cached",
+           "clear_cache"]
 
 
 class UnhashableArgumentError(EffpplError, TypeError):
