@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from numpyro.infer.util import ModelInfo, ParamInfo
 
 from . import _model
+from ._arguments import model_arguments
 from ._fns import prepare
 from ._init import find_initial_params, init_to_uniform
 from ._init_site import as_strategy
@@ -65,7 +66,8 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     api = "effppl.infer.util.initialize_model"
     model_kwargs = dict(model_kwargs or {})
     keys, batched = _keys(rng_key, api)
-    fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
+    with model_arguments(api, model, tuple(model_args), model_kwargs):
+        fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
     z, pe, grad = find_initial_params(fns, as_strategy(init_strategy), keys, len(keys), dynamic,
                                       api=api)
     if not batched:
