@@ -53,10 +53,15 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
-def _no_key(name):
+def _no_key(name, rows=None):
     if name is None:
         return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
                 "under `effppl.handlers.seed(model, rng_seed)`.")
+    if rows is not None:
+        return (f"Site `{name}` is given {rows[0]} rows, but its loop has {rows[1]} occurrences: "
+                f"as with NumPyro's `scan`, the later occurrences are drawn, and no `seed` "
+                f"handler gives a key for that. Run the model under `effppl.handlers.seed`, or "
+                f"give all {rows[1]} rows.")
     return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
             f"it a key: put `seed` inside or outside the `block`.")
 

@@ -177,7 +177,9 @@ class _SetValue(Handler):
             if name not in self.data and self.substitute_fn is None:
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
-            if name in self.data:
+            if name in self.data and _short_series(self._sites.get(name), self.data[name], shape):
+                value, counts = self._series_head(counts, msg, name)
+            elif name in self.data:
                 value, counts = given(counts, name, shape)
             else:
                 value = self.substitute_fn(dict(msg, name=name, **static))
@@ -199,6 +201,27 @@ class _SetValue(Handler):
         if self.sets_deterministic:
             return {sample_op: sample, deterministic_op: deterministic}
         return {sample_op: sample}
+
+    def _series_head(self, counts, msg, name):
+        """As NumPyro's `scan`: a series shorter than the site's loop gives its first rows; later
+        occurrences are drawn (with the key `seed` attached, or one asked of an outer `seed`)."""
+        values = jnp.asarray(self.data[name])
+        i = counts[name]
+        site = self._sites[name]
+        key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(
+            name=name, rows=(values.shape[0], site.count))
+        drawn = msg["fn"].sample(key)
+        head = values[jnp.minimum(i, values.shape[0] - 1)].astype(drawn.dtype)
+        return jnp.where(i < values.shape[0], head, drawn), dict(counts, **{name: i + 1})
+
+
+def _short_series(site, values, shape):
+    """Whether `values` is a series of rows of `shape`, shorter than the single, forward loop
+    around `site` (a forecast past the data, NumPyro's `scan`)."""
+    shape = tuple(shape)
+    return (site is not None and len(site.loops) == 1 and site.bounded and not any(site.reverse)
+            and jnp.ndim(values) == len(shape) + 1 and jnp.shape(values)[1:] == shape
+            and 0 < jnp.shape(values)[0] < site.count)
 
 
 class substitute(_SetValue):

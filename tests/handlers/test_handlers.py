@@ -702,7 +702,10 @@ def test_values_of_the_wrong_shape_are_errors_naming_the_site():
     with pytest.raises(effppl.SiteError, match="site `a` has shape \\(3,\\).*expects \\(\\)"):
         effppl.log_density(lambda: effppl.sample("a", dist.Normal(0.0, 1.0)), (), {},
                            {"a": jnp.ones(3)})
-    with pytest.raises(effppl.SiteError, match="site `x`.*\\(2,\\).*expects \\(3,\\)"):
+    with pytest.raises(effppl.SiteError, match="site `x`.*\\(4,\\).*expects \\(3,\\)"):
+        handlers.substitute(random_walk, {"x": jnp.ones(4)})(3)
+    # fewer rows than occurrences: the rest are drawn, as NumPyro's scan does, so a seed is needed
+    with pytest.raises(effppl.effects.UnhandledEffectError, match="`x` is given 2 rows.*3 occ"):
         handlers.substitute(random_walk, {"x": jnp.ones(2)})(3)
     with pytest.raises(effppl.SiteError, match="site `x`"):
         handlers.potential_energy(random_walk, (3,), {}, {"x": jnp.ones((3, 2))})
