@@ -168,7 +168,7 @@ class _SetValue(Handler):
         def given(counts, name, shape):
             """The value in `data` for this occurrence of site `name`, and the new counters."""
             value, advance = site_row(self.entry_point or type(self).__name__, name,
-                                      self.data[name], shape, counts[name], self._sites.get(name))
+                                      self.data[name], shape, counts[name], self._site(name))
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             return value, counts
@@ -177,7 +177,7 @@ class _SetValue(Handler):
             if name not in self.data and self.substitute_fn is None:
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
-            if name in self.data and _short_series(self._sites.get(name), self.data[name], shape):
+            if name in self.data and _short_series(self._site(name), self.data[name], shape):
                 value, counts = self._series_head(counts, msg, name)
             elif name in self.data:
                 value, counts = given(counts, name, shape)
@@ -202,12 +202,16 @@ class _SetValue(Handler):
             return {sample_op: sample, deterministic_op: deterministic}
         return {sample_op: sample}
 
+    def _site(self, name):
+        """The static description (`_sites.Site`) of site `name`, None if unknown."""
+        return self._sites.get(name)
+
     def _series_head(self, counts, msg, name):
         """As NumPyro's `scan`: a series shorter than the site's loop gives its first rows; later
         occurrences are drawn (with the key `seed` attached, or one asked of an outer `seed`)."""
         values = jnp.asarray(self.data[name])
         i = counts[name]
-        site = self._sites[name]
+        site = self._site(name)
         key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(
             name=name, rows=(values.shape[0], site.count))
         drawn = msg["fn"].sample(key)
