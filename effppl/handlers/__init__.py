@@ -6,8 +6,9 @@ Each handler wraps a model and is itself a model, with NumPyro's names and argum
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
 from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
                        unconstrained_log_density)
+from ._lift import lift
 from ._trace import trace
 
-__all__ = ["block", "condition", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
+__all__ = ["block", "condition", "lift", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density"]
