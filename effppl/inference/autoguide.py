@@ -69,13 +69,18 @@ class AutoGuide:
         self.prefix = prefix
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
+        self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
         self.__name__ = type(self).__name__
 
     # -- the model's sites -------------------------------------------------------------------
 
     def _setup_prototype(self, *args, **kwargs):
         """Keep the model's (concrete) arguments for `median`, `quantiles`, `get_posterior` and
-        `sample_posterior` (called by `SVI.init`)."""
+        `sample_posterior`, and which sites are latent: later calls (`Predictive(model,
+        guide=...)` with `y=None`) guide those sites only, as NumPyro's prototype trace does.
+        Called by `SVI.init`."""
+        self._prototype_args = None
+        self._latent_names = tuple(self._latent_sites(args, kwargs))
         self._prototype_args = (args, kwargs)
 
     def _latent_sites(self, args, kwargs) -> dict:
@@ -87,6 +92,8 @@ class AutoGuide:
         for name, site in _analyzed(self.model, args, kwargs).items():
             if site.type != "sample" or site.is_observed:
                 continue
+            if self._prototype_args is not None and name not in self._latent_names:
+                continue  # e.g. `y=None` for predictions: `y` was observed when SVI ran
             if not site.bounded:
                 raise AutoGuideError(
                     f"effppl.infer.autoguide.{type(self).__name__}: latent site `{name}` sits "
