@@ -164,6 +164,26 @@ class _Compiled:
             self._chunks[(length, stable)] = jax.jit(run)
         return self._chunks[(length, stable)]
 
+    def nonfinite_sites(self, state, constraints, dynamic) -> list:
+        """The sample sites (model's and guide's) whose log density is not finite in some
+        particle of the step that `state` would take next (its key is the state's)."""
+        from ._elbo import run_guide_and_model
+
+        args, kwargs = self.args(dynamic)
+        _, sub = jax.random.split(state.rng_key)
+        params = _constrain(self.optimizer.get_params(state.optim_state), constraints)
+        keys = jax.random.split(sub, getattr(self.loss, "num_particles", 1))
+
+        def finite(key):
+            _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
+                                                           args, kwargs)
+            return {f"{which} site `{n}`": jnp.all(jnp.isfinite(s["log_prob"]))
+                    for which, tr in (("model", model_tr), ("guide", guide_tr))
+                    for n, s in tr.items() if s["type"] == "sample"}
+
+        flags = jax.jit(jax.vmap(finite))(keys)
+        return sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok)))
+
     @staticmethod
     def _loss_dtype():
         return jnp.result_type(float)
@@ -314,13 +334,12 @@ class SVI:
         with tqdm.tqdm(total=num_steps, disable=not progress_bar, desc="SVI") as bar:
             for start in range(0, num_steps, length):
                 num = min(length, num_steps - start)
-                previous = state
                 state, chunk_losses, grad_ok, failed = chunk(state, self._constraints, dynamic,
                                                              np.int32(num))
                 chunk_losses = np.asarray(chunk_losses[:num])
                 if bool(failed):
-                    self._raise_nonfinite(api, start, chunk_losses, grad_ok, losses, state,
-                                          previous)
+                    sites = fns.nonfinite_sites(state, self._constraints, dynamic)
+                    self._raise_nonfinite(api, start, chunk_losses, grad_ok, losses, state, sites)
                 losses.append(chunk_losses)
                 if progress_bar:
                     _advance(bar, num, f"loss={np.nanmean(chunk_losses):.4g}")
@@ -331,12 +350,13 @@ class SVI:
                           f"skipped (stable_update=True).", RuntimeWarning, stacklevel=2)
         return SVIRunResult(self.get_params(state), state, losses)
 
-    def _raise_nonfinite(self, api, start, chunk_losses, grad_ok, losses, state, previous):
+    def _raise_nonfinite(self, api, start, chunk_losses, grad_ok, losses, state, sites):
         i = int(np.flatnonzero(~np.isfinite(chunk_losses))[0])
         bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
         losses = np.concatenate(losses + [chunk_losses[:i]])
         err = SVIError(
             f"`{api}`: the loss is {chunk_losses[i]} at step {start + i} (counting from 0)"
+            + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
             + (f"; the gradient is not finite for params {bad}" if bad else "")
             + ". The params are those before that step (`err.result`). Check the model's "
             "density on the guide's support, lower the learning rate, or pass "
