@@ -70,6 +70,15 @@ class _ELBO:
         self.num_particles = num_particles
         self.vectorize_particles = bool(vectorize_particles)
 
+    def _key(self):
+        return type(self), tuple(sorted(vars(self).items()))
+
+    def __eq__(self, other):  # equal settings share SVI's compiled update (a structural key)
+        return isinstance(other, _ELBO) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
     def particles(self, rng_key, param_map, model, guide, args, kwargs):
         keys = jax.random.split(_raw_key(rng_key), self.num_particles)
 

@@ -72,6 +72,20 @@ class AutoGuide:
         self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
         self.__name__ = type(self).__name__
 
+    def _key(self):
+        settings = {k: v for k, v in vars(self).items() if k not in ("_prototype_args", "model")}
+        if jax.tree_util.tree_leaves(self.init_loc_fn.dynamic()):  # values baked into its code
+            settings["init_loc_fn"] = id(self.init_loc_fn)
+        return type(self), self.model, tuple(sorted(settings.items()))
+
+    def __eq__(self, other):
+        """Equal guides (same type, model, settings and latent sites) share compiled functions,
+        so a new `SVI(model, AutoNormal(model), ...)` on new data compiles nothing."""
+        return isinstance(other, AutoGuide) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash((type(self), self.model, self.prefix))
+
     # -- the model's sites -------------------------------------------------------------------
 
     def _setup_prototype(self, *args, **kwargs):
