@@ -14,7 +14,7 @@ Per framework and model, in one process, print:
   compilations (effppl caches its compiled loop by structure; NumPyro's `run` re-traces its
   `lax.scan` of updates);
 - steady steps/s: `num_steps` calls of the framework's own `svi.update` in one compiled
-  `lax.scan`, compilation excluded (best of two);
+  `lax.scan`, compilation excluded (best of three, the frameworks timed in alternation);
 - the final loss (mean of the last 100 steps) of the first run, as a sanity check.
 
 Usage: `python -m benchmarks.svi_bench [--steps 5000] [--models logistic,ssm] [--json out.json]`.
@@ -105,22 +105,18 @@ def _timed_run(svi, steps, args, seed):
     return time.perf_counter() - start, result
 
 
-def _steady_rate(svi, state, steps, args):
-    """Steps per second of `steps` updates in one compiled `lax.scan` over `svi.update`, the
-    compilation excluded (the same program for both frameworks: their own update step)."""
+def _step_loop(svi, state, steps, args):
+    """`steps` calls of the framework's own `svi.update` in one compiled `lax.scan` (compiled
+    here, ahead of timing)."""
     def many(state, *args):
         return jax.lax.scan(lambda s, _: svi.update(s, *args), state, None, length=steps)
 
     compiled = jax.jit(many).lower(state, *args).compile()
-    best = np.inf
-    for _ in range(2):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(state, *args))
-        best = min(best, time.perf_counter() - start)
-    return steps / best
+    return lambda: jax.block_until_ready(compiled(state, *args))
 
 
 def bench(framework, name, steps):
+    """First and repeat run of one framework; returns the row and its compiled step loop."""
     models, svi_cls, loss_cls, guide_cls = _frameworks()[framework]
     model = models[name]
     svi = svi_cls(model, guide_cls(model), optax.adam(0.01), loss_cls())
@@ -128,10 +124,21 @@ def bench(framework, name, steps):
     final_loss = float(np.mean(np.asarray(result.losses)[-100:]))
     with _count_compilations() as count:
         repeat, _ = _timed_run(svi, steps, _data(name, 1), 1)
-    rate = _steady_rate(svi, result.state, steps, _data(name, 2))
-    return {"framework": framework, "model": name, "steps": steps, "first_run_s": first,
-            "repeat_run_s": repeat, "repeat_compilations": count[0], "steps_per_s": rate,
-            "final_loss": final_loss}
+    row = {"framework": framework, "model": name, "steps": steps, "first_run_s": first,
+           "repeat_run_s": repeat, "repeat_compilations": count[0], "final_loss": final_loss}
+    return row, _step_loop(svi, result.state, steps, _data(name, 2))
+
+
+def _steady_rates(loops, steps, rounds=3):
+    """Steps per second of each compiled loop, timed in alternation (best of `rounds`), so both
+    frameworks see the same load on a shared machine."""
+    best = [np.inf] * len(loops)
+    for _ in range(rounds):
+        for i, loop in enumerate(loops):
+            start = time.perf_counter()
+            loop()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [steps / b for b in best]
 
 
 def main(argv=None):
@@ -143,12 +150,14 @@ def main(argv=None):
     jax.jit(lambda x: x + 1)(jnp.ones(3)).block_until_ready()  # JAX's own start-up, for neither
     rows = []
     for name in opts.models.split(","):
-        for framework in ("effppl", "numpyro"):
-            row = bench(framework, name, opts.steps)
+        pairs = [bench(framework, name, opts.steps) for framework in ("effppl", "numpyro")]
+        rates = _steady_rates([loop for _, loop in pairs], opts.steps)
+        for (row, _), rate in zip(pairs, rates):
+            row["steps_per_s"] = rate
             rows.append(row)
-            print(f"{name:9s} {framework:8s} first run {row['first_run_s']:7.2f} s | "
-                  f"steady {row['steps_per_s']:9.0f} steps/s | repeat {row['repeat_run_s']:6.2f}"
-                  f" s, {row['repeat_compilations']} compilations | loss {row['final_loss']:.2f}",
+            print(f"{name:9s} {row['framework']:8s} first run {row['first_run_s']:7.2f} s | "
+                  f"steady {rate:9.0f} steps/s | repeat {row['repeat_run_s']:6.2f} s, "
+                  f"{row['repeat_compilations']} compilations | loss {row['final_loss']:.2f}",
                   flush=True)
     if opts.json:
         meta = {"jax": jax.__version__, "backend": jax.default_backend(),

@@ -36,17 +36,27 @@ def _latent(tr):
     return {n: s for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
 
 
-def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs):
+def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_trace=True):
     """One particle: `(log p(x, z), log q(z), model trace, guide trace)` with `z ~ q`, both
-    log densities at the constrained params `param_map` (masks and scales applied)."""
+    log densities at the constrained params `param_map` (masks and scales applied). Without
+    `model_trace` the model's sites are not recorded (its trace is None): a model whose sites sit
+    in loops then carries no buffers of their values through them."""
     from effppl import handlers
+    from effppl.handlers._density import _LogJoint
+    from effppl.handlers._handler import run_outermost
 
     k_guide, k_model = jax.random.split(rng_key)
     guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
     log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
     values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
-    log_p, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs, values)
-    return log_p, log_q, model_tr, guide_tr
+    model = handlers.seed(model, k_model)
+    if model_trace:
+        log_p, model_tr = handlers.log_density(model, args, kwargs, values)
+        return log_p, log_q, model_tr, guide_tr
+    given = handlers.substitute(model, data=values)
+    given.entry_point = "log_density"
+    _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
+    return log_p, log_q, None, guide_tr
 
 
 def _score_surrogate(elbo, guide_tr):
@@ -109,7 +119,7 @@ class Trace_ELBO(_ELBO):
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
         log_p, log_q, _, guide_tr = run_guide_and_model(rng_key, param_map, model, guide, args,
-                                                        kwargs)
+                                                        kwargs, model_trace=False)
         return _score_surrogate(log_p - log_q, guide_tr)
 
 
@@ -161,8 +171,8 @@ class RenyiELBO(_ELBO):
         self.alpha = float(alpha)
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
-        log_p, log_q, _, guide_tr = run_guide_and_model(rng_key, param_map, model, guide, args,
-                                                        kwargs)
+        log_p, log_q, _, _ = run_guide_and_model(rng_key, param_map, model, guide, args, kwargs,
+                                                 model_trace=False)
         return log_p - log_q
 
     def combine(self, elbos):

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
+from numpyro.distributions.transforms import biject_to
 
 from .. import primitives
 from .._errors import EffpplError
@@ -49,6 +50,25 @@ def _strategy(init_loc_fn, name):
     raise AutoGuideError(f"effppl.infer.autoguide.{name}(model, init_loc_fn=...) expected an "
                          f"init strategy (`init_to_uniform()`, `init_to_median()`, "
                          f"`init_to_value(values=...)`), but got {init_loc_fn!r}.")
+
+
+def _fixed_supports(sites) -> dict | None:
+    """`{name: support}` when every site's support is a constraint without parameters (so it
+    cannot depend on other sites or data), and the site has one distribution and sits in no
+    `cond` branch (whose rows may go unread, see `_Unconstrain`); else None."""
+    out = {}
+    for name, (site, _, _) in sites.items():
+        if len(site.keys) > 1 or site.conditional:
+            return None
+        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        try:
+            support = fn.support
+        except Exception:  # noqa: BLE001 (a support computed from the parameters' values)
+            return None
+        if not isinstance(support, constraints.Constraint) or jax.tree_util.tree_leaves(support):
+            return None
+        out[name] = support
+    return out
 
 
 class AutoGuide:
@@ -142,13 +162,24 @@ class AutoGuide:
         locs = handlers.block(propose)()
         return {n: jnp.asarray(locs[n], sites[n][2]).reshape(sites[n][1]) for n in sites}
 
-    def _constrain(self, args, kwargs, unconstrained: dict):
+    def _constrain(self, args, kwargs, unconstrained: dict, sites: dict | None = None):
         """`(values, log_dets, fns)`: the model's latent values at the unconstrained values
         `unconstrained` (each site mapped with the support of its current distribution), each
         site's `sum log|det J|`, and its (stacked) distribution. The model runs hidden by
-        `block`."""
+        `block`; when `sites` (`_latent_sites`) show that no support depends on anything (a
+        parameter-free constraint such as `real`, `positive`, `simplex`, one distribution per
+        site), the values are mapped directly instead, and `fns` is None."""
         from effppl import handlers
         from effppl.handlers._density import _Unconstrain
+
+        supports = _fixed_supports(sites) if sites is not None else None
+        if supports is not None:
+            values, log_dets = {}, {}
+            for name, u in unconstrained.items():
+                t = biject_to(supports[name])
+                values[name] = t(u)
+                log_dets[name] = jnp.sum(t.log_abs_det_jacobian(u, values[name]))
+            return values, log_dets, None
 
         def run():
             tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide"))
@@ -268,7 +299,7 @@ class AutoNormal(AutoGuide):
         for key, (name, (_, shape, dtype)) in zip(keys, sites.items()):
             u[name] = locs[name] + scales[name] * jax.random.normal(key, shape, dtype)
             log_q[name] = jnp.sum(dist.Normal(locs[name], scales[name]).log_prob(u[name]))
-        values, log_dets, _ = self._constrain(args, kwargs, u)
+        values, log_dets, _ = self._constrain(args, kwargs, u, sites)
         return self._emit(values, {n: log_q[n] - log_dets[n] for n in values})
 
     def _locs_scales(self, params):
@@ -344,7 +375,7 @@ class AutoContinuous(AutoGuide):
         init = self._init_locs(args, kwargs, sites)
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
         latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
-        values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout))
+        values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
         return self._emit(values, {n: -log_dets[n] for n in values})
 
     def _loc(self, params):

@@ -239,3 +239,17 @@ def test_new_data_of_the_same_shapes_compiles_nothing():
         float(loss)
     assert count[0] == 0
     assert float(again.params["loc"]) > float(first.params["loc"]) + 2.0  # the new data were used
+
+
+def test_model_params_are_fitted_by_maximum_likelihood():
+    """A model param and an empty guide: the ELBO is the log likelihood, maximised at the MLE."""
+    def scale_model(y):
+        sigma = effppl.param("sigma", 1.0, constraint=constraints.positive)
+        with effppl.plate("n", y.shape[0]):
+            effppl.sample("y", dist.Normal(0.0, sigma), obs=y)
+
+    y = _data(n=200)
+    svi = SVI(scale_model, lambda y: None, optax.adam(0.05), Trace_ELBO())
+    result = svi.run(jax.random.PRNGKey(0), 1500, y, progress_bar=False)
+    np.testing.assert_allclose(result.params["sigma"], np.sqrt(np.mean(np.asarray(y) ** 2)),
+                               rtol=1e-3)
