@@ -90,11 +90,12 @@ class _ELBO:
         return hash(self._key())
 
     def particles(self, rng_key, param_map, model, guide, args, kwargs):
-        keys = jax.random.split(_raw_key(rng_key), self.num_particles)
-
         def one(key):
             return self.particle(key, param_map, model, guide, args, kwargs)
 
+        if self.num_particles == 1:  # the key itself, as NumPyro: no split, no batch axis
+            return one(_raw_key(rng_key))[None]
+        keys = jax.random.split(_raw_key(rng_key), self.num_particles)
         return jax.vmap(one)(keys) if self.vectorize_particles else jax.lax.map(one, keys)
 
     def loss(self, rng_key, param_map, model, guide, *args, **kwargs):

@@ -172,7 +172,8 @@ class _Compiled:
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
         params = _constrain(self.optimizer.get_params(state.optim_state), constraints)
-        keys = jax.random.split(sub, getattr(self.loss, "num_particles", 1))
+        n = getattr(self.loss, "num_particles", 1)
+        keys = sub[None] if n == 1 else jax.random.split(sub, n)  # the ELBO's particle keys
 
         def finite(key):
             _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,

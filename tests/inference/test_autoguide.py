@@ -101,8 +101,9 @@ def _regression_data():
     return jnp.asarray(x), jnp.asarray(x @ np.array([1.0, -0.5]) + 0.5 * rng.randn(50))
 
 
-@pytest.mark.parametrize("name", ["AutoNormal", "AutoMultivariateNormal", "AutoDelta",
-                                  "AutoDiagonalNormal"])
+@pytest.mark.parametrize("name", ["AutoNormal", "AutoMultivariateNormal",
+                                  pytest.param("AutoDelta", marks=pytest.mark.slow),
+                                  pytest.param("AutoDiagonalNormal", marks=pytest.mark.slow)])
 def test_autoguides_agree_with_numpyros(name):
     x, y = _regression_data()
     results = []
@@ -192,6 +193,7 @@ def test_autonormal_covers_cond_branches_and_vmap():
     np.testing.assert_allclose(result.params["u_auto_scale"], 0.5**0.5, rtol=0.1)
 
 
+@pytest.mark.slow
 def test_autoguide_respects_a_parameter_dependent_support():
     """z ~ Uniform(0, s) with s latent: every guide draw of z lies in (0, s) of the same draw."""
     def model(y):
@@ -224,7 +226,7 @@ def test_predictive_and_log_likelihood_with_guide_draws():
     x, y = _regression_data()
     model = _regression(effppl)
     guide = autoguide.AutoNormal(model)
-    result = _fit(model, guide, x, y, steps=1500)
+    result = _fit(model, guide, x, y, steps=800)
     predictive = Predictive(model, guide=guide, params=result.params, num_samples=300)
     draws = predictive(jax.random.PRNGKey(1), x, None)
     assert set(draws) == {"y"} and draws["y"].shape == (300, 50)
