@@ -6,7 +6,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..primitives import sample_op
+from . import _contract
 from ._basic import _analyzed, site_row, substitute
+from ._enum import enum, enumerated_sites
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -103,6 +105,16 @@ def _std_normal(u):
     return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
 
 
+def _marginal(fn, args, kwargs):
+    """`(result, log joint, trace)` of `fn` (a model under handlers that give its latent
+    values) with its sites marked for enumeration summed out (`enum`, `_contract`)."""
+    tracer = trace(enum(fn))
+    tracer.scale_log_prob = True
+    result, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return result, _contract.log_joint(tr, loops), tr
+
+
 def log_density(model, model_args=(), model_kwargs=None, params=None):
     """The log joint density of `model` at constrained values `params`, and its trace.
 
@@ -110,21 +122,33 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     `params`: dict site name -> constrained value (stacked rows for sites inside loops).
 
     **Returns:** `(log_joint, trace)`: a scalar (float of JAX's default float dtype), and the trace
-    (`effppl.handlers.trace`'s dict).
+    (`effppl.handlers.trace`'s dict). Sites marked `infer={"enumerate": "parallel"}` (see
+    `effppl.infer.config_enumerate`) are summed out exactly, as NumPyro's funsor-based
+    `log_density` does; in the trace they hold their enumerated support.
 
     **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch.
 
-    **References:** NumPyro's `numpyro.infer.util.log_density`.
+    **References:** NumPyro's `numpyro.infer.util.log_density`; Obermeyer et al. (2019), "Tensor
+    Variable Elimination for Plated Factor Graphs" (enumeration).
     """
+    model_kwargs = model_kwargs or {}
     given = substitute(model, data=params or {})
     given.entry_point = "log_density"
+    if enumerated_sites(model, model_args, model_kwargs):
+        _, log_joint, tr = _marginal(given, model_args, model_kwargs)
+        return log_joint, tr
     joint = _LogJoint(given)
     (_, log_joint), tr = trace(joint)._run(*model_args, **(model_kwargs or {}))
     return log_joint, tr
 
 
 def unconstrained_log_density(model, model_args, model_kwargs, params):
-    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
+    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
+    the sites marked for enumeration summed out."""
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        (_, log_det), log_joint, _ = _marginal(_Unconstrain(model, params), model_args,
+                                               model_kwargs or {})
+        return log_joint + log_det
     joint = _LogJoint(_Unconstrain(model, params))
     (_, log_det), log_joint = run_outermost(joint.handled, *model_args, **(model_kwargs or {}))
     return log_joint + log_det
@@ -146,8 +170,10 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
-                                                                      **(model_kwargs or {}))
+    fn = _Unconstrain(model, params, "constrain_fn")
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        fn = enum(fn)  # the enumerated sites take their support; deterministic sites broadcast
+    tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 
@@ -156,7 +182,8 @@ def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
-    tracer = trace(given)
+    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
+    tracer = trace(enum(given) if enumerated else given)
     tracer.record_unconstrained = True
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: tr[name]["unconstrained"] for name in params}

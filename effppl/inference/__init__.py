@@ -6,6 +6,7 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ..handlers import config_enumerate
 from ._cache import UnhashableArgumentError, clear_cache
 from ._init import (
     InitializationError,
@@ -38,4 +39,5 @@ __all__ = [
     "PPLUnavailableError",
     "DivergenceWarning",
     "clear_cache",
+    "config_enumerate",
 ]

@@ -58,6 +58,7 @@ class Site(NamedTuple):
     fn: Any
     log_prob: Any = None  # elementwise log density, when the trace records it
     plates: tuple = ()    # the enclosing plates' CondIndepStackFrame(name, dim, size), innermost first
+    enumerated: bool = False  # marked `infer={"enumerate": ...}`: summed out, never sampled by HMC
 
 
 def model_name(model: Callable) -> str:
@@ -170,5 +171,6 @@ def get_trace(
             fn=site.get("fn") if kind == "sample" else None,
             log_prob=site.get("log_prob") if kind == "sample" else None,
             plates=tuple(site.get("cond_indep_stack", ())),
+            enumerated=kind == "sample" and site.get("infer", {}).get("enumerate") is not None,
         )
     return sites

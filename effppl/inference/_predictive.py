@@ -124,7 +124,7 @@ class Predictive:
         structure, dynamic = split_args(api, args, kwargs)
         fns = model_fns(self.model, structure, dynamic)
         info = fns.site_info(dynamic)
-        sample_sites = set(info.latent) | set(info.observed)
+        sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
         if unknown:
@@ -181,6 +181,12 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     structure, dynamic = split_args(api, args, kwargs)
     fns = model_fns(model, structure, dynamic)
     info = fns.site_info(dynamic)
+    if info.enumerated:
+        raise PredictiveError(
+            f"`{api}`: model `{fns.name}` has sites marked for enumeration "
+            f"({list(info.enumerated)}), whose pointwise log likelihood effppl does not define. "
+            "Draw them first (`effppl.infer.infer_discrete` or `Predictive`) and pass them in "
+            "`posterior_samples` of the model without the enumeration marks.")
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
         raise PredictiveError(
