@@ -106,9 +106,9 @@ def _std_normal(u):
 
 
 def _marginal(fn, args, kwargs):
-    """`(result, log joint, trace)` of `fn` (a model under handlers that give its latent
-    values) with its sites marked for enumeration summed out (`enum`, `_contract`)."""
-    tracer = trace(enum(fn))
+    """`(result, log joint, trace)` of `fn` (handlers that give latent values around
+    `enum(model)`) with the model's sites marked for enumeration summed out (`_contract`)."""
+    tracer = trace(fn)
     tracer.scale_log_prob = True
     result, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
@@ -132,9 +132,10 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     Variable Elimination for Plated Factor Graphs" (enumeration).
     """
     model_kwargs = model_kwargs or {}
-    given = substitute(model, data=params or {})
+    enumerated = enumerated_sites(model, model_args, model_kwargs)
+    given = substitute(enum(model) if enumerated else model, data=params or {})
     given.entry_point = "log_density"
-    if enumerated_sites(model, model_args, model_kwargs):
+    if enumerated:
         _, log_joint, tr = _marginal(given, model_args, model_kwargs)
         return log_joint, tr
     joint = _LogJoint(given)
@@ -146,7 +147,7 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
     if enumerated_sites(model, model_args, model_kwargs or {}):
-        (_, log_det), log_joint, _ = _marginal(_Unconstrain(model, params), model_args,
+        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
                                                model_kwargs or {})
         return log_joint + log_det
     joint = _LogJoint(_Unconstrain(model, params))
@@ -170,9 +171,9 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    fn = _Unconstrain(model, params, "constrain_fn")
     if enumerated_sites(model, model_args, model_kwargs or {}):
-        fn = enum(fn)  # the enumerated sites take their support; deterministic sites broadcast
+        model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
+    fn = _Unconstrain(model, params, "constrain_fn")
     tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
@@ -180,10 +181,11 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        model = enum(model)
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
-    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
-    tracer = trace(enum(given) if enumerated else given)
+    tracer = trace(given)
     tracer.record_unconstrained = True
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: tr[name]["unconstrained"] for name in params}

@@ -18,6 +18,7 @@ import jax
 
 from ..effects import _compat
 from ..primitives import SiteError, _plate_frames, site_contexts
+from . import _markov
 from ._handler import _named_like, handler_traces, run_outermost, trace_model
 from ._sites import analyze
 from ._trace import is_enumerated
@@ -184,7 +185,7 @@ class enum:
         _state.context = context
         site_contexts().append(context.configure)
         try:
-            return self.fn(*args, **kwargs)
+            return _markov.run(self.fn, args, kwargs)
         finally:
             site_contexts().remove(context.configure)
             _state.context = None
