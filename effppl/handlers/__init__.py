@@ -6,9 +6,11 @@ Each handler wraps a model and is itself a model, with NumPyro's names and argum
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
 from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
                        unconstrained_log_density)
+from ._discrete import InferDiscreteError, infer_discrete
 from ._enum import config_enumerate, enum
 from ._trace import trace
 
 __all__ = ["block", "condition", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
-           "unconstrained_log_density", "enum", "config_enumerate"]
+           "unconstrained_log_density", "enum", "config_enumerate",
+           "infer_discrete", "InferDiscreteError"]

@@ -11,6 +11,7 @@ the enumerated sites it depends on (`_contract.py` then sums them out). A marked
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 
@@ -19,7 +20,7 @@ import jax
 from ..effects import _compat
 from ..primitives import SiteError, _plate_frames, site_contexts
 from . import _markov
-from ._handler import _named_like, handler_traces, run_outermost, trace_model
+from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
 from ._sites import analyze
 from ._trace import is_enumerated
 
@@ -160,6 +161,8 @@ class enum:
     `[[0], [1], [2]]` for a `Categorical` of 3 values inside a plate at dim -1.
     """
 
+    discrete = None  # (temperature, rng_key) when `infer_discrete` draws the sites
+
     def __init__(self, fn, first_available_dim=None):
         if not callable(fn):
             raise TypeError(f"effppl.handlers.enum(fn, ...) expected a callable model, but got "
@@ -185,10 +188,28 @@ class enum:
         _state.context = context
         site_contexts().append(context.configure)
         try:
-            return _markov.run(self.fn, args, kwargs)
+            return _innermost(self.fn, self._rewritten)(*args, **kwargs)
         finally:
             site_contexts().remove(context.configure)
             _state.context = None
+
+
+    def _rewritten(self, model):
+        """`model` with its enumerated scans rewritten into their forward algorithm."""
+        @_named_like(model)
+        def rewritten(*args, **kwargs):
+            return _markov.run(model, args, kwargs, self.discrete)
+        return rewritten
+
+
+def _innermost(fn, wrap):
+    """`fn` with `wrap` applied to the model inside the effppl handlers that wrap it (copies of
+    them; `fn` is not changed): the scan rewrite reads the model's own program."""
+    if isinstance(fn, Handler) and fn.fn is not None:
+        outer = copy.copy(fn)
+        outer.fn = _innermost(fn.fn, wrap)
+        return outer
+    return wrap(fn)
 
 
 def enumerated_sites(fn, args, kwargs) -> tuple:

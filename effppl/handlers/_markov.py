@@ -30,7 +30,7 @@ from jax.scipy.special import logsumexp
 
 from ..effects import _compat
 from ..effects._primitives import perform_p
-from ..primitives import SiteError, deterministic_op, factor, sample_op
+from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
 from ._handler import call_unhandled, model_name
 from ._trace import is_enumerated
 
@@ -100,9 +100,13 @@ def _dependence(jaxpr, sources):
     return deps
 
 
-def run(fn, args, kwargs):
+def run(fn, args, kwargs, discrete=None):
     """Run `fn(*args, **kwargs)` (inside `enum`'s context), with every `scan` that holds
-    enumerated sites replaced by its forward algorithm."""
+    enumerated sites replaced by its forward algorithm. With `discrete=(temperature, rng_key)`
+    (`infer_discrete`), each such scan also draws its enumerated sites from their conditional
+    given everything else (temperature 1: forward filtering, backward sampling) or takes their
+    most likely joint path (temperature 0: Viterbi), recorded as deterministic sites
+    `_infer_discrete_<site>` of the sites' stacked shape."""
     leaves, rebuild = _compat.split_args(args, kwargs)
 
     def flat(*xs):
@@ -115,6 +119,7 @@ def run(fn, args, kwargs):
     if not _deferred_inside(jaxpr):
         return fn(*args, **kwargs)
     poisoned = {}   # variable -> the enumerated site it depends on (a dummy value)
+    scans = []      # the enumerated scans rewritten so far (each draws with its own key)
     global_enum = {}  # variable -> a top-level enumerated site it depends on (broadcast dims)
 
     def on_eqn(index, eqn, ins):
@@ -133,8 +138,8 @@ def run(fn, args, kwargs):
         if names and eqn.primitive.name == "handle":
             raise SiteError(
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
-                f"`lax.scan` under a handler that `enum` wraps; put `enum` innermost, around the "
-                f"model itself (`seed(enum(model), 0)`, not `enum(seed(model, 0))`).")
+                f"`lax.scan` under a handler inside the model; put `enum` around the model "
+                f"itself, not inside it.")
         if names and eqn.primitive is not _compat.scan_p:
             raise SiteError(
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
@@ -147,7 +152,11 @@ def run(fn, args, kwargs):
                 f"uses the enumerated site `{outer}` from outside the scan; enumerating both is "
                 f"not supported. Mark only one of them for enumeration.")
         if names:
-            outs, bad_outs = forward_scan(eqn, ins, names)
+            key = None
+            if discrete is not None and discrete[0] != 0:
+                key = jax.random.fold_in(discrete[1], len(scans))
+            scans.append(eqn)
+            outs, bad_outs = forward_scan(eqn, ins, names, discrete and (discrete[0], key))
             for v, out_bad in zip(eqn.outvars, bad_outs):
                 if out_bad:
                     poisoned[v] = names[0]
@@ -229,9 +238,13 @@ def _log_prob(msg, value):
     return jnp.sum(lp)
 
 
-def forward_scan(eqn, ins, names):
+def forward_scan(eqn, ins, names, discrete=None):
     """The outputs of the scan `eqn` on `ins` with its enumerated sites summed out by the
-    forward algorithm, and which outputs are dummies (depend on the enumerated sites)."""
+    forward algorithm, and which outputs are dummies (depend on the enumerated sites).
+    `discrete=(temperature, key)`: also draw the sites (see `run`); temperature 0 runs the
+    max-product recursion instead."""
+    viterbi = discrete is not None and discrete[0] == 0
+    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
     params = eqn.params
     n_consts, n_carry = _compat.scan_counts(params)
     closed = params["jaxpr"]
@@ -292,19 +305,58 @@ def forward_scan(eqn, ins, names):
 
         lp, new_table = jax.vmap(jax.vmap(log_density, (None, 0)), (0, None))(
             jnp.arange(num_states), jnp.arange(num_states))
-        alpha = logsumexp(alpha[:, None] + lp, axis=0).astype(alpha.dtype)
+        alpha_prev = alpha
+        alpha = reduce(alpha[:, None] + lp, axis=0).astype(alpha.dtype)
         new_table = [t[0] for t in new_table]
         new_carry = [c for c in outs_a[:n_carry]]
-        return (alpha, new_table, new_carry), outs_a[n_carry:]
+        ys = outs_a[n_carry:]
+        if discrete is not None:  # what the backward pass needs
+            ys = (ys, alpha_prev, lp)
+        return (alpha, new_table, new_carry), ys
 
     dtype = jnp.result_type(float)
     alpha0 = jnp.full((num_states,), -jnp.inf, dtype).at[0].set(0.0)
     table0 = [jnp.broadcast_to(c, (num_states, *jnp.shape(c))) for c, m in zip(init, markov) if m]
     (alpha, _, carry), ys = jax.lax.scan(step, (alpha0, table0, list(init)), list(xs),
                                          length=params["length"], reverse=params["reverse"])
-    factor(f"_enumerated_{names[0]}", logsumexp(alpha))
+    if discrete is not None:
+        ys, alpha_prev, lp = ys
+        path = _backward(alpha, alpha_prev, lp, params["reverse"], *discrete)
+        for k, index in enumerate(enum_eqns):
+            name = dict(body.eqns[index].params["static"])["name"]
+            deterministic(f"_infer_discrete_{name}", supports[k][states[path, k]])
+    factor(f"_enumerated_{names[0]}", reduce(alpha, axis=0))
     bad = [m for m in markov] + list(poisoned_ys)
     return list(carry) + list(ys), bad
+
+
+def _backward(alpha_last, alpha_prev, lp, reverse, temperature, key):
+    """The joint state index of every step `(T,)`: the last one from `alpha_last`, then step by
+    step backwards `p(s_t = j | s_{t+1}) ~ exp(alpha_t[j] + lp_{t+1}[j, s_{t+1}])`, drawn
+    (temperature 1) or maximised (0). `alpha_prev[t]`, `lp[t]`: the message before step t and
+    its table, stacked in index order (processing order reversed for a reversed scan)."""
+    if reverse:
+        alpha_prev, lp = alpha_prev[::-1], lp[::-1]
+
+    def choose(key, logits):
+        if temperature == 0:
+            return jnp.argmax(logits)
+        return jax.random.categorical(key, logits)
+
+    num_steps = lp.shape[0]
+    keys = (jax.random.split(key, num_steps) if key is not None
+            else jnp.zeros((num_steps, 2), jnp.uint32))
+    last = choose(keys[-1], alpha_last)
+
+    def back(s_next, inputs):
+        key, alpha_t, lp_next = inputs
+        s = choose(key, alpha_t + lp_next[:, s_next])
+        return s, s
+
+    # step t's state from the message after step t (= alpha_prev[t + 1]) and the table of t + 1
+    _, earlier = jax.lax.scan(back, last, (keys[:-1], alpha_prev[1:], lp[1:]), reverse=True)
+    path = jnp.concatenate([earlier, last[None]])
+    return path[::-1] if reverse else path
 
 
 def _supports(body, enum_eqns):

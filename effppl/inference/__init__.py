@@ -6,7 +6,7 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
-from ..handlers import config_enumerate
+from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
 from ._cache import UnhashableArgumentError, clear_cache
 from ._init import (
     InitializationError,
@@ -40,4 +40,6 @@ __all__ = [
     "DivergenceWarning",
     "clear_cache",
     "config_enumerate",
+    "infer_discrete",
+    "InferDiscreteError",
 ]

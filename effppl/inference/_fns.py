@@ -177,20 +177,27 @@ class ModelFns:
             self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
         return self._proposers[key]
 
-    def predictor(self, return_sites: tuple) -> Callable:
-        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`."""
-        if return_sites not in self._predictors:
+    def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
+        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`;
+        with `infer_discrete`, the enumerated sites are drawn from their conditional given each
+        draw in `samples` (`effppl.infer.infer_discrete`), not from the prior."""
+        if (return_sites, infer_discrete) not in self._predictors:
 
             def predict(rng_key, samples, dynamic):
                 args, kwargs = self.args(dynamic)
+                model = self.model
+                if infer_discrete:
+                    rng_key, discrete_key = jax.random.split(rng_key)
+                    model = _model.infer_discrete(model, samples, discrete_key)
                 sites = _model.get_trace(
-                    self.model, args, kwargs,
+                    model, args, kwargs,
                     rng_key=jax.random.key_data(rng_key), substitutions=samples,
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites] = jax.jit(jax.vmap(predict, in_axes=(0, 0, None)))
-        return self._predictors[return_sites]
+            self._predictors[return_sites, infer_discrete] = jax.jit(
+                jax.vmap(predict, in_axes=(0, 0, None)))
+        return self._predictors[return_sites, infer_discrete]
 
 
 class _Program(NamedTuple):

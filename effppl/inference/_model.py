@@ -134,6 +134,13 @@ def initialising():
         _init_state.active = previous
 
 
+def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
+    """`model` with its enumerated sites drawn from their conditional given the latent values
+    `samples` (`effppl.handlers.infer_discrete` of the conditioned model, temperature 1)."""
+    h = _handlers()
+    return h.infer_discrete(h.substitute(model, samples), rng_key=jax.random.key_data(rng_key))
+
+
 def get_trace(
     model: Callable,
     args: tuple,

@@ -69,6 +69,9 @@ class Predictive:
       `get_samples(group_by_chain=True)`).
     - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
       (by default they are recomputed).
+    - `infer_discrete`: draw the sites marked for enumeration from their conditional given each
+      posterior draw (`effppl.infer.infer_discrete`, temperature 1), as NumPyro's; by default
+      they are drawn from their prior, like every latent site not in `posterior_samples`.
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -82,7 +85,8 @@ class Predictive:
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
-                 batch_ndims: int = 1, condition_deterministic: bool = False):
+                 batch_ndims: int = 1, condition_deterministic: bool = False,
+                 infer_discrete: bool = False):
         api = "effppl.infer.Predictive"
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
@@ -101,6 +105,7 @@ class Predictive:
         self.return_sites = None if return_sites is None else tuple(return_sites)
         self.batch_ndims = int(batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
+        self.infer_discrete = bool(infer_discrete)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -145,7 +150,7 @@ class Predictive:
             sites = set(self.return_sites)
         keys = jax.random.split(key, self.num_samples)
         try:
-            out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims),
+            out = fns.predictor(tuple(sorted(sites)), self.infer_discrete)(keys, _flatten(samples, self.batch_ndims),
                                                       dynamic)
         except SiteError as err:
             if "shape" not in str(err):
