@@ -146,10 +146,13 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
-    if enumerated_sites(model, model_args, model_kwargs or {}):
+    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
+    if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
         (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
                                                model_kwargs or {})
         return log_joint + log_det
+    if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
+        model = enum(model)
     joint = _LogJoint(_Unconstrain(model, params))
     (_, log_det), log_joint = run_outermost(joint.handled, *model_args, **(model_kwargs or {}))
     return log_joint + log_det

@@ -212,8 +212,9 @@ def _innermost(fn, wrap):
     return wrap(fn)
 
 
-def enumerated_sites(fn, args, kwargs) -> tuple:
-    """The names of `fn`'s latent sample sites marked for enumeration (static analysis)."""
-    return tuple(name for name, site in analyze(trace_model(fn, *args, **kwargs)).items()
-                 if site.type == "sample" and not site.is_observed
-                 and is_enumerated(dict(site.key.static).get("infer", ())))
+def enumerated_sites(fn, args, kwargs) -> dict:
+    """`{name: in a loop}` for `fn`'s latent sample sites marked for enumeration (static
+    analysis)."""
+    return {name: site.in_loop for name, site in analyze(trace_model(fn, *args, **kwargs)).items()
+            if site.type == "sample" and not site.is_observed
+            and is_enumerated(dict(site.key.static).get("infer", ()))}
