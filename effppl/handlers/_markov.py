@@ -242,102 +242,133 @@ def forward_scan(eqn, ins, names, discrete=None):
     """The outputs of the scan `eqn` on `ins` with its enumerated sites summed out by the
     forward algorithm, and which outputs are dummies (depend on the enumerated sites).
     `discrete=(temperature, key)`: also draw the sites (see `run`); temperature 0 runs the
-    max-product recursion instead."""
-    viterbi = discrete is not None and discrete[0] == 0
-    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
+    max-product recursion instead.
+
+    Three passes: (1) the scan itself, performing the body's sites for the handlers outside
+    (the Markov carry held at its initial value, the enumerated sites at their first value),
+    recording every site's value; (2) every step's table `lp[t, j, i]`, vectorised over
+    `(t, j, i)`; (3) the recursion over `t`, a scan as light as a hand-written one."""
     params = eqn.params
     n_consts, n_carry = _compat.scan_counts(params)
     closed = params["jaxpr"]
     body = closed.jaxpr
     _no_nested_sites(body, names)
     enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
+    sites = [i for i, e in enumerate(body.eqns)
+             if e.primitive is perform_p and e.params["op"] is sample_op]
     markov, poisoned_ys = _markov_structure(body, n_consts, n_carry, enum_eqns, names)
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     supports = _supports(body, enum_eqns)
     sizes = [s.shape[0] for s in supports]
     num_states = math.prod(sizes)
     states = jnp.stack(jnp.unravel_index(jnp.arange(num_states), sizes), -1)  # (K, n_sites)
+    markov_init = [c for c, m in zip(init, markov) if m]
+    length, reverse = params["length"], params["reverse"]
+
+    def merged(markov_values, carry):
+        rows = iter(markov_values)
+        return [next(rows) if m else c for m, c in zip(markov, carry)]
 
     def body_fn(perform, carry, x):
         return _evaluate(body, closed.consts, list(consts) + list(carry) + list(x), perform)
 
-    def step(state, x):
-        alpha, table, carry = state
-        first = [t[0] for t in table]
-        carry_a = [first.pop(0) if m else c for m, c in zip(markov, carry)]
+    def step(carry, x):  # pass 1: the sites' values, from the handlers outside
         values = {}
 
-        def perform_a(index, e, e_ins):  # for the handlers outside: values, masked log density
+        def perform(index, e, e_ins):
             if e.primitive is not perform_p or e.params["op"] is not sample_op:
                 return None
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
-            msg = dict(msg, mask=jnp.zeros((), bool))
+            msg = dict(msg, mask=jnp.zeros((), bool))  # counted in pass 2, not outside
             if index in enum_eqns:
                 msg["value"] = supports[enum_eqns.index(index)][0]
-            out = sample_op(msg, **dict(e.params["static"]))
-            values[index] = out
-            return [out]
+            values[index] = sample_op(msg, **dict(e.params["static"]))
+            return [values[index]]
 
-        outs_a = body_fn(perform_a, carry_a, x)
+        outs = body_fn(perform, merged(markov_init, carry), x)
+        new_carry = merged(markov_init, outs[:n_carry])
+        return new_carry, (outs[n_carry:], carry, [values[i] for i in sites])
 
-        def log_density(j, i):
-            carry_b = list(carry)
-            rows = iter([t[j] for t in table])
-            carry_b = [next(rows) if m else c for m, c in zip(markov, carry_b)]
-            total = []
-
-            def perform_b(index, e, e_ins):
-                if e.primitive is not perform_p:
-                    return None
-                if e.params["op"] is deterministic_op:
-                    return list(e_ins)
-                msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
-                if index in enum_eqns:
-                    k = enum_eqns.index(index)
-                    value = supports[k][states[i, k]]
-                else:
-                    value = values[index]
-                total.append(_log_prob(msg, value))
-                return [value]
-
-            outs = body_fn(perform_b, carry_b, x)
-            return sum(total), [o for o, m in zip(outs[:n_carry], markov) if m]
-
-        lp, new_table = jax.vmap(jax.vmap(log_density, (None, 0)), (0, None))(
-            jnp.arange(num_states), jnp.arange(num_states))
-        alpha_prev = alpha
-        alpha = reduce(alpha[:, None] + lp, axis=0).astype(alpha.dtype)
-        new_table = [t[0] for t in new_table]
-        new_carry = [c for c in outs_a[:n_carry]]
-        ys = outs_a[n_carry:]
-        if discrete is not None:  # what the backward pass needs
-            ys = (ys, alpha_prev, lp)
-        return (alpha, new_table, new_carry), ys
-
-    dtype = jnp.result_type(float)
-    alpha0 = jnp.full((num_states,), -jnp.inf, dtype).at[0].set(0.0)
-    table0 = [jnp.broadcast_to(c, (num_states, *jnp.shape(c))) for c, m in zip(init, markov) if m]
-    (alpha, _, carry), ys = jax.lax.scan(step, (alpha0, table0, list(init)), list(xs),
-                                         length=params["length"], reverse=params["reverse"])
+    carry, (ys, carries, values) = jax.lax.scan(step, list(init), list(xs), length=length,
+                                                reverse=reverse)
     if discrete is not None:
-        ys, alpha_prev, lp = ys
-        path = _backward(alpha, alpha_prev, lp, params["reverse"], *discrete)
-        for k, index in enumerate(enum_eqns):
-            name = dict(body.eqns[index].params["static"])["name"]
-            deterministic(f"_infer_discrete_{name}", supports[k][states[path, k]])
+        _record_states(discrete, body, enum_eqns, supports, states, length, reverse, None)
+    if length == 0:
+        return list(carry) + list(ys), list(markov) + list(poisoned_ys)
+    steps = (carries, list(xs), values)
+    if reverse:  # processing order
+        steps = jax.tree.map(lambda a: a[::-1], steps)
+
+    def log_density(step_inputs, markov_values, i):  # pass 2: one entry of lp[t, j, i]
+        carry_t, x_t, values_t = step_inputs
+        given = dict(zip(sites, values_t))
+        total = []
+
+        def perform(index, e, e_ins):
+            if e.primitive is not perform_p:
+                return None
+            if e.params["op"] is deterministic_op:
+                return list(e_ins)
+            msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
+            if index in enum_eqns:
+                k = enum_eqns.index(index)
+                value = supports[k][states[i, k]]
+            else:
+                value = given[index]
+            total.append(_log_prob(msg, value))
+            return [value]
+
+        outs = body_fn(perform, merged(markov_values, carry_t), x_t)
+        return sum(total), [o for o, m in zip(outs[:n_carry], markov) if m]
+
+    every_state = jnp.arange(num_states)
+    if any(markov):  # the Markov carry after each state of each step; it ignores the one before
+        after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, markov_init, every_state)[1]
+        table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])
+                 for c, a in zip(markov_init, after)]
+        lp = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
+                      (0, 0, None))(steps, table, every_state)[0]
+    else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
+        lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, [], every_state)[0][:, None, :]
+
+    viterbi = discrete is not None and discrete[0] == 0
+    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
+
+    def forward(alpha, lp_t):  # pass 3
+        alpha = reduce(alpha[:, None] + lp_t, axis=0).astype(alpha.dtype)
+        return alpha, alpha
+
+    alpha0 = lp[0, 0].astype(jnp.result_type(float))  # every row of the first table is the same
+    alpha, alphas = jax.lax.scan(forward, alpha0, lp[1:])
+    if discrete is not None:
+        alphas = jnp.concatenate([alpha0[None], alphas])
+        path = _backward(alphas, lp, *discrete)
+        _record_states(discrete, body, enum_eqns, supports, states, length, reverse,
+                       path[::-1] if reverse else path)
     factor(f"_enumerated_{names[0]}", reduce(alpha, axis=0))
-    bad = [m for m in markov] + list(poisoned_ys)
-    return list(carry) + list(ys), bad
+    return list(carry) + list(ys), list(markov) + list(poisoned_ys)
 
 
-def _backward(alpha_last, alpha_prev, lp, reverse, temperature, key):
-    """The joint state index of every step `(T,)`: the last one from `alpha_last`, then step by
-    step backwards `p(s_t = j | s_{t+1}) ~ exp(alpha_t[j] + lp_{t+1}[j, s_{t+1}])`, drawn
-    (temperature 1) or maximised (0). `alpha_prev[t]`, `lp[t]`: the message before step t and
-    its table, stacked in index order (processing order reversed for a reversed scan)."""
-    if reverse:
-        alpha_prev, lp = alpha_prev[::-1], lp[::-1]
+def _record_states(discrete, body, enum_eqns, supports, states, length, reverse, path):
+    """Record the enumerated sites' values along `path` (joint state per step, index order) as
+    deterministic sites `_infer_discrete_<site>`; zeros of that shape when `path` is None (the
+    empty scan; for the analysis of a scan of length 0 the sites must exist either way)."""
+    if path is None and length:
+        return
+    for k, index in enumerate(enum_eqns):
+        name = dict(body.eqns[index].params["static"])["name"]
+        values = supports[k][states[path, k]] if path is not None else \
+            jnp.zeros((0, *supports[k].shape[1:]), supports[k].dtype)
+        deterministic(f"_infer_discrete_{name}", values)
 
+
+def _backward(alphas, lp, temperature, key):
+    """The joint state of every step `(T,)`, in processing order: the last from `alphas[-1]`,
+    then backwards `p(s_t = j | s_{t+1}) ~ exp(alphas[t][j] + lp[t + 1][j, s_{t+1}])`, drawn
+    (temperature 1) or maximised (0). `alphas[t]`: the message after step t; `lp[t]`: the
+    table of step t (its first axis of size 1 when it does not depend on the state before)."""
     def choose(key, logits):
         if temperature == 0:
             return jnp.argmax(logits)
@@ -346,17 +377,15 @@ def _backward(alpha_last, alpha_prev, lp, reverse, temperature, key):
     num_steps = lp.shape[0]
     keys = (jax.random.split(key, num_steps) if key is not None
             else jnp.zeros((num_steps, 2), jnp.uint32))
-    last = choose(keys[-1], alpha_last)
+    last = choose(keys[-1], alphas[-1])
 
     def back(s_next, inputs):
         key, alpha_t, lp_next = inputs
         s = choose(key, alpha_t + lp_next[:, s_next])
         return s, s
 
-    # step t's state from the message after step t (= alpha_prev[t + 1]) and the table of t + 1
-    _, earlier = jax.lax.scan(back, last, (keys[:-1], alpha_prev[1:], lp[1:]), reverse=True)
-    path = jnp.concatenate([earlier, last[None]])
-    return path[::-1] if reverse else path
+    _, earlier = jax.lax.scan(back, last, (keys[:-1], alphas[:-1], lp[1:]), reverse=True)
+    return jnp.concatenate([earlier, last[None]])
 
 
 def _supports(body, enum_eqns):
