@@ -11,11 +11,11 @@ previous step, the body's log density is `lp[j, i]` and
 
 which the rewritten scan adds to the log density as one factor site, `_enumerated_<site>`. Cost:
 O(T K^2) time, O(K^2) memory per step; `lp` comes from the body traced once and evaluated under
-`jax.vmap` over `(j, i)`.
+`jax.vmap` over `(t, j, i)` (see `forward_scan`).
 
-Each step evaluates the body twice: once performing its sites for the handlers outside (their
-values: `substitute`, HMC's unconstrained values, `seed`; masked so that no log density outside
-counts them, the enumerated sites at their first value), once as a pure function of `(j, i)` that
+The body runs once per step performing its sites for the handlers outside (their values:
+`substitute`, HMC's unconstrained values, `seed`; masked so that no log density outside counts
+them, the enumerated sites at their first value), then as a pure function of `(t, j, i)` that
 computes every site's `log_prob` at those values. A first-order chain is required: the Markov
 carry must depend on the enumerated sites of the same step only, and no other carry on it.
 """
@@ -35,10 +35,9 @@ from ._handler import call_unhandled, model_name
 from ._trace import is_enumerated
 
 
-def _site(eqn):
-    """`(name, static dict)` of a perform equation."""
-    static = dict(eqn.params["static"])
-    return static.get("name"), static
+def _name(eqn):
+    """The site name of a perform equation."""
+    return dict(eqn.params["static"]).get("name")
 
 
 def _deferred(eqn) -> bool:
@@ -62,7 +61,7 @@ def _deferred_inside(jaxpr) -> list:
     found = []
     for eqn in jaxpr.eqns:
         if _deferred(eqn):
-            found.append(_site(eqn)[0])
+            found.append(_name(eqn))
         for sub in _compat.jaxprs_in_params(eqn.params):
             found.extend(_deferred_inside(sub))
     return found
@@ -133,7 +132,7 @@ def run(fn, args, kwargs, discrete=None):
                 f"Enumerated values exist only inside the scan: use them there.")
         outer = next((global_enum[v] for v in used if v in global_enum), None)
         if _is_enumerated_at_top(eqn):
-            outer = _site(eqn)[0]
+            outer = _name(eqn)
         names = _deferred_inside_eqn(eqn)
         if names and eqn.primitive.name == "handle":
             raise SiteError(
@@ -202,12 +201,17 @@ def _all_eqns(jaxpr):
 
 
 def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
-    """`(markov, poisoned_ys)`: which carry outputs depend on the enumerated sites (the Markov
-    carry), and which stacked outputs do. **Raises:** `SiteError` for a history longer than one
-    step (a carry depending on the Markov carry of the step before)."""
+    """`(markov, poisoned_ys, fixed)`: which carry outputs depend on the enumerated sites (the
+    Markov carry), which stacked outputs do, and whether the Markov carry depends on nothing
+    else (no input of the step, no other site: the same function of the state at every step).
+    **Raises:** `SiteError` for a history longer than one step (a carry depending on the Markov
+    carry of the step before)."""
     carry_in = body.invars[n_consts:n_consts + n_carry]
-    sources = {i: ("z", i) for i in enum_eqns}
+    sources = {i: ("v", i) for i, e in enumerate(body.eqns)
+               if e.primitive is perform_p and e.params["op"] is sample_op}
+    sources.update({i: ("z", i) for i in enum_eqns})
     sources.update({v: ("c", k) for k, v in enumerate(carry_in)})
+    sources.update({v: ("x", k) for k, v in enumerate(body.invars[n_consts + n_carry:])})
     deps = _dependence(body, sources)
 
     def of(v):
@@ -226,7 +230,8 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
                 f"value of the current step, or functions of it); enumerate by hand otherwise.")
     ys = body.outvars[n_carry:]
     poisoned = [any(s[0] == "z" or (s[0] == "c" and markov[s[1]]) for s in of(v)) for v in ys]
-    return markov, poisoned
+    fixed = all(kind == "z" for v, m in zip(carry_out, markov) if m for kind, _ in of(v))
+    return markov, poisoned, fixed
 
 
 def _log_prob(msg, value):
@@ -256,7 +261,7 @@ def forward_scan(eqn, ins, names, discrete=None):
     enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
     sites = [i for i, e in enumerate(body.eqns)
              if e.primitive is perform_p and e.params["op"] is sample_op]
-    markov, poisoned_ys = _markov_structure(body, n_consts, n_carry, enum_eqns, names)
+    markov, poisoned_ys, fixed = _markov_structure(body, n_consts, n_carry, enum_eqns, names)
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     supports = _supports(body, enum_eqns)
     sizes = [s.shape[0] for s in supports]
@@ -322,7 +327,15 @@ def forward_scan(eqn, ins, names, discrete=None):
         return sum(total), [o for o, m in zip(outs[:n_carry], markov) if m]
 
     every_state = jnp.arange(num_states)
-    if any(markov):  # the Markov carry after each state of each step; it ignores the one before
+    over_states = jax.vmap(log_density, (None, None, 0))
+    if any(markov) and fixed:  # the Markov carry after state i is the same at every step
+        first = jax.tree.map(lambda a: a[0], steps)
+        lp0, after = over_states(first, markov_init, every_state)
+        rest = jax.tree.map(lambda a: a[1:], steps)
+        lp = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
+            rest, after, every_state)[0]
+        lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, num_states)), lp])
+    elif any(markov):  # the Markov carry after each state of each step; it ignores the one before
         after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
             steps, markov_init, every_state)[1]
         table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])

@@ -120,6 +120,28 @@ def test_two_chains_in_one_scan_match_brute_force():
     np.testing.assert_allclose(ours, logsumexp(jnp.array(paths)), rtol=1e-12)
 
 
+def test_enumerated_site_not_in_the_carry_is_a_mixture_per_step():
+    """The carry (a running sum of the data) does not depend on the site: each step is an
+    independent mixture, summed out per step; stacked outputs of the data stay usable."""
+    w = np.array([0.3, 0.7])
+
+    def model(y):
+        def step(total, y_t):
+            z = effppl.sample("z", dist.Categorical(jnp.asarray(w)))
+            effppl.sample("y", dist.Normal(jnp.asarray(LOCS)[z] + 0.01 * total, 1.0), obs=y_t)
+            return total + y_t, 2 * y_t
+
+        total, doubled = jax.lax.scan(step, 0.0, y)
+        effppl.sample("after", dist.Normal(total + doubled[0], 1.0), obs=0.0)
+
+    ours, _ = effppl.log_density(config_enumerate(model), (Y,), {}, {})
+    shifts = 0.01 * np.concatenate([[0.0], np.cumsum(Y)[:-1]])
+    per_step = logsumexp(np.log(w) + dist.Normal(LOCS[:2] + shifts[:, None], 1.0).log_prob(
+        Y[:, None]), axis=-1)
+    ref = per_step.sum() + dist.Normal(Y.sum() + 2 * Y[0], 1.0).log_prob(0.0)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)
+
+
 def test_history_of_two_steps_is_an_error_naming_the_site():
     def second_order(y):
         def step(carry, y_t):
