@@ -351,7 +351,7 @@ def forward_scan(eqn, ins, names, discrete=None):
 
     def forward(alpha, lp_t):  # pass 3
         alpha = reduce(alpha[:, None] + lp_t, axis=0).astype(alpha.dtype)
-        return alpha, alpha
+        return alpha, (alpha if discrete is not None else None)
 
     alpha0 = lp[0, 0].astype(jnp.result_type(float))  # every row of the first table is the same
     alpha, alphas = jax.lax.scan(forward, alpha0, lp[1:])

@@ -120,6 +120,28 @@ def test_two_chains_in_one_scan_match_brute_force():
     np.testing.assert_allclose(ours, logsumexp(jnp.array(paths)), rtol=1e-12)
 
 
+def test_observations_in_nested_plates_inside_the_body():
+    """Each step emits a 2 x 3 grid of observations in two plates, one of them scaled."""
+    grid = np.random.default_rng(5).normal(size=(len(Y), 2, 3)) + Y[:, None, None]
+
+    def model(grid):
+        def step(z_prev, g_t):
+            z = effppl.sample("z", dist.Categorical(jnp.asarray(TRANS)[z_prev]))
+            with effppl.plate("rows", 2, dim=-2), effppl.plate("cols", 3, dim=-1):
+                with effppl.handlers.scale(scale=0.5):
+                    effppl.sample("g", dist.Normal(jnp.asarray(LOCS)[z], 1.0), obs=g_t)
+            return z, None
+
+        jax.lax.scan(step, 0, grid)
+
+    ours, _ = effppl.log_density(config_enumerate(model), (grid,), {}, {})
+    emit = 0.5 * dist.Normal(LOCS, 1.0).log_prob(grid[..., None]).sum((1, 2))  # (T, K)
+    alpha = np.log(TRANS[0]) + emit[0]
+    for t in range(1, len(Y)):
+        alpha = logsumexp(alpha[:, None] + np.log(TRANS), axis=0) + emit[t]
+    np.testing.assert_allclose(ours, logsumexp(alpha), rtol=1e-12)
+
+
 def test_enumerated_site_not_in_the_carry_is_a_mixture_per_step():
     """The carry (a running sum of the data) does not depend on the site: each step is an
     independent mixture, summed out per step; stacked outputs of the data stay usable."""
