@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax.numpy as jnp
 
 from ..primitives import sample_op
 from . import _contract
-from ._basic import _analyzed, site_row, substitute
+from ._basic import _analyzed, check_values, site_row, substitute
 from ._enum import enum, enumerated_sites
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
@@ -54,6 +56,7 @@ class _Unconstrain(Handler):
         self.entry_point = entry_point  # the function the user called (errors)
 
     def params(self, *args, **kwargs):
+        check_values(f"{self.entry_point} (unconstrained values)", self.values)
         self._sites = _analyzed(self.fn, args, kwargs)
         counts = {name: jnp.int32(0) for name in self.values}
         return counts, jnp.zeros((), jnp.result_type(float))
@@ -101,6 +104,22 @@ class _Unconstrain(Handler):
         return result, log_det_total
 
 
+def _check_call(api, model_args, model_kwargs, params):
+    """`TypeError` naming the argument of `effppl.handlers.<api>(model, model_args, model_kwargs,
+    params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
+    for arg, value, ok, expected in (
+            ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
+            ("model_kwargs", model_kwargs,
+             model_kwargs is None or isinstance(model_kwargs, Mapping), "a dict"),
+            ("params", params, params is None or isinstance(params, Mapping),
+             "a dict site name -> value")):
+        if not ok:
+            raise TypeError(f"effppl.handlers.{api}(model, model_args, model_kwargs, params) "
+                            f"expected `{arg}` to be {expected}, but got {type(value).__name__} "
+                            f"{value!r:.60}" + (" (for one argument: `(y,)`)."
+                                                if arg == "model_args" else "."))
+
+
 def _std_normal(u):
     return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
 
@@ -126,11 +145,13 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     `effppl.infer.config_enumerate`) are summed out exactly, as NumPyro's funsor-based
     `log_density` does; in the trace they hold their enumerated support.
 
-    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch.
+    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch;
+    `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
 
     **References:** NumPyro's `numpyro.infer.util.log_density`; Obermeyer et al. (2019), "Tensor
     Variable Elimination for Plated Factor Graphs" (enumeration).
     """
+    _check_call("log_density", model_args, model_kwargs, params)
     model_kwargs = model_kwargs or {}
     enumerated = enumerated_sites(model, model_args, model_kwargs)
     given = substitute(enum(model) if enumerated else model, data=params or {})
@@ -146,6 +167,7 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
+    _check_call("unconstrained_log_density", model_args, model_kwargs, params)
     enumerated = enumerated_sites(model, model_args, model_kwargs or {})
     if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
         (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
@@ -164,9 +186,10 @@ def potential_energy(model, model_args, model_kwargs, params):
     **Arguments:** `params`: dict latent site name -> unconstrained array (stacked along loop
     axes for sites inside loops).
 
-    **Returns:** a scalar. **References:** Stan Reference Manual, "Variable transforms";
-    NumPyro's `numpyro.infer.util.potential_energy`.
+    **Returns:** a scalar. **Raises:** as `log_density`. **References:** Stan Reference Manual,
+    "Variable transforms"; NumPyro's `numpyro.infer.util.potential_energy`.
     """
+    _check_call("potential_energy", model_args, model_kwargs, params)
     return -unconstrained_log_density(model, model_args, model_kwargs, params)
 
 
@@ -174,6 +197,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
+    _check_call("constrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
     fn = _Unconstrain(model, params, "constrain_fn")
@@ -184,6 +208,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
+    _check_call("unconstrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)
     given = substitute(model, data=params)
