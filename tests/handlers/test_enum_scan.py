@@ -164,6 +164,25 @@ def test_enumerated_site_not_in_the_carry_is_a_mixture_per_step():
     np.testing.assert_allclose(ours, ref, rtol=1e-12)
 
 
+def test_enumerated_site_outside_a_scan_that_reads_it():
+    """A global class read by every step of a scan (no carry depends on it): the scan's
+    sites broadcast over its values and are summed out with it."""
+    w = np.array([0.3, 0.7])
+
+    def model(y):
+        c = effppl.sample("c", dist.Categorical(jnp.asarray(w)))
+
+        def step(total, y_t):
+            effppl.sample("y", dist.Normal(jnp.asarray(LOCS)[c], 1.0), obs=y_t)
+            return total + y_t, None
+
+        jax.lax.scan(step, 0.0, y)
+
+    ours, _ = effppl.log_density(config_enumerate(model), (Y,), {}, {})
+    ref = logsumexp(np.log(w) + dist.Normal(LOCS[:2], 1.0).log_prob(Y[:, None]).sum(0))
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)
+
+
 def test_history_of_two_steps_is_an_error_naming_the_site():
     def second_order(y):
         def step(carry, y_t):
