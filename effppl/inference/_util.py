@@ -109,14 +109,19 @@ def compute_log_probs(model, model_args, model_kwargs, params, sum_log_prob=True
     density.
 
     **Returns:** `(log_probs, trace)`: dict site -> log density (a scalar, or elementwise with
-    `sum_log_prob=False`; zero where a `mask` is false; not multiplied by a `scale`), and the
-    model's trace. **Raises:** `SiteError` naming a latent site missing from `params`.
+    `sum_log_prob=False`; zero where a `mask` is false; multiplied by the site's `scale`), and
+    the model's trace. **Raises:** `SiteError` naming a latent site missing from `params`.
     """
     from effppl import handlers
 
     tr = handlers.trace(handlers.substitute(model, data=params)).get_trace(
         *model_args, **(model_kwargs or {}))
-    log_probs = {name: (jnp.sum(site["log_prob"]) if sum_log_prob else site["log_prob"])
-                 for name, site in tr.items() if site["type"] == "sample"}
+    log_probs = {}
+    for name, site in tr.items():
+        if site["type"] == "sample":
+            lp = site["log_prob"]
+            if site.get("scale") is not None:
+                lp = lp * site["scale"]
+            log_probs[name] = jnp.sum(lp) if sum_log_prob else lp
     return log_probs, tr
 

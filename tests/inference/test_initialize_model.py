@@ -13,6 +13,7 @@ from numpyro.util import fori_collect
 from numpyro.infer.util import ModelInfo
 
 import effppl
+import effppl.handlers
 from effppl import distributions as dist
 from effppl.infer.util import compute_log_probs, initialize_model
 
@@ -105,3 +106,6 @@ def test_compute_log_probs_agrees_with_numpyro():
     elementwise, _ = compute_log_probs(scale_model(effppl.sample, effppl.plate), (y,), {}, params,
                                        sum_log_prob=False)
     assert elementwise["y"].shape == (20,)
+    scaled, _ = compute_log_probs(effppl.handlers.scale(scale_model(effppl.sample, effppl.plate),
+                                                        scale=3.0), (y,), {}, params)
+    np.testing.assert_allclose(scaled["y"], 3.0 * theirs["y"], rtol=1e-10)
