@@ -182,25 +182,27 @@ class ModelFns:
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
-        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`;
-        with `infer_discrete`, the enumerated sites are drawn from their conditional given each
-        draw in `samples` (`effppl.infer.infer_discrete`), not from the prior."""
+        """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
+        `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
+        are substituted. With `infer_discrete`, the enumerated sites are drawn from their
+        conditional given each draw (`effppl.infer.infer_discrete`), not from the prior."""
         if (return_sites, infer_discrete) not in self._predictors:
 
-            def predict(rng_key, samples, dynamic):
+            def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
+                given = {**params, **samples}
                 model = self.model
                 if infer_discrete:
                     rng_key, discrete_key = jax.random.split(rng_key)
-                    model = _model.infer_discrete(model, samples, discrete_key)
+                    model = _model.infer_discrete(model, given, discrete_key)
                 sites = _model.get_trace(
                     model, args, kwargs,
-                    rng_key=jax.random.key_data(rng_key), substitutions=samples,
+                    rng_key=jax.random.key_data(rng_key), substitutions=given,
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
             self._predictors[return_sites, infer_discrete] = jax.jit(
-                jax.vmap(predict, in_axes=(0, 0, None)))
+                jax.vmap(predict, in_axes=(0, 0, None, None)))
         return self._predictors[return_sites, infer_discrete]
 
 
