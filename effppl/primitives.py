@@ -151,8 +151,9 @@ class plate(contextlib.ContextDecorator):
 
     def __init__(self, name: str, size: int, dim: int | None = None):
         check_name("plate", name)
-        if dim is not None and dim >= 0:
-            raise SiteError(f"effppl.plate({name!r}, ..., dim={dim}) expected a negative dim.")
+        if dim is not None and not (_is_int(dim) and dim < 0):
+            raise SiteError(f"effppl.plate({name!r}, ..., dim={dim!r}) expected a negative int dim "
+                            f"(or None to allocate one).")
         self.name, self.size, self.dim = name, _plate_size(name, size), dim
 
     def __enter__(self):
@@ -182,14 +183,22 @@ def _plate_size(name, size):
                         f"traced value ({size.aval}, e.g. computed from an array argument of the "
                         f"model): a plate's size is a shape. Pass it as a Python int, or take it "
                         f"from a shape (`y.shape[0]`).")
-    try:
-        value = None if isinstance(size, bool) else operator.index(size)
-    except TypeError:
-        value = None
-    if value is None or value < 1:
+    if not _is_int(size) or size < 1:
         raise SiteError(f"effppl.plate({name!r}, size) expected an int size >= 1 (the number of "
                         f"independent draws), but got {type(size).__name__} {size!r}.")
-    return value
+    return operator.index(size)
+
+
+def _is_int(x) -> bool:
+    """Whether `x` is an integer (a Python or NumPy int, or a concrete 0-d integer array), not a
+    bool, float or str."""
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
 
 
 def check_name(api, name):
@@ -250,7 +259,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
     **Raises:** `SiteError` naming the site when `name` is not a non-empty str, `fn` is not a
-    distribution, or `obs` is not a real (or integer or bool) array of a compatible shape;
+    distribution, `obs` is not a real (or integer or bool) array of a compatible shape,
+    `sample_shape` is not a tuple of ints >= 0, or `infer` is not a dict of hashable values;
     `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
     """
     check_name("sample", name)
@@ -259,11 +269,15 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                         f"{type(fn).__name__}.")
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
+    if not isinstance(sample_shape, (tuple, list)) or not all(
+            _is_int(n) and n >= 0 for n in sample_shape):
+        raise SiteError(f"effppl.sample({name!r}, ..., sample_shape=...) expected a tuple of ints "
+                        f">= 0, but got {sample_shape!r}.")
     if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
         fn = fn.expand(tuple(sample_shape) + tuple(fn.batch_shape))
     fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
-        obs = _observation(name, obs)
+        obs = _numbers(f"effppl.sample({name!r}, ..., obs=...)", obs)
         try:
             jnp.broadcast_shapes(obs.shape, fn.shape())
         except ValueError:
@@ -277,21 +291,36 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = tuple(sorted((infer or {}).items()))
+    infer = _static_infer(name, infer)
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
                      cond_indep_stack=_plate_frames())
 
 
-def _observation(name, obs):
-    """`obs` as an array, or a `SiteError` naming site `name` for a value that is not one."""
-    problem = describe_non_array(obs)
-    if problem is None and jnp.iscomplexobj(obs):
-        problem = (f"a complex value (dtype {jnp.result_type(obs)}; no distribution has a complex "
-                   f"support)")
+def _numbers(what, value, real=True):
+    """`value` as an array, or a `SiteError` saying `what` (the call, naming the site and the
+    argument) got a value that is not an array of (`real`) numbers."""
+    problem = describe_non_array(value)
+    if problem is None and real and jnp.iscomplexobj(value):
+        problem = (f"a complex value (dtype {jnp.result_type(value)}; no distribution has a "
+                   f"complex support)")
     if problem is not None:
-        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
-                        f"(real, integer or bool), but got {problem}.")
-    return jnp.asarray(obs)
+        raise SiteError(f"{what} expected an array of numbers (real, integer or bool), but got "
+                        f"{problem}.")
+    return jnp.asarray(value)
+
+
+def _static_infer(name, infer):
+    """The `infer` dict of site `name` as a sorted tuple of items (a static, hashable parameter)."""
+    if infer is not None and not isinstance(infer, dict):
+        raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected a dict of inference "
+                        f"hints, but got {type(infer).__name__} {infer!r:.60}.")
+    items = tuple(sorted((infer or {}).items()))
+    try:
+        hash(items)
+    except TypeError:
+        raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected hashable values (they "
+                        f"are static), but got {infer!r:.80}.") from None
+    return items
 
 
 def _broadcast_observation(fn, obs):
@@ -369,15 +398,17 @@ def callback_site_errors():
 def deterministic(name: str, value):
     """Record `value` as the deterministic site `name` (in traces and posterior samples).
 
-    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str.
+    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str or
+    `value` is not an array of numbers.
     """
     check_name("deterministic", name)
-    return deterministic_op(jnp.asarray(value), name=name, cond_indep_stack=_plate_frames())
+    value = _numbers(f"effppl.deterministic({name!r}, value)", value, real=False)
+    return deterministic_op(value, name=name, cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):
     """Add `log_factor` (array; summed) to the log joint density, as the observed site `name`
     of a `Unit` distribution (as `numpyro.factor` does)."""
     check_name("factor", name)
-    unit = dist.Unit(jnp.asarray(log_factor))
+    unit = dist.Unit(_numbers(f"effppl.factor({name!r}, log_factor)", log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})

@@ -25,7 +25,8 @@ from effppl import distributions as dist
 from effppl import effects as fx
 from effppl import handlers
 from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
-                          Predictive, PredictiveError, init_to_value, log_likelihood)
+                          Predictive, PredictiveError, init_to_median, init_to_uniform,
+                          init_to_value, log_likelihood)
 
 _SECONDS = 60  # per case; the whole catalogue runs in well under a minute
 
@@ -148,6 +149,11 @@ def _leak_then(call):
     return run
 
 
+def _with_state(mcmc, state):
+    mcmc.post_warmup_state = state
+    return mcmc
+
+
 def _mcmc(m=plated, **kw):
     return MCMC(NUTS(m), num_warmup=2, num_samples=2, progress_bar=False, **kw)
 
@@ -238,6 +244,18 @@ PPL = [
                  id="deterministic-name-a-tuple"),
     pytest.param(_traced(int_factor_name), SiteError, ["factor", "site name", "7"],
                  id="factor-name-an-int"),
+    pytest.param(_traced(lambda: effppl.deterministic("d", "abc")), SiteError,
+                 ["deterministic('d'", "str"], id="deterministic-value-a-str"),
+    pytest.param(_traced(lambda: effppl.factor("f", [1.0, [2.0]])), SiteError,
+                 ["factor('f'", "ragged"], id="factor-value-ragged"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), sample_shape=3)),
+                 SiteError, ["'x'", "sample_shape", "3"], id="sample_shape-an-int"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), sample_shape=(-1,))),
+                 SiteError, ["'x'", "sample_shape", "(-1,)"], id="sample_shape-negative"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), infer=["enum"])),
+                 SiteError, ["'x'", "infer", "list"], id="infer-not-a-dict"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), infer={"a": [1]})),
+                 SiteError, ["'x'", "infer", "hashable"], id="infer-unhashable-value"),
     pytest.param(_traced(duplicate_outside_and_in_cond, True), SiteError,
                  ["Duplicate site name `x`"], id="site-name-duplicated-in-a-cond-branch"),
     pytest.param(_traced(cond_branches_of_different_shapes, True), SiteError,
@@ -277,6 +295,8 @@ PPL = [
                  id="plate-name-an-int"),
     pytest.param(_traced(with_plate(2, dim=0)), SiteError, ["plate", "dim=0", "negative"],
                  id="plate-dim-not-negative"),
+    pytest.param(_traced(with_plate(2, dim=-1.5)), SiteError, ["plate", "dim=-1.5", "int"],
+                 id="plate-dim-a-float"),
     pytest.param(_traced(traced_plate_size, jnp.int32(3)), SiteError,
                  ["plate", "'p'", "size", "static"], id="plate-size-traced"),
     pytest.param(_traced(nested_plates_on_one_dim), SiteError, ["'b'", "dim -1", "'a'"],
@@ -313,6 +333,14 @@ HANDLERS = [
                  ["`y`", "complex"], id="condition-value-complex"),
     pytest.param(_seeded(handlers.do(model, {"mu": "a"})), SiteError, ["`mu`", "str"],
                  id="do-value-a-str"),
+    pytest.param(lambda: handlers.replay(model, {"mu": 0.0}), TypeError,
+                 ["replay", "trace", "dict"], id="replay-trace-not-a-trace"),
+    pytest.param(lambda: handlers.condition(model, condition_fn=3), TypeError,
+                 ["condition", "condition_fn"], id="condition_fn-not-callable"),
+    pytest.param(lambda: handlers.unconstrain_fn(model, (1.0,), {}, {"mu": "a"}), SiteError,
+                 ["unconstrain_fn", "`mu`", "str"], id="unconstrain_fn-value-a-str"),
+    pytest.param(lambda: handlers.mask(mask=1.0), TypeError, ["mask", "bool", "float"],
+                 id="mask-context-a-float"),
     pytest.param(lambda: handlers.seed(model, "0"), TypeError, ["seed", "rng_seed", "str"],
                  id="seed-key-a-str"),
     pytest.param(lambda: handlers.seed(model, 1.5), TypeError, ["seed", "rng_seed", "float"],
@@ -457,6 +485,21 @@ INFERENCE = [
                  PredictiveError, ["`mu`", "5 batch"], id="log_likelihood-batch_ndims-too-many"),
     pytest.param(lambda: init_to_value(3.0), InitializationError, ["init_to_value", "dict"],
                  id="init_to_value-not-a-dict"),
+    pytest.param(lambda: init_to_value({"mu": "a"}), InitializationError,
+                 ["init_to_value", "`mu`", "str"], id="init_to_value-value-a-str"),
+    pytest.param(lambda: init_to_uniform(radius="a"), ValueError, ["init_to_uniform", "radius",
+                                                                    "'a'"],
+                 id="init_to_uniform-radius-a-str"),
+    pytest.param(lambda: init_to_median(num_samples="a"), ValueError,
+                 ["init_to_median", "num_samples", "'a'"], id="init_to_median-num_samples-a-str"),
+    pytest.param(lambda: log_likelihood(model, {"mu": "abc"}, 1.0), PredictiveError,
+                 ["log_likelihood", "`mu`", "str"], id="log_likelihood-samples-a-str"),
+    pytest.param(lambda: Predictive(model, num_samples=2, return_sites=[3]), PredictiveError,
+                 ["return_sites", "[3]"], id="Predictive-return_sites-not-names"),
+    pytest.param(lambda: _mcmc().to_arviz(), MCMCError, ["to_arviz", "run"],
+                 id="MCMC-to_arviz-before-run"),
+    pytest.param(lambda: _with_state(_mcmc(), 3).run(KEY, Y3), MCMCError,
+                 ["post_warmup_state", "MCMCState", "int"], id="MCMC-post_warmup_state-an-int"),
 ]
 
 

@@ -214,7 +214,14 @@ class do(_SetValue):
 
 
 def replay(fn, trace):
-    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`)."""
+    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`).
+
+    **Raises:** `TypeError` when `trace` is not a trace (a dict site name -> site dict)."""
+    if not isinstance(trace, Mapping) or not all(
+            isinstance(site, Mapping) and {"type", "value"} <= set(site) for site in trace.values()):
+        raise TypeError(f"effppl.handlers.replay(fn, trace) expected a trace, the dict site name -> "
+                        f"site that `effppl.handlers.trace(...).get_trace(...)` returns, but got "
+                        f"{type(trace).__name__} {trace!r:.60}.")
     return substitute(fn, data={name: site["value"] for name, site in trace.items()
                                 if site["type"] == "sample" and not site["is_observed"]})
 
