@@ -53,10 +53,16 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
+def _no_key(name):
+    if name is None:
+        return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
+                "under `effppl.handlers.seed(model, rng_seed)`.")
+    return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
+            f"it a key: put `seed` inside or outside the `block`.")
+
+
 prng_key_op = fx.Operation(
-    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32),
-    unhandled=lambda name: (f"Site `{name}` is hidden by `block` and has no value, and no `seed` "
-                            f"handler gives it a key: put `seed` inside or outside the `block`."))
+    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32), unhandled=_no_key)
 """A fresh raw key from the nearest `seed` handler (NumPyro's `prng_key()`): `block` asks for
 one for a hidden site that has neither a value nor a key yet."""
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
@@ -244,7 +250,7 @@ def message_contexts():
 
 
 def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None, *,
-           sample_shape: tuple = ()):
+           sample_shape: tuple = (), obs_mask: Any = None):
     """Draw (or observe) the random variable `name` from the distribution `fn`.
 
     **Arguments:**
@@ -255,6 +261,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     - `infer`: optional dict of static inference hints (hashable values).
     - `sample_shape`: extra leading batch dimensions of independent draws; as in NumPyro, the
       enclosing plates broadcast against `sample_shape + fn.batch_shape`.
+    - `obs_mask`: boolean array broadcasting to `fn.batch_shape`, with `obs` (NumPyro's
+      imputation): events where it is true are observed (site `{name}_observed`), the others are
+      imputed by the latent site `{name}_unobserved`; the value, the two interleaved, is recorded
+      as the deterministic site `name`. (As in NumPyro, `obs` at the imputed events must still
+      be finite numbers for gradients to be.)
 
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
@@ -267,6 +278,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
+    if obs_mask is not None:
+        return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
     if not isinstance(sample_shape, (tuple, list)) or not all(
@@ -321,6 +334,28 @@ def _static_infer(name, infer):
         raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected hashable values (they "
                         f"are static), but got {infer!r:.80}.") from None
     return items
+
+
+def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
+    """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
+    from .handlers import mask  # the handlers build on these primitives
+
+    if obs is None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
+                        f"says which events of `obs` are observed.")
+    problem = describe_non_array(obs_mask)
+    if problem is None and jnp.result_type(obs_mask) != jnp.bool_:
+        problem = f"an array of dtype {jnp.result_type(obs_mask)}"
+    if problem is not None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) expected a bool array (True "
+                        f"where `obs` is observed), but got {problem}.")
+    obs_mask = jnp.asarray(obs_mask, bool)
+    with mask(mask=obs_mask):
+        observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
+    with mask(mask=~obs_mask):
+        unobserved = sample(f"{name}_unobserved", fn, infer=infer, sample_shape=sample_shape)
+    batch_mask = jnp.reshape(obs_mask, jnp.shape(obs_mask) + (1,) * fn.event_dim)
+    return deterministic(name, jnp.where(batch_mask, observed, unobserved))
 
 
 def _broadcast_observation(fn, obs):
@@ -412,3 +447,35 @@ def factor(name: str, log_factor):
     check_name("factor", name)
     unit = dist.Unit(_numbers(f"effppl.factor({name!r}, log_factor)", log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
+
+
+def prng_key():
+    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
+    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+
+    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
+    and returns None)."""
+    return prng_key_op(name=None)
+
+
+def mask_scopes():
+    """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
+    first (for `get_mask`)."""
+    if not hasattr(_plates, "masks"):
+        _plates.masks = []
+    return _plates.masks
+
+
+def get_mask():
+    """The mask of the enclosing `effppl.handlers.mask` handlers (NumPyro's `get_mask`): None
+    when there is none, a Python bool when every mask is one (so `if get_mask() is not False:`
+    skips work that only feeds a masked-out `factor`), else their conjunction (a bool array)."""
+    masks = mask_scopes()
+    if not masks:
+        return None
+    if all(isinstance(m, bool) for m in masks):
+        return all(masks)
+    out = jnp.asarray(masks[0], bool)
+    for m in masks[1:]:
+        out = jnp.logical_and(out, m)
+    return out

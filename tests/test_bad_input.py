@@ -27,6 +27,7 @@ from effppl import handlers
 from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
                           Predictive, PredictiveError, init_to_median, init_to_uniform,
                           init_to_value, log_likelihood)
+from effppl.infer.util import compute_log_probs, initialize_model
 
 _SECONDS = 60  # per case; the whole catalogue runs in well under a minute
 
@@ -69,6 +70,14 @@ def plated(y):
     mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
     with effppl.plate("data", 3):
         effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def masked_obs(obs_mask):
+    def m(y):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        with effppl.plate("data", 3):
+            effppl.sample("y", dist.Normal(mu, 1.0), obs=y, obs_mask=obs_mask)
+    return m
 
 
 def int_site_name(y):
@@ -256,6 +265,14 @@ PPL = [
                  SiteError, ["'x'", "infer", "list"], id="infer-not-a-dict"),
     pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), infer={"a": [1]})),
                  SiteError, ["'x'", "infer", "hashable"], id="infer-unhashable-value"),
+    pytest.param(_traced(masked_obs("abc"), Y3), SiteError, ["'y'", "obs_mask", "str"],
+                 id="obs_mask-a-str"),
+    pytest.param(_traced(masked_obs(jnp.ones(3)), Y3), SiteError, ["'y'", "obs_mask", "float"],
+                 id="obs_mask-not-bool"),
+    pytest.param(_traced(masked_obs(jnp.ones(3, bool)), None), SiteError,
+                 ["'y'", "obs_mask", "obs"], id="obs_mask-without-obs"),
+    pytest.param(lambda: effppl.prng_key(), fx.UnhandledEffectError, ["prng_key", "seed"],
+                 id="prng_key-outside-seed"),
     pytest.param(_traced(duplicate_outside_and_in_cond, True), SiteError,
                  ["Duplicate site name `x`"], id="site-name-duplicated-in-a-cond-branch"),
     pytest.param(_traced(cond_branches_of_different_shapes, True), SiteError,
@@ -483,6 +500,21 @@ INFERENCE = [
                  id="log_likelihood-samples-not-a-dict"),
     pytest.param(lambda: log_likelihood(model, {"mu": jnp.zeros(3)}, 1.0, batch_ndims=5),
                  PredictiveError, ["`mu`", "5 batch"], id="log_likelihood-batch_ndims-too-many"),
+    pytest.param(lambda: initialize_model("0", plated, model_args=(Y3,)), TypeError,
+                 ["initialize_model", "rng_key", "str"], id="initialize_model-key-a-str"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=Y3[:1]), TypeError,
+                 ["initialize_model", "model_args", "tuple"],
+                 id="initialize_model-args-not-a-tuple"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=("abc",)),
+                 effppl.infer.ModelArgumentError, ["initialize_model", "argument 0", "`y`", "str"],
+                 id="initialize_model-data-a-str"),
+    pytest.param(lambda: initialize_model(KEY, 3), TypeError, ["initialize_model", "model"],
+                 id="initialize_model-model-not-callable"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=(Y3,), init_strategy="median"),
+                 TypeError, ["initialize_model", "init_strategy", "'median'"],
+                 id="initialize_model-init_strategy-a-str"),
+    pytest.param(lambda: compute_log_probs(model, 1.0, {}, {"mu": 0.0}), TypeError,
+                 ["compute_log_probs", "model_args"], id="compute_log_probs-args-not-a-tuple"),
     pytest.param(lambda: init_to_value(3.0), InitializationError, ["init_to_value", "dict"],
                  id="init_to_value-not-a-dict"),
     pytest.param(lambda: init_to_value({"mu": "a"}), InitializationError,

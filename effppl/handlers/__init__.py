@@ -7,7 +7,8 @@ from ._basic import block, condition, do, mask, replay, scale, seed, substitute
 from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
                        unconstrained_log_density)
 from ._trace import trace
+from ._uncondition import uncondition
 
-__all__ = ["block", "condition", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
+__all__ = ["block", "condition", "do", "mask", "replay", "scale", "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density"]

@@ -102,9 +102,10 @@ class _Unconstrain(Handler):
         return result, log_det_total
 
 
-def _check_call(api, model_args, model_kwargs, params):
-    """`TypeError` naming the argument of `effppl.handlers.<api>(model, model_args, model_kwargs,
-    params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
+def check_call(api, model_args, model_kwargs, params=None):
+    """`TypeError` naming the argument of `api` (e.g. "effppl.handlers.log_density") that is not
+    what NumPyro's entry points take: `model_args` a tuple (a model's data go in a tuple),
+    `model_kwargs` and `params` dicts (or None)."""
     for arg, value, ok, expected in (
             ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
             ("model_kwargs", model_kwargs,
@@ -112,10 +113,9 @@ def _check_call(api, model_args, model_kwargs, params):
             ("params", params, params is None or isinstance(params, Mapping),
              "a dict site name -> value")):
         if not ok:
-            raise TypeError(f"effppl.handlers.{api}(model, model_args, model_kwargs, params) "
-                            f"expected `{arg}` to be {expected}, but got {type(value).__name__} "
-                            f"{value!r:.60}" + (" (for one argument: `(y,)`)."
-                                                if arg == "model_args" else "."))
+            raise TypeError(f"`{api}(..., {arg}=...)` expected {expected}, but got "
+                            f"{type(value).__name__} {value!r:.60}"
+                            + (" (for one argument: `(y,)`)." if arg == "model_args" else "."))
 
 
 def _std_normal(u):
@@ -136,7 +136,7 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 
     **References:** NumPyro's `numpyro.infer.util.log_density`.
     """
-    _check_call("log_density", model_args, model_kwargs, params)
+    check_call("effppl.handlers.log_density", model_args, model_kwargs, params)
     given = substitute(model, data=params or {})
     given.entry_point = "log_density"
     joint = _LogJoint(given)
@@ -146,7 +146,7 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 
 def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
-    _check_call("unconstrained_log_density", model_args, model_kwargs, params)
+    check_call("effppl.handlers.unconstrained_log_density", model_args, model_kwargs, params)
     joint = _LogJoint(_Unconstrain(model, params))
     (_, log_det), log_joint = run_outermost(joint.handled, *model_args, **(model_kwargs or {}))
     return log_joint + log_det
@@ -161,7 +161,7 @@ def potential_energy(model, model_args, model_kwargs, params):
     **Returns:** a scalar. **Raises:** as `log_density`. **References:** Stan Reference Manual,
     "Variable transforms"; NumPyro's `numpyro.infer.util.potential_energy`.
     """
-    _check_call("potential_energy", model_args, model_kwargs, params)
+    check_call("effppl.handlers.potential_energy", model_args, model_kwargs, params)
     return -unconstrained_log_density(model, model_args, model_kwargs, params)
 
 
@@ -169,7 +169,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    _check_call("constrain_fn", model_args, model_kwargs, params)
+    check_call("effppl.handlers.constrain_fn", model_args, model_kwargs, params)
     tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
                                                                       **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
@@ -178,7 +178,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
-    _check_call("unconstrain_fn", model_args, model_kwargs, params)
+    check_call("effppl.handlers.unconstrain_fn", model_args, model_kwargs, params)
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)

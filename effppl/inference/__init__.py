@@ -8,6 +8,7 @@ arguments, so repeated runs on new data of the same shapes do not recompile.
 
 from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
+from ._fns import StaticArgumentWarning
 from ._init import (
     InitializationError,
     InitStrategy,
@@ -15,6 +16,7 @@ from ._init import (
     init_to_uniform,
     init_to_value,
 )
+from ._init_site import init_to_feasible, init_to_mean, init_to_sample
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
@@ -29,6 +31,9 @@ __all__ = [
     "init_to_uniform",
     "init_to_median",
     "init_to_value",
+    "init_to_feasible",
+    "init_to_mean",
+    "init_to_sample",
     "InitStrategy",
     "MCMCState",
     "InitializationError",
@@ -39,5 +44,6 @@ __all__ = [
     "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StaticArgumentWarning",
     "clear_cache",
 ]

@@ -10,9 +10,7 @@ import numpy as np
 from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ..primitives import SiteError
-from ._arguments import model_arguments
-from ._cache import split_args
-from ._fns import model_fns
+from ._fns import prepare
 from ._mcmc import _as_key
 from ._model import site_errors
 
@@ -89,10 +87,13 @@ class Predictive:
     - `num_samples`: number of prior draws (required without `posterior_samples`).
     - `return_sites`: names to return; by default the sample sites not in `posterior_samples`, and
       the deterministic sites.
+    - `parallel`: accepted for NumPyro's signature; effppl always draws in parallel (`jax.vmap`
+      over the draws, in one compiled function).
     - `batch_ndims`: leading batch dimensions of `posterior_samples` (2 for
       `get_samples(group_by_chain=True)`).
     - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
-      (by default they are recomputed).
+      (by default they are recomputed). `exclude_deterministic` is NumPyro's deprecated alias
+      (`exclude_deterministic=True` is `condition_deterministic=False`).
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -106,11 +107,21 @@ class Predictive:
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
-                 batch_ndims: int = 1, condition_deterministic: bool = False):
+                 parallel: bool = False, batch_ndims: int = 1,
+                 condition_deterministic: bool | None = None,
+                 exclude_deterministic: bool | None = None):
         api = "effppl.infer.Predictive"
         if not callable(model):
             raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
                                   f"{type(model).__name__} {model!r:.60}.")
+        if exclude_deterministic is not None:  # NumPyro's deprecated alias
+            if condition_deterministic is not None:
+                raise PredictiveError(f"`{api}` takes `condition_deterministic` or its deprecated "
+                                      f"alias `exclude_deterministic`, not both.")
+            warnings.warn("`exclude_deterministic` is deprecated, use `condition_deterministic` "
+                          "(`exclude_deterministic=True` is `condition_deterministic=False`).",
+                          FutureWarning, stacklevel=2)
+            condition_deterministic = not exclude_deterministic
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
@@ -128,6 +139,7 @@ class Predictive:
         self.return_sites = None if return_sites is None else tuple(return_sites)
         self.batch_ndims = _check_batch_ndims(api, batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
+        self.parallel = bool(parallel)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -148,10 +160,8 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
-        with model_arguments(api, self.model, args, kwargs):
-            structure, dynamic = split_args(api, args, kwargs)
-            fns = model_fns(self.model, structure, dynamic)
-            info = fns.site_info(dynamic)
+        fns, dynamic = prepare(api, self.model, args, kwargs)
+        info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
@@ -212,10 +222,8 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
                               f"-> draws, but got {type(posterior_samples).__name__}.")
     batch_ndims = _check_batch_ndims(api, batch_ndims)
     posterior_samples = _draws(api, posterior_samples)
-    with model_arguments(api, model, args, kwargs):
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(model, structure, dynamic)
-        info = fns.site_info(dynamic)
+    fns, dynamic = prepare(api, model, args, kwargs)
+    info = fns.site_info(dynamic)
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
         raise PredictiveError(
