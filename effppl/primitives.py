@@ -479,3 +479,47 @@ def get_mask():
     for m in masks[1:]:
         out = jnp.logical_and(out, m)
     return out
+# --------------------------------------------------------------------------------------------
+# param: a learnable parameter (SVI), an effect operation like `sample`
+
+
+def _param_type(msg, *, name, init_fn, **static):
+    if msg["value"] is not None:
+        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
+
+
+param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
+
+
+def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
+          event_dim: int | None = None):
+    """A learnable parameter `name`, as `numpyro.param`: its value is `init_value` unless a
+    handler gives another (`substitute`; `effppl.infer.SVI` substitutes the values it optimises).
+
+    **Arguments:**
+    - `name`: the site name (str). Inside a loop every iteration reads the same value.
+    - `init_value`: the initial value (array), or a function `init_value(rng_key) -> array`,
+      called with a key from the enclosing `effppl.handlers.seed` when nobody gives a value.
+    - `constraint`: a `numpyro.distributions.constraints` object: the support of the value. SVI
+      optimises `biject_to(constraint).inv(value)` (unconstrained space), as NumPyro does.
+    - `event_dim`: the number of rightmost dimensions that form one event (NumPyro's meaning;
+      recorded in traces).
+
+    **Returns:** the value, an array of `init_value`'s shape.
+
+    **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
+    value's shape while tracing) or `constraint` is not a constraint.
+    """
+    if init_value is None:
+        raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
+                        f"of a PRNG key giving one): effppl needs it to know the parameter's shape "
+                        f"while tracing, also when a handler substitutes the value.")
+    if not isinstance(constraint, dist.constraints.Constraint):
+        raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
+                        f"numpyro.distributions.constraints object, but got {constraint!r}.")
+    init_fn = init_value if callable(init_value) else None
+    value = None if init_fn is not None else jnp.asarray(init_value)
+    msg = {"value": value, "constraint": constraint}
+    return param_op(msg, name=name, init_fn=init_fn, event_dim=event_dim)

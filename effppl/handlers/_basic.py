@@ -10,9 +10,9 @@ import numpy as np
 import jax.numpy as jnp
 
 from ..effects._values import describe_non_array
-from ..primitives import (SiteError, _value_type, deterministic_op, mask_scopes, prng_key_op,
-                          sample_op)
-from ._handler import Handler, forward, trace_model
+from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
+                          param_op, prng_key_op, sample_op)
+from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 
 
@@ -63,7 +63,14 @@ class seed(Handler):
         def prng_key(key, *, resume, **static):
             key, sub = jax.random.split(key)
             return resume(key, sub)
-        return {sample_op: sample, prng_key_op: prng_key}
+
+        def param(key, msg, *, resume, init_fn, **static):
+            if msg["value"] is not None:  # as NumPyro: a key only for an `init_value` function
+                return resume(key, forward_param(msg, init_fn=init_fn, **static))
+            key, sub = jax.random.split(key)
+            msg = dict(msg, value=jnp.asarray(init_fn(sub)))
+            return resume(key, forward_param(msg, init_fn=init_fn, **static))
+        return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
 
 def site_row(handler, name, values, site_shape, count, site):
@@ -196,9 +203,26 @@ class _SetValue(Handler):
                 value = fixed.astype(value.dtype)
             return resume(counts, deterministic_op(value, name=name, **static))
 
-        if self.sets_deterministic:
-            return {sample_op: sample, deterministic_op: deterministic}
-        return {sample_op: sample}
+        def param(counts, msg, *, resume, name, **static):
+            value = None
+            if name in self.data:
+                value = self.data[name]
+            elif self.substitute_fn is not None:
+                value = self.substitute_fn(dict(msg, name=name, type="param", **static))
+            if value is not None:
+                shape = _param_type(msg, name=name, **static)
+                value = jnp.asarray(value, shape.dtype)
+                if value.shape != shape.shape:
+                    raise SiteError(f"effppl.handlers.{self.entry_point or type(self).__name__}: "
+                                    f"the value given for param `{name}` has shape {value.shape}, "
+                                    f"but its init_value has shape {shape.shape}.")
+                msg = dict(msg, value=value)
+            return resume(counts, forward_param(msg, name=name, **static))
+
+        clauses = {sample_op: sample}
+        if self.sets_deterministic:  # substitute: also deterministic and param sites (NumPyro)
+            clauses.update({deterministic_op: deterministic, param_op: param})
+        return clauses
 
 
 class substitute(_SetValue):
@@ -273,7 +297,7 @@ class block(Handler):
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
-            if not self.hidden(name, msg):
+            if not self.hidden(name, dict(msg, type="sample")):
                 return resume(params, forward(msg, name=name, **static))
             value = msg["value"]
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
@@ -282,10 +306,18 @@ class block(Handler):
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):
-            if not self.hidden(name, {"value": value}):
+            if not self.hidden(name, {"value": value, "type": "deterministic"}):
                 value = deterministic_op(value, name=name, **static)
             return resume(params, value)
-        return {sample_op: sample, deterministic_op: deterministic}
+
+        def param(params, msg, *, resume, name, init_fn, **static):
+            if not self.hidden(name, dict(msg, type="param")):
+                return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
+            value = msg["value"]
+            if value is None:
+                value = jnp.asarray(init_fn(prng_key_op(name=name)))
+            return resume(params, value)
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
 
 
 class mask(Handler):

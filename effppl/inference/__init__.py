@@ -21,12 +21,25 @@ from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
+from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceMeanField_ELBO
+from ._optim import OptimizerError
+from ._svi import SVI, SVIError, SVIRunResult, SVIState
+from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",
     "NUTS",
     "HMC",
     "Predictive",
+    "SVI",
+    "SVIState",
+    "SVIRunResult",
+    "Trace_ELBO",
+    "TraceMeanField_ELBO",
+    "RenyiELBO",
+    "SVIError",
+    "ELBOError",
+    "OptimizerError",
     "log_likelihood",
     "init_to_uniform",
     "init_to_median",

@@ -175,18 +175,21 @@ class ModelFns:
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple) -> Callable:
-        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`."""
+        """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
+        `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
+        are substituted."""
         if return_sites not in self._predictors:
 
-            def predict(rng_key, samples, dynamic):
+            def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
                 sites = _model.get_trace(
                     self.model, args, kwargs,
-                    rng_key=jax.random.key_data(rng_key), substitutions=samples,
+                    rng_key=jax.random.key_data(rng_key), substitutions={**params, **samples},
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites] = jax.jit(jax.vmap(predict, in_axes=(0, 0, None)))
+            self._predictors[return_sites] = jax.jit(jax.vmap(predict,
+                                                              in_axes=(0, 0, None, None)))
         return self._predictors[return_sites]
 
 
