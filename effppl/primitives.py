@@ -512,6 +512,12 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
     value's shape while tracing) or `constraint` is not a constraint.
     """
+    check_name("param", name)
+    if event_dim is not None and not (_is_int(event_dim) and event_dim >= 0):
+        raise SiteError(f"effppl.param({name!r}, ..., event_dim={event_dim!r}) expected an int "
+                        f">= 0, or None.")
+    if init_value is not None and not callable(init_value):
+        _numbers(f"effppl.param({name!r}, init_value)", init_value)
     if init_value is None:
         raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
                         f"of a PRNG key giving one): effppl needs it to know the parameter's shape "

@@ -27,6 +27,9 @@ from effppl import handlers
 from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
                           Predictive, PredictiveError, init_to_median, init_to_uniform,
                           init_to_value, log_likelihood)
+from effppl.infer import (SVI, ELBOError, OptimizerError, RenyiELBO, SVIError, Trace_ELBO,
+                          autoguide)
+from effppl.infer.autoguide import AutoGuideError
 from effppl.infer.util import compute_log_probs, initialize_model
 
 _SECONDS = 60  # per case; the whole catalogue runs in well under a minute
@@ -535,6 +538,100 @@ INFERENCE = [
 ]
 
 
+# ------------------------------------------------------------------------------- SVI
+
+def guide(y):
+    loc = effppl.param("loc", 0.0)
+    effppl.sample("mu", dist.Normal(loc, 1.0))
+
+
+def guide_without_params(y):
+    effppl.sample("mu", dist.Normal(0.0, 1.0))
+
+
+def _svi(g=guide, loss=None, **kw):
+    import optax
+    return SVI(plated, g, optax.adam(0.1), Trace_ELBO() if loss is None else loss, **kw)
+
+
+def _param(*args, **kwargs):
+    return _traced(lambda: effppl.param(*args, **kwargs))
+
+
+SVI_CASES = [
+    pytest.param(_param(3, 0.0), SiteError, ["param", "site name", "3"], id="param-name-an-int"),
+    pytest.param(_param("p", "abc"), SiteError, ["param('p'", "init_value", "str"],
+                 id="param-init_value-a-str"),
+    pytest.param(_param("p"), SiteError, ["param('p')", "init_value"],
+                 id="param-without-init_value"),
+    pytest.param(_param("p", 1.0, constraint="positive"), SiteError,
+                 ["param('p'", "constraint", "'positive'"], id="param-constraint-a-str"),
+    pytest.param(_param("p", 1.0, event_dim="a"), SiteError, ["param('p'", "event_dim", "'a'"],
+                 id="param-event_dim-a-str"),
+    pytest.param(lambda: SVI(plated, guide, "adam", Trace_ELBO()), OptimizerError,
+                 ["SVI", "optim", "str"], id="SVI-optim-a-str"),
+    pytest.param(lambda: _svi(loss="elbo"), SVIError, ["SVI", "loss", "ELBO", "str"],
+                 id="SVI-loss-a-str"),
+    pytest.param(lambda: _svi(loss=Trace_ELBO), SVIError, ["SVI", "class", "Trace_ELBO()"],
+                 id="SVI-loss-the-class"),
+    pytest.param(lambda: _svi(g=3), SVIError, ["SVI", "guide", "int"],
+                 id="SVI-guide-not-callable"),
+    pytest.param(lambda: _svi(z=[1]), effppl.infer.UnhashableArgumentError,
+                 ["SVI", "static_kwargs", "hashable"], id="SVI-static-kwarg-unhashable"),
+    pytest.param(lambda: _svi().run(KEY, 0, Y3), SVIError, ["run", "num_steps=0"],
+                 id="SVI-run-num_steps-0"),
+    pytest.param(lambda: _svi().run(KEY, 2.5, Y3), SVIError, ["run", "num_steps=2.5"],
+                 id="SVI-run-num_steps-a-float"),
+    pytest.param(lambda: _svi().run("k", 2, Y3), SVIError, ["SVI", "PRNG key", "str"],
+                 id="SVI-run-key-a-str"),
+    pytest.param(lambda: _svi().run(KEY, 2, "abc", progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "str"],
+                 id="SVI-run-data-a-str"),
+    pytest.param(lambda: _svi().run(KEY, 2, [[1.0], [2.0, 3.0]], progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "ragged"],
+                 id="SVI-run-data-a-ragged-list"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"lox": 0.0}), SVIError,
+                 ["init_params", "lox", "loc"], id="SVI-init_params-unknown-param"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"loc": "a"}), SVIError,
+                 ["init_params", "`loc`", "str"], id="SVI-init_params-a-str"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"loc": jnp.zeros(2)}), SVIError,
+                 ["init_params", "`loc`", "(2,)", "()"], id="SVI-init_params-wrong-shape"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params=[1.0]), SVIError,
+                 ["init_params", "dict", "list"], id="SVI-init_params-not-a-dict"),
+    pytest.param(lambda: _svi().update(None, Y3), SVIError, ["update", "init"],
+                 id="SVI-update-before-init"),
+    pytest.param(lambda: _svi(g=guide_without_params).run(KEY, 2, Y3, progress_bar=False),
+                 SVIError, ["no param site"], id="SVI-guide-without-params"),
+    pytest.param(lambda: Trace_ELBO(num_particles=0), ELBOError, ["Trace_ELBO", "num_particles"],
+                 id="Trace_ELBO-num_particles-0"),
+    pytest.param(lambda: RenyiELBO(alpha="a"), ELBOError, ["RenyiELBO", "alpha", "'a'"],
+                 id="RenyiELBO-alpha-a-str"),
+    pytest.param(lambda: RenyiELBO(alpha=1.0), ELBOError, ["RenyiELBO", "alpha=1", "Trace_ELBO"],
+                 id="RenyiELBO-alpha-1"),
+    pytest.param(lambda: autoguide.AutoNormal(3), AutoGuideError, ["AutoNormal", "model", "int"],
+                 id="AutoNormal-model-not-callable"),
+    pytest.param(lambda: autoguide.AutoNormal(plated, init_scale="a"), AutoGuideError,
+                 ["AutoNormal", "init_scale", "'a'"], id="AutoNormal-init_scale-a-str"),
+    pytest.param(lambda: autoguide.AutoDiagonalNormal(plated, init_scale=-1.0), AutoGuideError,
+                 ["AutoDiagonalNormal", "init_scale", "-1.0"],
+                 id="AutoDiagonalNormal-init_scale-negative"),
+    pytest.param(lambda: autoguide.AutoNormal(plated, init_loc_fn="median"), AutoGuideError,
+                 ["AutoNormal", "init_loc_fn", "'median'"], id="AutoNormal-init_loc_fn-a-str"),
+    pytest.param(lambda: autoguide.AutoLowRankMultivariateNormal(plated, rank=0),
+                 AutoGuideError, ["AutoLowRankMultivariateNormal", "rank=0"],
+                 id="AutoLowRankMultivariateNormal-rank-0"),
+    pytest.param(lambda: _svi(g=autoguide.AutoNormal(plated)).run(KEY, 2, "abc",
+                                                                  progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "str"],
+                 id="SVI-autoguide-data-a-str"),
+    pytest.param(lambda: Predictive(plated, guide=3, num_samples=2), PredictiveError,
+                 ["Predictive", "guide", "int"], id="Predictive-guide-not-callable"),
+    pytest.param(lambda: Predictive(plated, guide=guide, params={"loc": "a"}, num_samples=2),
+                 PredictiveError, ["Predictive", "`loc`", "params", "str"],
+                 id="Predictive-params-a-str"),
+]
+
+
 # ------------------------------------------------------------------------------- harness CLI
 
 class _CommandLineError(Exception):
@@ -584,7 +681,7 @@ HARNESS = [
 ]
 
 
-CASES = EFFECTS + PPL + HANDLERS + INFERENCE + HARNESS
+CASES = EFFECTS + PPL + HANDLERS + INFERENCE + SVI_CASES + HARNESS
 
 
 def test_the_catalogue_is_large_and_ids_are_unique():

@@ -47,15 +47,16 @@ def _check_batch_ndims(api, batch_ndims):
     return int(batch_ndims)
 
 
-def _draws(api, posterior_samples):
+def _draws(api, posterior_samples, arg="posterior_samples", what="draws"):
     """`posterior_samples` as a dict of arrays (lists converted), or a `PredictiveError` naming
-    the site whose draws are not an array of numbers."""
+    the site whose draws (the `what` in argument `arg`) are not an array of numbers."""
     out = {}
     for name, value in posterior_samples.items():
         problem = describe_non_array(value)
         if problem is not None:
-            raise PredictiveError(f"`{api}`: the draws of site `{name}` in `posterior_samples` "
-                                  f"must be an array of numbers, but are {problem}.")
+            raise PredictiveError(f"`{api}`: the {what} of `{name}` in `{arg}` must be an "
+                                  f"array of numbers, but {'is' if what == 'value' else 'are'} "
+                                  f"{problem}.")
         out[name] = value if hasattr(value, "shape") else np.asarray(value)
     return out
 
@@ -137,7 +138,10 @@ class Predictive:
         if params is not None and not isinstance(params, Mapping):
             raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
                                   f"value, but got {type(params).__name__}.")
-        self.guide, self.params = guide, dict(params or {})
+        if guide is not None and not callable(guide):
+            raise PredictiveError(f"`{api}(..., guide=...)` expected a callable guide, but got "
+                                  f"{type(guide).__name__} {guide!r:.60}.")
+        self.guide, self.params = guide, _draws(api, params or {}, "params", "value")
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
