@@ -245,6 +245,15 @@ def message_contexts():
     return _plates.contexts
 
 
+def site_contexts():
+    """Site configurators of the `config_enumerate`/`enum` wrappers being traced, outermost
+    first: each `configure(name, msg, infer, is_observed) -> (msg, infer)` sees a sample site
+    (its message and its `infer` dict) before it is performed."""
+    if not hasattr(_plates, "site_contexts"):
+        _plates.site_contexts = []
+    return _plates.site_contexts
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
@@ -304,6 +313,9 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
+    infer = _infer_dict(name, infer)
+    for configure in reversed(site_contexts()):
+        msg, infer = configure(name, msg, infer, obs is not None)
     infer = _static_infer(name, infer)
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
                      cond_indep_stack=_plate_frames())
@@ -322,12 +334,17 @@ def _numbers(what, value, real=True):
     return jnp.asarray(value)
 
 
-def _static_infer(name, infer):
-    """The `infer` dict of site `name` as a sorted tuple of items (a static, hashable parameter)."""
+def _infer_dict(name, infer):
+    """The `infer` argument of site `name` as a (new) dict, or a `SiteError` if it is not one."""
     if infer is not None and not isinstance(infer, dict):
         raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected a dict of inference "
                         f"hints, but got {type(infer).__name__} {infer!r:.60}.")
-    items = tuple(sorted((infer or {}).items()))
+    return dict(infer or {})
+
+
+def _static_infer(name, infer):
+    """The `infer` dict of site `name` as a sorted tuple of items (a static, hashable parameter)."""
+    items = tuple(sorted(infer.items()))
     try:
         hash(items)
     except TypeError:

@@ -27,8 +27,8 @@ from effppl import handlers
 from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
                           Predictive, PredictiveError, init_to_median, init_to_uniform,
                           init_to_value, log_likelihood)
-from effppl.infer import (SVI, ELBOError, OptimizerError, RenyiELBO, SVIError, Trace_ELBO,
-                          autoguide)
+from effppl.infer import (SVI, ELBOError, InferDiscreteError, OptimizerError, RenyiELBO,
+                          SVIError, Trace_ELBO, autoguide, infer_discrete)
 from effppl.infer.autoguide import AutoGuideError
 from effppl.infer.util import compute_log_probs, initialize_model
 
@@ -632,6 +632,54 @@ SVI_CASES = [
 ]
 
 
+# ------------------------------------------------------------------------------- enumeration
+
+def mixture(y):
+    w = effppl.sample("w", dist.Beta(2.0, 2.0))
+    with effppl.plate("data", 3):
+        z = effppl.sample("z", dist.Bernoulli(w), infer={"enumerate": "parallel"})
+        effppl.sample("y", dist.Normal(jnp.where(z, 1.0, -1.0), 1.0), obs=y)
+
+
+def enumerated_continuous():
+    effppl.sample("x", dist.Normal(0.0, 1.0), infer={"enumerate": "parallel"})
+
+
+def enumerated_sequentially():
+    effppl.sample("z", dist.Bernoulli(0.5), infer={"enumerate": "sequential"})
+
+
+ENUM_CASES = [
+    pytest.param(lambda: handlers.config_enumerate(mixture, default="yes"), SiteError,
+                 ["config_enumerate", "default='yes'", "parallel"],
+                 id="config_enumerate-default-unknown"),
+    pytest.param(lambda: handlers.config_enumerate(3), TypeError,
+                 ["config_enumerate", "callable", "int"], id="config_enumerate-not-callable"),
+    pytest.param(lambda: effppl.log_density(enumerated_continuous, (), {}, {"x": 0.0}),
+                 SiteError, ["`x`", "enumeration", "Normal"], id="enumerate-a-continuous-site"),
+    pytest.param(lambda: effppl.log_density(enumerated_sequentially, (), {}, {}), SiteError,
+                 ["`z`", "'sequential'", "parallel"], id="enumerate-sequential"),
+    pytest.param(lambda: handlers.enum(mixture, first_available_dim=0), SiteError,
+                 ["enum", "first_available_dim=0", "negative"], id="enum-first_available_dim-0"),
+    pytest.param(lambda: handlers.enum(3), TypeError, ["enum", "callable"],
+                 id="enum-not-callable"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=2), InferDiscreteError,
+                 ["infer_discrete", "temperature=2"], id="infer_discrete-temperature-2"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=1), InferDiscreteError,
+                 ["infer_discrete", "rng_key"], id="infer_discrete-draws-without-key"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=1, rng_key="a"), TypeError,
+                 ["infer_discrete", "rng_key", "str"], id="infer_discrete-key-a-str"),
+    pytest.param(lambda: infer_discrete(3, temperature=0), TypeError,
+                 ["infer_discrete", "callable", "int"], id="infer_discrete-not-callable"),
+    pytest.param(lambda: _mcmc(mixture).run(KEY, "abc"), effppl.infer.ModelArgumentError,
+                 ["MCMC.run", "argument 0", "`y`", "str"], id="MCMC-enumerated-data-a-str"),
+    pytest.param(lambda: log_likelihood(mixture, {"w": jnp.full(2, 0.5)}, Y3), PredictiveError,
+                 ["log_likelihood", "enumeration", "z"], id="log_likelihood-enumerated-model"),
+    pytest.param(lambda: _mcmc(lambda: effppl.sample("z", dist.Bernoulli(0.5))).run(KEY),
+                 MCMCError, ["`z`", "discrete", "enumerate"], id="MCMC-discrete-site-unmarked"),
+]
+
+
 # ------------------------------------------------------------------------------- harness CLI
 
 class _CommandLineError(Exception):
@@ -681,7 +729,7 @@ HARNESS = [
 ]
 
 
-CASES = EFFECTS + PPL + HANDLERS + INFERENCE + SVI_CASES + HARNESS
+CASES = EFFECTS + PPL + HANDLERS + INFERENCE + SVI_CASES + ENUM_CASES + HARNESS
 
 
 def test_the_catalogue_is_large_and_ids_are_unique():

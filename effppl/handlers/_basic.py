@@ -16,7 +16,7 @@ from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 
 
-def _as_key(rng_seed):
+def _as_key(rng_seed, what="effppl.handlers.seed(fn, rng_seed=...)"):
     """`rng_seed` (an int or 0-d int array, a raw `PRNGKey` or a typed key) as raw key data,
     `uint32[2]`. **Raises:** `TypeError` for anything else, e.g. a batch of keys."""
     if isinstance(rng_seed, (int, np.integer)):
@@ -29,7 +29,7 @@ def _as_key(rng_seed):
         return jax.random.key_data(rng_seed)
     if dtype == jnp.uint32 and shape == (2,):
         return jnp.asarray(rng_seed)
-    raise TypeError(f"effppl.handlers.seed(fn, rng_seed=...) expected an int, a raw key "
+    raise TypeError(f"{what} expected an int, a raw key "
                     f"`jax.random.PRNGKey(...)` (uint32[2]) or a typed key `jax.random.key(...)`, "
                     f"one key (not a batch of keys), but got {type(rng_seed).__name__}"
                     + (f" of dtype {dtype} and shape {shape}." if dtype is not None else "."))
