@@ -46,7 +46,7 @@ def test_readme_has_the_model_and_effects_examples():
 
 
 def test_discrete_latents_example_samples_and_decodes_the_states(namespaces):
-    assert set(namespaces["draws"]) == {"trans", "locs"}
+    assert set(namespaces["hmm_draws"]) == {"trans", "locs"}
     assert namespaces["states"].shape == (300, 7)
     np.testing.assert_array_equal(namespaces["map_path"], [0, 0, 1, 1, 2, 2, 0])
 

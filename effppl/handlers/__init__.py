@@ -6,9 +6,9 @@ Each handler wraps a model and is itself a model, with NumPyro's names and argum
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
 from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
                        unconstrained_log_density)
-from ._lift import lift
 from ._discrete import InferDiscreteError, infer_discrete
 from ._enum import config_enumerate, enum
+from ._lift import lift
 from ._trace import trace
 from ._uncondition import uncondition
 

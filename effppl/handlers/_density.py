@@ -133,7 +133,6 @@ def _marginal(fn, args, kwargs):
     """`(result, log joint, trace)` of `fn` (handlers that give latent values around
     `enum(model)`) with the model's sites marked for enumeration summed out (`_contract`)."""
     tracer = trace(fn)
-    tracer.scale_log_prob = True
     result, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
     return result, _contract.log_joint(tr, loops), tr
@@ -175,7 +174,7 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     check_call("effppl.handlers.unconstrained_log_density", model_args, model_kwargs, params)
     enumerated = enumerated_sites(model, model_args, model_kwargs or {})
     if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
-        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+        (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
                                                model_kwargs or {})
         return log_joint + log_det
     if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor

@@ -84,7 +84,6 @@ class infer_discrete:
         enumerated = enum(self.fn, self.first_available_dim)
         enumerated.discrete = (self.temperature, scan_key)
         tracer = trace(enumerated)
-        tracer.scale_log_prob = True
         _, tr = tracer._run(*args, **kwargs)
         loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
         values = sample_plates(tr, loops, self.temperature, plate_key)

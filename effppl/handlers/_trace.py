@@ -49,7 +49,6 @@ class trace(Handler):
     """
 
     record_unconstrained = False
-    scale_log_prob = False  # record `log_prob` times the site's scale (enumerated densities)
 
     def _sites(self, *args, **kwargs):
         sites = analyze(trace_model(self.fn, *args, **kwargs))
@@ -112,8 +111,6 @@ class trace(Handler):
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
-                if scale is not None and self.scale_log_prob:
-                    lp = lp * scale
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
                 if "scale" in entry:

@@ -186,19 +186,19 @@ class ModelFns:
         """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
         `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
         are substituted. With `infer_discrete`, the enumerated sites are drawn from their
-        conditional given each draw in `samples` (`effppl.infer.infer_discrete`), not from the
-        prior."""
+        conditional given each draw (`effppl.infer.infer_discrete`), not from the prior."""
         if (return_sites, infer_discrete) not in self._predictors:
 
             def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
+                given = {**params, **samples}
                 model = self.model
                 if infer_discrete:
                     rng_key, discrete_key = jax.random.split(rng_key)
-                    model = _model.infer_discrete(model, samples, discrete_key)
+                    model = _model.infer_discrete(model, given, discrete_key)
                 sites = _model.get_trace(
                     model, args, kwargs,
-                    rng_key=jax.random.key_data(rng_key), substitutions={**params, **samples},
+                    rng_key=jax.random.key_data(rng_key), substitutions=given,
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 

@@ -216,7 +216,8 @@ class Predictive:
         try:
             with site_errors():
                 out = jax.block_until_ready(fns.predictor(
-                    tuple(sorted(sites)), self.infer_discrete)(keys, samples, self.params, dynamic))
+                    tuple(sorted(sites)), self.infer_discrete)(
+                    keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
