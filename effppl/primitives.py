@@ -201,6 +201,22 @@ def message_contexts():
     return _plates.contexts
 
 
+def eager_blocks():
+    """Handlers of the `with` blocks entered outside any effppl entry point (NumPyro's eager
+    use: `with handlers.seed(rng_seed=0): x = sample(...)`), outermost first."""
+    if not hasattr(_plates, "eager"):
+        _plates.eager = []
+    return _plates.eager
+
+
+def _perform(op, *args, **static):
+    """Perform `op`, through the eager `with` blocks' handlers when there are any."""
+    if eager_blocks():
+        from .handlers._handler import run_eager  # the handlers build on this module
+        return run_eager(lambda: op(*args, **static))
+    return op(*args, **static)
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
@@ -247,7 +263,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
     infer = tuple(sorted((infer or {}).items()))
-    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
+    return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
+                    infer=infer,
                      cond_indep_stack=_plate_frames())
 
 
@@ -307,7 +324,8 @@ def deterministic(name: str, value):
 
     **Returns:** `value` unchanged.
     """
-    return deterministic_op(jnp.asarray(value), name=name, cond_indep_stack=_plate_frames())
+    return _perform(deterministic_op, jnp.asarray(value), name=name,
+                    cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import numpy as np
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ import jax.numpy as jnp
 from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
 from ._handler import Handler, forward, trace_model
 from ._sites import analyze
+from ..effects._primitives import _Eqns
 
 
 def _as_key(rng_seed):
@@ -42,12 +45,15 @@ class seed(Handler):
     **Example:** `trace(seed(model, 0)).get_trace(x)`
     """
 
-    def __init__(self, fn, rng_seed):
+    def __init__(self, fn=None, rng_seed=None):
         super().__init__(fn)
         self.rng_key = _as_key(rng_seed)
 
     def params(self, *args, **kwargs):
         return self.rng_key
+
+    def absorb(self, handled, params):
+        self.rng_key = params  # the next block's site draws a new value
 
     def clauses(self):
         def sample(key, msg, *, resume, **static):
@@ -105,7 +111,7 @@ class _SetValue(Handler):
     sets_deterministic = False
     entry_point = None  # the function the user called, when it is not this handler (errors)
 
-    def __init__(self, fn, data=None, substitute_fn=None):
+    def __init__(self, fn=None, data=None, substitute_fn=None):
         super().__init__(fn)
         if data is None and substitute_fn is None:
             raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data` (or a "
@@ -115,13 +121,29 @@ class _SetValue(Handler):
 
     def params(self, *args, **kwargs):
         self._sites = _analyzed(self.fn, args, kwargs)
+        return self.scope_params()
+
+    def scope_params(self):
         return {name: jnp.int32(0) for name in self.data}
 
+    def scope_consts(self):
+        return self.data
+
+    def with_scope_consts(self, consts):
+        h = copy.copy(self)
+        h.data = dict(consts)
+        return h
+
+    def scope_setup(self, eqns):
+        return analyze(_Eqns(eqns))
+
     def clauses(self):
+        sites = self._sites if self.fn is not None else self._scope_info or {}
+
         def given(counts, name, shape):
             """The value in `data` for this occurrence of site `name`, and the new counters."""
             value, advance = site_row(self.entry_point or type(self).__name__, name,
-                                      self.data[name], shape, counts[name], self._sites.get(name))
+                                      self.data[name], shape, counts[name], sites.get(name))
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             return value, counts
@@ -174,7 +196,7 @@ class condition(_SetValue):
 
     observe = True
 
-    def __init__(self, fn, data=None, condition_fn=None):
+    def __init__(self, fn=None, data=None, condition_fn=None):
         super().__init__(fn, data, substitute_fn=condition_fn)
 
 
@@ -187,7 +209,7 @@ class do(_SetValue):
     intervene = True
 
 
-def replay(fn, trace):
+def replay(fn=None, trace=None):
     """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`)."""
     return substitute(fn, data={name: site["value"] for name, site in trace.items()
                                 if site["type"] == "sample" and not site["is_observed"]})
@@ -198,7 +220,7 @@ class block(Handler):
     by default every site is hidden. A hidden latent site with no value is drawn here, from the
     key an inner `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
 
-    def __init__(self, fn, hide_fn=None, hide=None, expose=None):
+    def __init__(self, fn=None, hide_fn=None, hide=None, expose=None):
         super().__init__(fn)
         if hide_fn is not None:
             self.hidden = lambda name, msg: hide_fn(dict(msg, name=name))

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import _compat
-from ..effects._primitives import handle_p, perform_p, site_key
+from ..effects._primitives import _Eqns, handle_p, perform_p, site_key
+from ..effects._scope import split_scopes
 from ..primitives import SiteError, deterministic_op, sample_op
 
 
@@ -81,13 +82,14 @@ def bijector(name, fn):
 def _walk(jaxpr, loops, branch, out, origin=None):
     """Append `(eqn, loops, branch, origin)` for each site perform; `origin` is the model's own
     perform a nested handler's clause re-performs (its source location names the site)."""
-    for eqn in jaxpr.eqns:
+    for eqn, block in split_scopes(jaxpr.eqns):
         prim, p = eqn.primitive, eqn.params
         if prim is perform_p and p["op"] in (sample_op, deterministic_op):
             out.append((eqn, loops, branch, origin or eqn))
-        elif prim is handle_p:
+        elif prim is handle_p or block is not None:
             inner = []
-            _walk(p["body"].jaxpr, loops, branch, inner, origin)
+            _walk(_Eqns(block) if block is not None else p["body"].jaxpr, loops, branch, inner,
+                  origin)
             spec = p["spec"]
             for item in inner:
                 e, lp, br, org = item

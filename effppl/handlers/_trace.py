@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
-from ._handler import Handler, forward, run_outermost, trace_model
+from ._handler import Handler, _nesting, forward, run_outermost, trace_model
 from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
@@ -42,6 +42,21 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+
+    def __init__(self, fn=None):
+        super().__init__(fn)
+        self.trace = {}
+
+    def __enter__(self):
+        if self.fn is None and _nesting():
+            raise TypeError("`with effppl.handlers.trace() as tr:` inside a model is not "
+                            "supported (a block's values cannot leave the compiled model); "
+                            "trace the model instead: `trace(model).get_trace(*args)`.")
+        super().__enter__()
+        return self.trace
+
+    def absorb(self, handled, params):
+        self.trace.update(handled._assemble(params))
 
     def _sites(self, *args, **kwargs):
         sites = analyze(trace_model(self.fn, *args, **kwargs))

@@ -763,6 +763,6 @@ def test_mask_and_scale_as_context_managers_like_numpyro():
             effppl.sample("z", dist.Normal(mu, 1.0), obs=3.0)
     lp, _ = effppl.log_density(model, (), {}, {"mu": 0.2})
     _close(lp, stats.norm.logpdf(0.2) + 10 * stats.norm.logpdf(0.5, 0.2))
-    with pytest.raises(TypeError, match="callable model"):
-        with handlers.seed(None, 0):
+    with pytest.raises(TypeError, match="wraps a model"):
+        with handlers.seed(model, 0):
             pass
