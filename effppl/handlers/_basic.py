@@ -216,24 +216,42 @@ def replay(fn=None, trace=None):
 
 
 class block(Handler):
-    """Hide sites from the handlers outside: `hide` (names), `expose` (names), or `hide_fn(msg)`;
-    by default every site is hidden. A hidden latent site with no value is drawn here, from the
-    key an inner `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
+    """Hide sites from the handlers outside, as NumPyro's `block`: `hide_fn(msg)` (a NumPyro
+    message: `type`, `name`, `fn`, `value`, `is_observed`, `infer`, `scale`, `mask`,
+    `cond_indep_stack`, `args`, `kwargs`), `hide` (names), `expose_types` (site types kept),
+    `expose` (names kept), or `hide_types` (site types hidden), the first one given; by default
+    every site is hidden. A hidden latent site with no value is drawn here, from the key an inner
+    `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
 
-    def __init__(self, fn=None, hide_fn=None, hide=None, expose=None):
+    def __init__(self, fn=None, hide_fn=None, hide=None, expose_types=None, expose=None,
+                 hide_types=None):
         super().__init__(fn)
         if hide_fn is not None:
-            self.hidden = lambda name, msg: hide_fn(dict(msg, name=name))
+            self.hide_fn = hide_fn
         elif hide is not None:
-            self.hidden = lambda name, msg: name in hide
+            self.hide_fn = lambda msg: msg["name"] in hide
+        elif expose_types is not None:
+            self.hide_fn = lambda msg: msg["type"] not in expose_types
         elif expose is not None:
-            self.hidden = lambda name, msg: name not in expose
+            self.hide_fn = lambda msg: msg["name"] not in expose
+        elif hide_types is not None:
+            self.hide_fn = lambda msg: msg["type"] in hide_types
         else:
-            self.hidden = lambda name, msg: True
+            self.hide_fn = lambda msg: True
+
+    def hidden(self, kind, name, msg, static):
+        """Whether `hide_fn` hides this site, asked with NumPyro's message for it."""
+        msg = {"type": kind, "name": name, "fn": msg.get("fn"), "value": msg.get("value"),
+               "is_observed": bool(static.get("is_observed", False)),
+               "infer": dict(static.get("infer", ())), "scale": msg.get("scale"),
+               "mask": msg.get("mask"), "cond_indep_stack": list(static.get("cond_indep_stack", ())),
+               "args": (), "kwargs": {"rng_key": msg.get("rng_key"), "sample_shape": ()},
+               "intermediates": [], "stop": False, "continuation": None}
+        return bool(self.hide_fn(msg))
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
-            if not self.hidden(name, msg):
+            if not self.hidden("sample", name, msg, static):
                 return resume(params, forward(msg, name=name, **static))
             value = msg["value"]
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
@@ -242,7 +260,7 @@ class block(Handler):
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):
-            if not self.hidden(name, {"value": value}):
+            if not self.hidden("deterministic", name, {"value": value}, static):
                 value = deterministic_op(value, name=name, **static)
             return resume(params, value)
         return {sample_op: sample, deterministic_op: deterministic}

@@ -158,3 +158,25 @@ def test_trace_block_inside_a_model_is_a_clear_error():
             effppl.sample("a", dist.Normal())
     with pytest.raises(TypeError, match="trace\\(model\\).get_trace"):
         handlers.seed(model, 0)()
+
+
+def _blocked_sites(**config):
+    def model():
+        effppl.sample("x", dist.Normal())
+        effppl.sample("y", dist.Normal(), obs=1.0, infer={"tag": "t"})
+        effppl.deterministic("d", jnp.ones(2))
+    return set(handlers.trace(handlers.seed(handlers.block(model, **config), 0)).get_trace())
+
+
+def test_block_hide_fn_sees_numpyros_message_fields():
+    assert _blocked_sites(hide_fn=lambda m: m["type"] == "sample") == {"d"}
+    assert _blocked_sites(hide_fn=lambda m: m["is_observed"]) == {"x", "d"}
+    assert _blocked_sites(hide_fn=lambda m: m["infer"].get("tag") == "t") == {"x", "d"}
+    assert _blocked_sites(hide_fn=lambda m: m.get("type") == "deterministic") == {"x", "y"}
+
+
+def test_block_expose_types_and_hide_types():
+    assert _blocked_sites(expose_types=["sample"]) == {"x", "y"}
+    assert _blocked_sites(expose_types=["deterministic"]) == {"d"}
+    assert _blocked_sites(hide_types=["deterministic"]) == {"x", "y"}
+    assert _blocked_sites(hide=["x"], expose=["x"]) == {"y", "d"}   # the first one given wins
