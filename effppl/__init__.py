@@ -4,12 +4,12 @@ __version__ = "0.1.0"
 
 from ._errors import EffpplError
 from . import effects
-from .primitives import SiteError, deterministic, factor, plate, sample
+from .primitives import SiteError, deterministic, factor, plate, plate_stack, sample, subsample
 from . import distributions, handlers
 from .handlers import log_density
 
 __all__ = ["__version__", "EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
-           "deterministic", "factor", "plate", "log_density"]
+           "deterministic", "factor", "plate", "plate_stack", "subsample", "log_density"]
 
 
 def __getattr__(name):

@@ -42,8 +42,8 @@ class _LazyClauses(dict):
             return spec.make_clauses(c, spec.region_info)[key.op]
 
         closed, closed_over = _trace_clause(factory, key, spec.param_tree,
-                                               list(spec.param_avals), _EMPTY, (),
-                                               scope_consts=consts)
+                                            list(spec.param_avals), _EMPTY, (),
+                                            scope_consts=consts)
         if any(isinstance(x, jax.core.Tracer) for x in closed_over):
             raise UnsupportedHandlerError(
                 f"A clause of the `with`-scoped handler `{spec.name}` closes over traced values; "

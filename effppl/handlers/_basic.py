@@ -244,7 +244,8 @@ class block(Handler):
         msg = {"type": kind, "name": name, "fn": msg.get("fn"), "value": msg.get("value"),
                "is_observed": bool(static.get("is_observed", False)),
                "infer": dict(static.get("infer", ())), "scale": msg.get("scale"),
-               "mask": msg.get("mask"), "cond_indep_stack": list(static.get("cond_indep_stack", ())),
+               "mask": msg.get("mask"),
+               "cond_indep_stack": list(static.get("cond_indep_stack", ())),
                "args": (), "kwargs": {"rng_key": msg.get("rng_key"), "sample_shape": ()},
                "intermediates": [], "stop": False, "continuation": None}
         return bool(self.hide_fn(msg))

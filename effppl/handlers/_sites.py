@@ -25,7 +25,7 @@ class Site(NamedTuple):
     """One sample or deterministic site as seen from outside the model."""
 
     name: str
-    type: str               # "sample" | "deterministic"
+    type: str               # "sample" | "deterministic" | "plate" (a subsampled plate's indices)
     aval: object            # ShapedArray of one occurrence's value
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
@@ -131,7 +131,8 @@ def analyze(jaxpr) -> dict:
         loops = tuple(length for length, _ in loops_reverse)
         reverse = tuple(rev for _, rev in loops_reverse)
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
-        kind = "sample" if eqn.params["op"] is sample_op else "deterministic"
+        kind = "deterministic" if eqn.params["op"] is deterministic_op else \
+            dict(eqn.params["static"]).get("site_type", "sample")  # a subsampled plate: "plate"
         where = _compat.summarize_source(origin.source_info)
         for other_branch, other_where in seen.get(name, []):
             if not _exclusive(branch, other_branch):

@@ -101,7 +101,7 @@ class trace(Handler):
             if site.in_loop and entry["value"].shape[0] == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
             updates = {"value": value}
-            if fn is not None:
+            if fn is not None and "log_prob" in entry:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
                 if "fn" in entry:
                     same = [jnp.shape(x) for x in leaves] == \
@@ -166,7 +166,8 @@ class trace(Handler):
 
     def _assemble(self, bufs):
         out = {}
-        for name, entry in bufs.items():
+        order = list(self._recorded)  # program order (a dict pytree comes back sorted)
+        for name, entry in sorted(bufs.items(), key=lambda kv: order.index(kv[0])):
             site = self._recorded[name]
             stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
                 else (lambda x: x)
@@ -185,5 +186,20 @@ class trace(Handler):
                 rec["log_prob"] = stack(entry["log_prob"])
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
+            for frame in reversed(rec["cond_indep_stack"]):  # NumPyro's plate entries, first
+                if frame.name not in out and frame.name not in bufs:   # before their sites
+                    out[frame.name] = {"type": "plate", "name": frame.name,
+                                       "value": jnp.arange(frame.size), "args": (frame.size,
+                                                                                 frame.size),
+                                       "is_observed": False, "infer": {}, "scale": 1.0,
+                                       "cond_indep_stack": []}
+            if site.type == "plate":
+                rec["args"] = (self._fn_tree_size(site), rec["value"].shape[-1])
             out[name] = rec
         return out
+
+    @staticmethod
+    def _fn_tree_size(site):
+        """The full size of a subsampled plate (its `_Subsample` distribution's)."""
+        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        return fn.size

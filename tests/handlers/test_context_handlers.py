@@ -180,3 +180,68 @@ def test_block_expose_types_and_hide_types():
     assert _blocked_sites(expose_types=["deterministic"]) == {"d"}
     assert _blocked_sites(hide_types=["deterministic"]) == {"x", "y"}
     assert _blocked_sites(hide=["x"], expose=["x"]) == {"y", "d"}   # the first one given wins
+
+
+def _subsampled(sample, plate, subsample):
+    def model(data):
+        mu = sample("mu", dist.Normal())
+        with plate("N", 10, subsample_size=4) as idx:
+            sample("y", dist.Normal(mu, 1.0), obs=subsample(data, event_dim=0))
+        return idx
+    return model
+
+
+def test_subsampled_plate_draws_numpyros_indices_and_scales_the_density():
+    data = jnp.arange(10.0) / 3
+    ours = handlers.trace(handlers.seed(_subsampled(effppl.sample, effppl.plate,
+                                                    effppl.subsample), 1)).get_trace(data)
+    theirs = nh.trace(nh.seed(_subsampled(numpyro.sample, numpyro.plate, numpyro.subsample),
+                              1)).get_trace(data)
+    assert list(ours) == list(theirs) == ["mu", "N", "y"]
+    assert ours["N"]["type"] == "plate" and ours["N"]["args"] == (10, 4)
+    np.testing.assert_array_equal(ours["N"]["value"], theirs["N"]["value"])
+    _close(ours["y"]["value"], theirs["y"]["value"])
+    idx = jnp.array([9, 0, 2, 5])       # indices given: the density scales by 10 / 4
+    lp, _ = effppl.log_density(_subsampled(effppl.sample, effppl.plate, effppl.subsample),
+                               (data,), {}, {"mu": 0.3, "N": idx})
+    _close(lp, stats.norm.logpdf(0.3) + 2.5 * jnp.sum(stats.norm.logpdf(data[idx], 0.3, 1.0)))
+    np_lp, _ = numpyro.infer.util.log_density(
+        _subsampled(numpyro.sample, numpyro.plate, numpyro.subsample), (data,), {},
+        {"mu": 0.3, "N": idx})
+    _close(lp, np_lp)
+
+
+def test_traces_hold_plate_entries_and_plate_stack():
+    def model(sample, plate_stack):
+        with plate_stack("p", (2, 3)):
+            return sample("x", dist.Normal())
+    ours = handlers.trace(handlers.seed(lambda: model(effppl.sample, effppl.plate_stack),
+                                        0)).get_trace()
+    theirs = nh.trace(nh.seed(lambda: model(numpyro.sample, numpyro.plate_stack),
+                              0)).get_trace()
+    assert list(ours) == list(theirs)
+    for name in theirs:
+        assert ours[name]["type"] == theirs[name]["type"]
+        np.testing.assert_array_equal(ours[name]["value"].shape, theirs[name]["value"].shape)
+    assert ours["x"]["value"].shape == (2, 3)
+
+
+def test_scope_prefixes_sites_and_plates_like_numpyro():
+    def fn(sample, plate):
+        with plate("N", 3):
+            return sample("x", dist.Normal())
+
+    def program(h, sample, plate):
+        with h.trace() as tr, h.seed(rng_seed=1):
+            with h.scope(prefix="a"):
+                fn(sample, plate)
+            with h.scope(prefix="b"), h.scope(prefix="a", hide_types=["plate"]):
+                fn(sample, plate)
+        return tr
+    ours = program(handlers, effppl.sample, effppl.plate)
+    theirs = program(nh, numpyro.sample, numpyro.plate)
+    assert set(ours) == set(theirs) == {"a/x", "b/a/x", "a/N", "b/N"}
+    _close(ours["b/a/x"]["value"], theirs["b/a/x"]["value"])
+    scoped = handlers.trace(handlers.seed(handlers.scope(
+        lambda: fn(effppl.sample, effppl.plate), prefix="s"), 0)).get_trace()
+    assert scoped["s/x"]["cond_indep_stack"][0].name == "s/N" and "s/N" in scoped

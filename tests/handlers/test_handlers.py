@@ -459,7 +459,8 @@ def test_handlers_mask_scale_block_condition_replay():
     masked = effppl.log_density(handlers.mask(model, False), (Y8, S8), {}, params)[0]
     _close(masked, 0.0)
     tr = handlers.trace(handlers.seed(model, 1)).get_trace(Y8, S8)
-    assert set(tr) == {"mu", "tau", "theta_tilde", "y"} and tr["y"]["is_observed"]
+    assert set(tr) == {"mu", "tau", "J", "theta_tilde", "y"} and tr["y"]["is_observed"]
+    assert tr["J"]["type"] == "plate"  # NumPyro's plate entry
     replayed = handlers.trace(handlers.replay(model, tr)).get_trace(Y8, S8)
     _close(replayed["mu"]["value"], tr["mu"]["value"])
     blocked = handlers.trace(handlers.block(handlers.seed(model, 1), hide=["mu"])).get_trace(Y8, S8)

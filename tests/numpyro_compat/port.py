@@ -46,8 +46,8 @@ UNFAIR = {
         "wrapper; flax is not installed)",
 }
 
-_OURS = {"numpyro": "effppl", "numpyro.handlers": "effppl.handlers", "numpyro.infer": "effppl.infer",
-         "numpyro.primitives": "effppl.primitives"}
+_OURS = {"numpyro": "effppl", "numpyro.handlers": "effppl.handlers",
+         "numpyro.infer": "effppl.infer", "numpyro.primitives": "effppl.primitives"}
 
 SHIM = '''
 import importlib as _importlib
@@ -114,7 +114,8 @@ def rewrite(source: str) -> str:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("numpyro"):
             target = _target(node.module)
-            if node.module == "numpyro.contrib" and any(a.name == "control_flow" for a in node.names):
+            if node.module == "numpyro.contrib" and any(a.name == "control_flow"
+                                                        for a in node.names):
                 target = "contrib"
             if target is None:
                 continue
