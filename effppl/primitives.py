@@ -89,7 +89,10 @@ def _batch_message(args, dims, in_tree):
 
 def _with_vmap_index(msg):
     """Under a `jax.vmap` inside the model, add the element index to the message, so the
-    operation is batched (one independent draw per element, like a plate)."""
+    operation is batched (one independent draw per element, like a plate). Not in a handler's
+    clause (`in_clause`): a clause is traced outside the model's own `vmap`s."""
+    if getattr(_plates, "in_clause", False):
+        return msg
     index = _compat.vmap_index()
     return msg if index is None else dict(msg, plates=(*msg.get("plates", ()), index))
 
@@ -179,6 +182,12 @@ class plate(contextlib.ContextDecorator):
         if not 0 <= self.subsample_size <= self.size:
             raise SiteError(f"effppl.plate({name!r}, {size}, subsample_size={subsample_size}) "
                             f"expected a subsample size between 0 and the size {size}.")
+        self.indices = jnp.arange(self.size)
+        if self.subsample_size < self.size:  # drawn once, as NumPyro's: re-entering reuses them
+            msg = {"fn": _Subsample(self.size, self.subsample_size), "value": None,
+                   "scale": None, "mask": None, "rng_key": None}
+            self.indices = _perform(sample_op, msg, name=self.name, is_observed=False,
+                                    infer=(), cond_indep_stack=_plate_frames(), site_type="plate")
 
     def __enter__(self):
         stack = _active_plates()
@@ -191,13 +200,6 @@ class plate(contextlib.ContextDecorator):
             used = {p.dim for p in stack}
             self.dim = next(d for d in range(-1, -100, -1) if d not in used)
             self._allocated = True
-        if self.subsample_size < self.size:
-            msg = {"fn": _Subsample(self.size, self.subsample_size), "value": None,
-                   "scale": None, "mask": None, "rng_key": None}
-            self.indices = _perform(sample_op, msg, name=self.name, is_observed=False,
-                                    infer=(), cond_indep_stack=_plate_frames(), site_type="plate")
-        else:
-            self.indices = jnp.arange(self.size)
         stack.append(self)
         return self.indices
 
@@ -273,6 +275,17 @@ def _plate_frames():
     (NumPyro's field) and `to_arviz` uses to name the site's dimensions."""
     return tuple(CondIndepStackFrame(p.name, p.dim, p.subsample_size)
                  for p in reversed(_active_plates()))
+
+
+@contextlib.contextmanager
+def in_clause():
+    """`sample` called from a handler's clause (a reparameterizer's auxiliary sites)."""
+    before = getattr(_plates, "in_clause", False)
+    _plates.in_clause = True
+    try:
+        yield
+    finally:
+        _plates.in_clause = before
 
 
 def message_contexts():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..primitives import deterministic_op, message_contexts, sample_op
+from ..primitives import deterministic_op, in_clause, message_contexts, sample_op
 from ._handler import Handler, forward
 
 
@@ -45,7 +45,8 @@ class reparam(Handler):
             keep = lambda m: dict(m, scale=msg["scale"], mask=msg["mask"])  # noqa: E731
             message_contexts().append(keep)
             try:
-                new_fn, value = strategy(name, msg["fn"], msg["value"])
+                with in_clause():
+                    new_fn, value = strategy(name, msg["fn"], msg["value"])
             finally:
                 message_contexts().remove(keep)
             if value is None or new_fn is not None:

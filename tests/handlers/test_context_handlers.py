@@ -245,3 +245,16 @@ def test_scope_prefixes_sites_and_plates_like_numpyro():
     scoped = handlers.trace(handlers.seed(handlers.scope(
         lambda: fn(effppl.sample, effppl.plate), prefix="s"), 0)).get_trace()
     assert scoped["s/x"]["cond_indep_stack"][0].name == "s/N" and "s/N" in scoped
+
+
+def test_a_subsampled_plate_entered_twice_keeps_its_indices():
+    def model():
+        outer = effppl.plate("outer", 20, subsample_size=10)
+        with outer:
+            x = effppl.sample("x", dist.Normal())
+        with outer:
+            y = effppl.sample("y", dist.Normal())
+        return outer.indices, x, y
+    tr = handlers.trace(handlers.seed(model, 0)).get_trace()
+    assert tr["x"]["value"].shape == tr["y"]["value"].shape == (10,)
+    assert tr["outer"]["value"].shape == (10,)

@@ -101,3 +101,19 @@ def test_nuts_on_the_reparametrized_funnel_recovers_the_prior_of_y():
     # y ~ N(0, 3) exactly (the funnel has no data): NUTS agrees within Monte Carlo error
     assert abs(y.mean()) < 0.3 and abs(y.std() - 3.0) < 0.3
     assert mcmc.get_samples()["x"].shape == (4000, 9)
+
+
+def test_reparam_block_inside_a_model_runs_under_nuts():
+    from effppl.infer import MCMC, NUTS
+
+    def model(data):   # NumPyro's test_predictive_with_improper model
+        alpha = effppl.sample("alpha", dist.Uniform(0, 1))
+        with handlers.reparam(config={"loc": TransformReparam()}):
+            loc = effppl.sample("loc", dist.TransformedDistribution(
+                dist.Uniform(0, 1).mask(False), dist.transforms.AffineTransform(0, alpha)))
+        effppl.sample("obs", dist.Normal(loc, 0.1), obs=data)
+    data = 0.9 + 0.1 * jax.random.normal(jax.random.PRNGKey(0), (50,))
+    mcmc = MCMC(NUTS(model), num_warmup=200, num_samples=200, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), data)
+    assert set(mcmc.get_samples()) == {"alpha", "loc_base", "loc"}
+    assert abs(float(mcmc.get_samples()["loc"].mean()) - float(data.mean())) < 0.05

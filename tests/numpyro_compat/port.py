@@ -41,6 +41,15 @@ UNFAIR = {
         "feature outside the issue",
     "test_handlers.py::test_collapse_beta_bernoulli": "as above (`collapse`)",
     "test_handlers.py::test_collapse_beta_binomial_plate": "as above (`collapse`; xfail upstream)",
+    "test_handlers.py::test_subsample_fn":
+        "tests `numpyro.primitives._subsample_fn`, a private function (effppl's subsampled "
+        "plates call it, and give NumPyro's indices: tests/handlers/test_context_handlers.py)",
+    "test_handlers.py::test_subsample_substitute":
+        "asserts the private message field `kwargs['rng_key']` of a trace entry (the values it "
+        "checks before that pass)",
+    "test_handlers.py::test_sites_have_unique_names":
+        "expects NumPyro's exception type (`AssertionError`); effppl rejects the duplicate name "
+        "too, with a `SiteError` naming both places",
     "test_infer_util.py::test_log_likelihood_flax_nn":
         "needs flax and `numpyro.contrib.module.random_flax_module` (NumPyro's own module "
         "wrapper; flax is not installed)",
