@@ -12,6 +12,7 @@ operation for the handlers outside it (DESIGN §2).
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from typing import Any
 
@@ -24,6 +25,7 @@ from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
 from .effects import _compat
+from .effects._values import describe_non_array
 from ._errors import EffpplError
 
 
@@ -158,8 +160,9 @@ class plate(contextlib.ContextDecorator):
     is None), and, when subsampling, its log density is scaled by `size / subsample_size`.
 
     **Arguments:**
-    - `name`: the plate's name (str).
-    - `size`: the number of independent draws (int).
+    - `name`: the plate's name (a non-empty str).
+    - `size`: the number of independent draws (a static int >= 1, as NumPyro requires; take it
+      from a shape, `y.shape[0]`, not from an array's value).
     - `subsample_size`: draw only this many (int, default `size`): the plate's indices are then
       a random subset of `range(size)` drawn with a key from `seed` (NumPyro's algorithm), a
       site of type `"plate"` named `name` that `substitute`/`replay` can set and `trace` records.
@@ -167,21 +170,24 @@ class plate(contextlib.ContextDecorator):
 
     **Returns** (entering): the indices, int array of shape `(subsample_size,)`.
 
-    **Raises:** `SiteError` when a distribution's batch shape conflicts with the plate, or
-    `subsample_size` exceeds `size`.
+    **Raises:** `SiteError` for a name that is not a str, a size that is not a static int >= 1,
+    a subsample size above it, a dim that is not negative or is used by an enclosing plate, and
+    when a distribution's batch shape conflicts with the plate.
 
     **Example:** `with plate("data", 100): sample("y", dist.Normal(mu, 1.0), obs=y)`
     """
 
     def __init__(self, name: str, size: int, subsample_size: int | None = None,
                  dim: int | None = None):
+        check_name("plate", name)
         if dim is not None and dim >= 0:
             raise SiteError(f"effppl.plate({name!r}, ..., dim={dim}) expected a negative dim.")
-        self.name, self.size, self.dim = name, int(size), dim
-        self.subsample_size = self.size if subsample_size is None else int(subsample_size)
-        if not 0 <= self.subsample_size <= self.size:
+        self.name, self.size, self.dim = name, _plate_size(name, size), dim
+        self.subsample_size = self.size if subsample_size is None else \
+            _plate_size(name, subsample_size)
+        if self.subsample_size > self.size:
             raise SiteError(f"effppl.plate({name!r}, {size}, subsample_size={subsample_size}) "
-                            f"expected a subsample size between 0 and the size {size}.")
+                            f"expected a subsample size no larger than the size {size}.")
         self.indices = jnp.arange(self.size)
         if self.subsample_size < self.size:  # drawn once, as NumPyro's: re-entering reuses them
             msg = {"fn": _Subsample(self.size, self.subsample_size), "value": None,
@@ -250,6 +256,29 @@ def _subsample_scale():
             ratio = p.size / p.subsample_size
             scale = ratio if scale is None else scale * ratio
     return scale
+
+
+def _plate_size(name, size):
+    if isinstance(size, jax.core.Tracer):
+        raise SiteError(f"effppl.plate({name!r}, size) expected a static int size, but got a "
+                        f"traced value ({size.aval}, e.g. computed from an array argument of the "
+                        f"model): a plate's size is a shape. Pass it as a Python int, or take it "
+                        f"from a shape (`y.shape[0]`).")
+    try:
+        value = None if isinstance(size, bool) else operator.index(size)
+    except TypeError:
+        value = None
+    if value is None or value < 1:
+        raise SiteError(f"effppl.plate({name!r}, size) expected an int size >= 1 (the number of "
+                        f"independent draws), but got {type(size).__name__} {size!r}.")
+    return value
+
+
+def check_name(api, name):
+    """Raise a `SiteError` unless `name`, the name given to `effppl.<api>`, is a non-empty str."""
+    if not isinstance(name, str) or not name:
+        raise SiteError(f"effppl.{api}(name, ...) expected a non-empty str site name, but got "
+                        f"{'an empty str' if name == '' else type(name).__name__} {name!r}.")
 
 
 def _broadcast_to_plates(name, fn):
@@ -330,9 +359,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
 
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
-    **Raises:** `SiteError` naming the site when `obs` has an incompatible shape or `fn` is not a
-    distribution; `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
+    **Raises:** `SiteError` naming the site when `name` is not a non-empty str, `fn` is not a
+    distribution, or `obs` is not a real (or integer or bool) array of a compatible shape;
+    `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
     """
+    check_name("sample", name)
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
@@ -342,7 +373,7 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         fn = fn.expand(tuple(sample_shape) + tuple(fn.batch_shape))
     fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
-        obs = jnp.asarray(obs)
+        obs = _observation(name, obs)
         try:
             jnp.broadcast_shapes(obs.shape, fn.shape())
         except ValueError:
@@ -360,6 +391,18 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
                     infer=infer,
                      cond_indep_stack=_plate_frames())
+
+
+def _observation(name, obs):
+    """`obs` as an array, or a `SiteError` naming site `name` for a value that is not one."""
+    problem = describe_non_array(obs)
+    if problem is None and jnp.iscomplexobj(obs):
+        problem = (f"a complex value (dtype {jnp.result_type(obs)}; no distribution has a complex "
+                   f"support)")
+    if problem is not None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
+                        f"(real, integer or bool), but got {problem}.")
+    return jnp.asarray(obs)
 
 
 def _broadcast_observation(fn, obs):
@@ -407,17 +450,39 @@ def _validate_at_run_time(name, fn):
     def check(*flags):
         bad = [n for n, ok in zip(names, flags) if not bool(ok)]
         if bad:
-            raise SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
+            err = SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
                             f"{', '.join(bad)} (outside their support; validate_args=True).")
+            _callback_errors.append(err)
+            raise err
 
     jax.debug.callback(check, *valid)
+
+
+_callback_errors: list = []  # SiteErrors that `_validate_at_run_time` raised, newest last
+
+
+@contextlib.contextmanager
+def callback_site_errors():
+    """Re-raise the `SiteError` that a run-time validation raised inside compiled code, which XLA
+    reports as a `JaxRuntimeError` (holding it as text only), as itself: an inference entry point
+    runs its compiled functions inside this context."""
+    _callback_errors.clear()
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        if not _callback_errors:
+            raise
+        raise _callback_errors[-1] from err
+    finally:
+        _callback_errors.clear()
 
 
 def deterministic(name: str, value):
     """Record `value` as the deterministic site `name` (in traces and posterior samples).
 
-    **Returns:** `value` unchanged.
+    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str.
     """
+    check_name("deterministic", name)
     return _perform(deterministic_op, jnp.asarray(value), name=name,
                     cond_indep_stack=_plate_frames())
 
@@ -425,5 +490,6 @@ def deterministic(name: str, value):
 def factor(name: str, log_factor):
     """Add `log_factor` (array; summed) to the log joint density, as the observed site `name`
     of a `Unit` distribution (as `numpyro.factor` does)."""
+    check_name("factor", name)
     unit = dist.Unit(jnp.asarray(log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 
 import jax
 import numpy as np
 import jax.numpy as jnp
 
+from ..effects._values import describe_non_array
 from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
 from ._handler import Handler, forward, trace_model
 from ._sites import analyze
@@ -98,6 +100,18 @@ def site_row(handler, name, values, site_shape, count, site):
                     f"{values.shape}, but the site expects {expected}.")
 
 
+def check_values(api, values):
+    """Raise a `SiteError` naming the site whose value in `values` (dict name -> value, given to
+    `effppl.handlers.<api>`) is not an array of real, integer or bool numbers."""
+    for name, value in values.items():
+        problem = describe_non_array(value)
+        if problem is None and jnp.iscomplexobj(value):
+            problem = f"a complex value (dtype {jnp.result_type(value)})"
+        if problem is not None:
+            raise SiteError(f"effppl.handlers.{api}: the value given for site `{name}` must be an "
+                            f"array of numbers (real, integer or bool), but is {problem}.")
+
+
 def _analyzed(fn, args, kwargs):
     return analyze(trace_model(fn, *args, **kwargs))
 
@@ -113,13 +127,24 @@ class _SetValue(Handler):
 
     def __init__(self, fn=None, data=None, substitute_fn=None):
         super().__init__(fn)
+        api = f"effppl.handlers.{type(self).__name__}"
         if data is None and substitute_fn is None:
-            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data` (or a "
-                            f"function giving sites' values).")
+            raise TypeError(f"{api}(fn, data) needs `data` (or a function giving sites' values).")
+        if data is not None and not isinstance(data, Mapping):
+            raise TypeError(f"{api}(fn, data=...) expected a dict site name -> value, but got "
+                            f"{type(data).__name__} {data!r:.60}.")
+        if substitute_fn is not None and not callable(substitute_fn):
+            raise TypeError(f"{api}(fn, {type(self).__name__}_fn=...) expected a callable "
+                            f"`fn(msg) -> value or None`, but got {substitute_fn!r:.60}.")
+        bad = next((k for k in (data or {}) if not isinstance(k, str)), None)
+        if bad is not None:
+            raise TypeError(f"{api}(fn, data=...) expected str site names as keys, but got "
+                            f"{type(bad).__name__} {bad!r:.60}.")
         self.data = dict(data or {})
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
+        check_values(self.entry_point or type(self).__name__, self.data)
         self._sites = _analyzed(self.fn, args, kwargs)
         return self.scope_params()
 
@@ -127,6 +152,7 @@ class _SetValue(Handler):
         return {name: jnp.int32(0) for name in self.data}
 
     def scope_consts(self):
+        check_values(self.entry_point or type(self).__name__, self.data)
         return self.data
 
     def with_scope_consts(self, consts):
@@ -226,6 +252,15 @@ class block(Handler):
     def __init__(self, fn=None, hide_fn=None, hide=None, expose_types=None, expose=None,
                  hide_types=None):
         super().__init__(fn)
+        if hide_fn is not None and not callable(hide_fn):
+            raise TypeError(f"effppl.handlers.block(fn, hide_fn=...) expected a callable "
+                            f"`hide_fn(msg) -> bool`, but got {hide_fn!r:.60}.")
+        for arg, names in (("hide", hide), ("expose", expose), ("expose_types", expose_types),
+                           ("hide_types", hide_types)):
+            if isinstance(names, str) or (names is not None and not all(
+                    isinstance(n, str) for n in names)):
+                raise TypeError(f"effppl.handlers.block(fn, {arg}=...) expected a list of site "
+                                f"names, but got {names!r:.60} (for one site: {arg}=[name]).")
         if hide_fn is not None:
             self.hide_fn = hide_fn
         elif hide is not None:
@@ -274,6 +309,12 @@ class mask(Handler):
     (`with mask(mask=m): ...`)."""
 
     def __init__(self, fn=None, mask=True):
+        problem = describe_non_array(mask)
+        if problem is None and jnp.result_type(mask) != jnp.bool_:
+            problem = f"an array of dtype {jnp.result_type(mask)}"
+        if problem is not None:
+            raise TypeError(f"effppl.handlers.mask(fn, mask=...) expected a bool array (as "
+                            f"NumPyro's), but got {problem}.")
         self.mask = mask
         super().__init__(fn)
 
@@ -292,6 +333,10 @@ class scale(Handler):
     scopes a block (`with scale(scale=10.0): ...`)."""
 
     def __init__(self, fn=None, scale=1.0):
+        problem = describe_non_array(scale)
+        if problem is not None or jnp.iscomplexobj(scale):
+            raise TypeError(f"effppl.handlers.scale(fn, scale=...) expected a positive real "
+                            f"scalar or array, but got {problem or repr(scale)}.")
         if not isinstance(scale, jax.core.Tracer) and not np.all(np.asarray(scale) > 0):
             raise ValueError(f"effppl.handlers.scale(fn, scale={scale!r}) expected a positive "
                              f"scale.")

@@ -6,6 +6,7 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
 from ._init import (
     InitializationError,
@@ -35,6 +36,7 @@ __all__ = [
     "KernelSettingsError",
     "PredictiveError",
     "UnhashableArgumentError",
+    "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
     "clear_cache",

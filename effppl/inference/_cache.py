@@ -27,7 +27,7 @@ import numpy as np
 
 from .._errors import EffpplError
 
-__all__ = ["ArgsStructure", "split_args", "cached", "clear_cache"]
+__all__ = ["UnhashableArgumentError", "ArgsStructure", "split_args", "cached", "clear_cache"]
 
 
 class UnhashableArgumentError(EffpplError, TypeError):

@@ -218,6 +218,7 @@ def _program(model: Callable, structure: ArgsStructure, dynamic: tuple) -> _Prog
 
     closed, consts, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in dynamic],
                                                _model.model_name(model))
+    _compat.check_no_leaked_tracers(consts, _model.model_name(model))
     # Without dead equations (a first-use cache may stage some into the first trace only).
     jaxpr, _ = _compat.pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars),
                                     instantiate=True)

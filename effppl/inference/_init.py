@@ -15,6 +15,7 @@ import numpy as np
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
+from ..effects._values import describe_non_array
 from . import _model
 
 __all__ = [
@@ -319,6 +320,11 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
             "or to give only some sites, use init_strategy=init_to_value(values={...}).")
     params = {}
     for site, spec in template.items():
+        problem = describe_non_array(init_params[site])
+        if problem is not None:
+            raise InitializationError(
+                f"`{api}(init_params=...)`: the value of site `{site}` of model `{name}` must be "
+                f"an array of numbers (unconstrained), but is {problem}.")
         value = jnp.asarray(init_params[site], spec.dtype)
         if value.shape == spec.shape[1:]:
             value = jnp.broadcast_to(value, spec.shape)

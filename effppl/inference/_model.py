@@ -89,6 +89,15 @@ def analyze_sites(model: Callable, args: tuple, kwargs: dict) -> dict:
     return _analyzed(model, args, kwargs)
 
 
+def site_errors():
+    """A context in which a `SiteError` raised by a run-time check inside compiled code (explicit
+    `validate_args=True` on traced parameters) comes out as itself, not as XLA's
+    `JaxRuntimeError`."""
+    from effppl.primitives import callback_site_errors
+
+    return callback_site_errors()
+
+
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
     """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
     return _handlers().potential_energy(model, args, kwargs, params)
