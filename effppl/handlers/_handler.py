@@ -230,6 +230,10 @@ class Handler:
 
     def handled(self, *args, **kwargs):
         """Run under this handler only (inside an outer composition)."""
+        if self.fn is None:
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(...) was built without a "
+                            f"model, to scope a `with` block; to call it, wrap a model: "
+                            f"`{type(self).__name__}(model, ...)(*args)`.")
         @_named_like(self.fn)
         def body(*a, **kw):
             with _inside():

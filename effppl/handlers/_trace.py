@@ -166,8 +166,9 @@ class trace(Handler):
 
     def _assemble(self, bufs):
         out = {}
-        order = list(self._recorded)  # program order (a dict pytree comes back sorted)
-        for name, entry in sorted(bufs.items(), key=lambda kv: order.index(kv[0])):
+        rank = {name: i for i, name in enumerate(self._recorded)}
+        # in program order (the buffers, a dict pytree, come back sorted by name)
+        for name, entry in sorted(bufs.items(), key=lambda kv: rank[kv[0]]):
             site = self._recorded[name]
             stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
                 else (lambda x: x)
@@ -186,20 +187,20 @@ class trace(Handler):
                 rec["log_prob"] = stack(entry["log_prob"])
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
-            for frame in reversed(rec["cond_indep_stack"]):  # NumPyro's plate entries, first
-                if frame.name not in out and frame.name not in bufs:   # before their sites
-                    out[frame.name] = {"type": "plate", "name": frame.name,
-                                       "value": jnp.arange(frame.size), "args": (frame.size,
-                                                                                 frame.size),
-                                       "is_observed": False, "infer": {}, "scale": 1.0,
-                                       "cond_indep_stack": []}
+            for frame in reversed(rec["cond_indep_stack"]):  # a plate's entry before its sites
+                if frame.name not in out and frame.name not in bufs:  # (subsampled: a site)
+                    out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
+                                                   jnp.arange(frame.size))
             if site.type == "plate":
-                rec["args"] = (self._fn_tree_size(site), rec["value"].shape[-1])
+                fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+                rec = {**rec, **_plate_entry(name, fn.size, fn.subsample_size, rec["value"]),
+                       "cond_indep_stack": rec["cond_indep_stack"]}
             out[name] = rec
         return out
 
-    @staticmethod
-    def _fn_tree_size(site):
-        """The full size of a subsampled plate (its `_Subsample` distribution's)."""
-        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
-        return fn.size
+
+def _plate_entry(name, size, subsample_size, indices):
+    """NumPyro's trace entry of a plate: `type` "plate", its indices as `value`, `args`
+    `(size, subsample_size)`."""
+    return {"type": "plate", "name": name, "value": indices, "args": (size, subsample_size),
+            "is_observed": False, "infer": {}, "scale": 1.0, "cond_indep_stack": []}

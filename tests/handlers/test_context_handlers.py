@@ -258,3 +258,8 @@ def test_a_subsampled_plate_entered_twice_keeps_its_indices():
     tr = handlers.trace(handlers.seed(model, 0)).get_trace()
     assert tr["x"]["value"].shape == tr["y"]["value"].shape == (10,)
     assert tr["outer"]["value"].shape == (10,)
+
+
+def test_calling_a_handler_built_for_a_block_says_to_wrap_a_model():
+    with pytest.raises(TypeError, match="wrap a model"):
+        handlers.seed(rng_seed=0)()
