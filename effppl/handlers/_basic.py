@@ -287,8 +287,8 @@ class block(Handler):
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
-            if not self.hidden("sample", name, msg, static):
-                return resume(params, forward(msg, name=name, **static))
+            if not self.hidden(static.get("site_type", "sample"), name, msg, static):
+                return resume(params, forward(msg, name=name, **self._plates_hidden(static)))
             value = msg["value"]
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
                 key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(name=name)
@@ -297,9 +297,20 @@ class block(Handler):
 
         def deterministic(params, value, *, resume, name, **static):
             if not self.hidden("deterministic", name, {"value": value}, static):
-                value = deterministic_op(value, name=name, **static)
+                value = deterministic_op(value, name=name, **self._plates_hidden(static))
             return resume(params, value)
         return {sample_op: sample, deterministic_op: deterministic}
+
+    def _plates_hidden(self, static):
+        """`static` noting, in `hidden_plates`, the enclosing (unsubsampled) plates this block
+        hides: a trace outside then leaves out their entries, as NumPyro's block hides a plate's
+        own message."""
+        hidden = tuple(f.name for f in static.get("cond_indep_stack", ())
+                       if self.hidden("plate", f.name, {}, {}))
+        if not hidden:
+            return static
+        return dict(static, hidden_plates=tuple(sorted(
+            set(static.get("hidden_plates", ())) | set(hidden))))
 
 
 class mask(Handler):

@@ -187,8 +187,11 @@ class trace(Handler):
                 rec["log_prob"] = stack(entry["log_prob"])
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
-            for frame in reversed(rec["cond_indep_stack"]):  # a plate's entry before its sites
-                if frame.name not in out and frame.name not in bufs:  # (subsampled: a site)
+            # a plate's entry goes before its sites; a subsampled plate is a site itself, and a
+            # `block` inside may have hidden the plate
+            skip = set(out) | set(bufs) | set(msg_static.get("hidden_plates", ()))
+            for frame in reversed(rec["cond_indep_stack"]):
+                if frame.name not in skip:
                     out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
                                                    jnp.arange(frame.size))
             if site.type == "plate":

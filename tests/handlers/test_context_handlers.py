@@ -263,3 +263,23 @@ def test_a_subsampled_plate_entered_twice_keeps_its_indices():
 def test_calling_a_handler_built_for_a_block_says_to_wrap_a_model():
     with pytest.raises(TypeError, match="wrap a model"):
         handlers.seed(rng_seed=0)()
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"hide": ["y"]}, {"x", "n", "z"}),
+    ({"hide": ["n"]}, {"x", "y", "z"}),
+    ({"expose": ["x", "z"]}, {"x", "z"}),
+    ({"expose_types": ["sample"]}, {"x", "y", "z"}),
+])
+def test_block_hides_plate_entries_like_numpyro(config, expected):
+    def fn(sample, plate):
+        x = sample("x", dist.Normal())
+        y = sample("y", dist.Normal(x))
+        with plate("n", 4):
+            sample("z", dist.Normal(y))
+
+    ours = handlers.trace(handlers.block(handlers.seed(
+        lambda: fn(effppl.sample, effppl.plate), 0), **config)).get_trace()
+    theirs = nh.trace(nh.block(nh.seed(lambda: fn(numpyro.sample, numpyro.plate), 0),
+                               **config)).get_trace()
+    assert set(ours) == set(theirs) == expected
