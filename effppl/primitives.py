@@ -54,10 +54,16 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
+def _no_key(name):
+    if name is None:
+        return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
+                "under `effppl.handlers.seed(model, rng_seed)`.")
+    return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
+            f"it a key: put `seed` inside or outside the `block`.")
+
+
 prng_key_op = fx.Operation(
-    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32),
-    unhandled=lambda name: (f"Site `{name}` is hidden by `block` and has no value, and no `seed` "
-                            f"handler gives it a key: put `seed` inside or outside the `block`."))
+    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32), unhandled=_no_key)
 """A fresh raw key from the nearest `seed` handler (NumPyro's `prng_key()`): `block` asks for
 one for a hidden site that has neither a value nor a key yet."""
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
@@ -345,7 +351,7 @@ def _perform(op, *args, **static):
 
 
 def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None, *,
-           sample_shape: tuple = ()):
+           sample_shape: tuple = (), obs_mask: Any = None):
     """Draw (or observe) the random variable `name` from the distribution `fn`.
 
     **Arguments:**
@@ -356,6 +362,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     - `infer`: optional dict of static inference hints (hashable values).
     - `sample_shape`: extra leading batch dimensions of independent draws; as in NumPyro, the
       enclosing plates broadcast against `sample_shape + fn.batch_shape`.
+    - `obs_mask`: boolean array broadcasting to `fn.batch_shape`, with `obs` (NumPyro's
+      imputation): events where it is true are observed (site `{name}_observed`), the others are
+      imputed by the latent site `{name}_unobserved`; the value, the two interleaved, is recorded
+      as the deterministic site `name`. (As in NumPyro, `obs` at the imputed events must still
+      be finite numbers for gradients to be.)
 
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
@@ -367,6 +378,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
+    if obs_mask is not None:
+        return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
     if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
@@ -403,6 +416,20 @@ def _observation(name, obs):
         raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
                         f"(real, integer or bool), but got {problem}.")
     return jnp.asarray(obs)
+def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
+    """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
+    from .handlers import mask  # the handlers build on these primitives
+
+    if obs is None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
+                        f"says which events of `obs` are observed.")
+    obs_mask = jnp.asarray(obs_mask, bool)
+    with mask(mask=obs_mask):
+        observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
+    with mask(mask=~obs_mask):
+        unobserved = sample(f"{name}_unobserved", fn, infer=infer, sample_shape=sample_shape)
+    batch_mask = jnp.reshape(obs_mask, jnp.shape(obs_mask) + (1,) * fn.event_dim)
+    return deterministic(name, jnp.where(batch_mask, observed, unobserved))
 
 
 def _broadcast_observation(fn, obs):
@@ -493,3 +520,81 @@ def factor(name: str, log_factor):
     check_name("factor", name)
     unit = dist.Unit(jnp.asarray(log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
+
+
+def prng_key():
+    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
+    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+
+    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
+    and returns None)."""
+    return _perform(prng_key_op, name=None)
+
+
+def mask_scopes():
+    """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
+    first (for `get_mask`)."""
+    if not hasattr(_plates, "masks"):
+        _plates.masks = []
+    return _plates.masks
+
+
+def get_mask():
+    """The mask of the enclosing `effppl.handlers.mask` handlers (NumPyro's `get_mask`): None
+    when there is none, a Python bool when every mask is one (so `if get_mask() is not False:`
+    skips work that only feeds a masked-out `factor`), else their conjunction (a bool array)."""
+    masks = mask_scopes()
+    if not masks:
+        return None
+    if all(isinstance(m, bool) for m in masks):
+        return all(masks)
+    out = jnp.asarray(masks[0], bool)
+    for m in masks[1:]:
+        out = jnp.logical_and(out, m)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# param: a learnable parameter (SVI), an effect operation like `sample`
+
+
+def _param_type(msg, *, name, init_fn, **static):
+    if msg["value"] is not None:
+        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
+
+
+param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
+
+
+def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
+          event_dim: int | None = None):
+    """A learnable parameter `name`, as `numpyro.param`: its value is `init_value` unless a
+    handler gives another (`substitute`; `effppl.infer.SVI` substitutes the values it optimises).
+
+    **Arguments:**
+    - `name`: the site name (str). Inside a loop every iteration reads the same value.
+    - `init_value`: the initial value (array), or a function `init_value(rng_key) -> array`,
+      called with a key from the enclosing `effppl.handlers.seed` when nobody gives a value.
+    - `constraint`: a `numpyro.distributions.constraints` object: the support of the value. SVI
+      optimises `biject_to(constraint).inv(value)` (unconstrained space), as NumPyro does.
+    - `event_dim`: the number of rightmost dimensions that form one event (NumPyro's meaning;
+      recorded in traces).
+
+    **Returns:** the value, an array of `init_value`'s shape.
+
+    **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
+    value's shape while tracing) or `constraint` is not a constraint.
+    """
+    if init_value is None:
+        raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
+                        f"of a PRNG key giving one): effppl needs it to know the parameter's shape "
+                        f"while tracing, also when a handler substitutes the value.")
+    if not isinstance(constraint, dist.constraints.Constraint):
+        raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
+                        f"numpyro.distributions.constraints object, but got {constraint!r}.")
+    init_fn = init_value if callable(init_value) else None
+    value = None if init_fn is not None else jnp.asarray(init_value)
+    msg = {"value": value, "constraint": constraint}
+    return _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)

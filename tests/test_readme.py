@@ -49,6 +49,14 @@ def test_model_example_samples_its_latent_walk(namespaces):
     assert x.shape == (4 * 500, 50)
 
 
+def test_svi_example_fits_the_latent_walk(namespaces):
+    ns = namespaces
+    assert ns["result"].params["x_auto_loc"].shape == (50,)
+    assert np.mean(ns["result"].losses[-100:]) < np.mean(ns["result"].losses[:100])
+    assert np.mean(np.abs(np.asarray(ns["x_mean"]) - np.asarray(ns["y"]))) < 0.3  # tracks y
+    assert ns["draws"]["x"].shape == (100, 50) and ns["post"]["x"].shape == (100, 50)
+
+
 def test_effects_examples_give_the_values_in_their_comments(namespaces):
     ns = namespaces
     with _float32():

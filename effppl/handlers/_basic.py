@@ -11,8 +11,9 @@ import numpy as np
 import jax.numpy as jnp
 
 from ..effects._values import describe_non_array
-from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
-from ._handler import Handler, forward, trace_model
+from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
+                          param_op, prng_key_op, sample_op)
+from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 from ..effects._primitives import _Eqns
 
@@ -67,15 +68,23 @@ class seed(Handler):
         def prng_key(key, *, resume, **static):
             key, sub = jax.random.split(key)
             return resume(key, sub)
-        return {sample_op: sample, prng_key_op: prng_key}
+
+        def param(key, msg, *, resume, init_fn, **static):
+            if msg["value"] is not None:  # as NumPyro: a key only for an `init_value` function
+                return resume(key, forward_param(msg, init_fn=init_fn, **static))
+            key, sub = jax.random.split(key)
+            msg = dict(msg, value=jnp.asarray(init_fn(sub)))
+            return resume(key, forward_param(msg, init_fn=init_fn, **static))
+        return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
 
 def site_row(handler, name, values, site_shape, count, site):
     """`(value, advance)`: the value of site `name` at its `count`-th occurrence.
 
-    A site outside loops takes `values` whole, which must have the site's shape; a site inside
-    loops of lengths `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)`
-    (or `(T1 * T2 * ..., *shape)`). **Raises:** `SiteError` naming the site on any other shape,
+    A site outside loops takes `values` whole, which must have the site's shape or broadcast to it
+    (as NumPyro accepts: leading axes of size 1 are dropped); a site inside loops of lengths
+    `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)` (or broadcasting
+    to it), or `(T1 * T2 * ..., *shape)`. **Raises:** `SiteError` naming the site on any other shape,
     and for a site inside a `while_loop` (no static number of occurrences to give rows for).
     """
     if site is not None and not site.bounded:
@@ -86,18 +95,36 @@ def site_row(handler, name, values, site_shape, count, site):
     values = jnp.asarray(values)
     site_shape = tuple(site_shape)
     loops = site.loops if site is not None else ()
+    given = values
     if loops:
-        if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
+        if values.shape != (site.count, *site_shape):
+            values = _broadcast_value(values, (*loops, *site_shape))
+        if values is not None:
             if site.count == 0:  # inside a loop of length 0: no occurrence ever reads a row
                 return jnp.zeros(site_shape, values.dtype), True
             return values.reshape((site.count, *site_shape))[site.row(count)], True
         expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
-    elif values.shape == site_shape:
-        return values, False
+    elif (fitted := _broadcast_value(values, site_shape)) is not None:
+        return fitted, False
     else:
         expected = f"{site_shape}"
     raise SiteError(f"effppl.handlers.{handler}: the value given for site `{name}` has shape "
-                    f"{values.shape}, but the site expects {expected}.")
+                    f"{given.shape}, but the site expects {expected}.")
+
+
+def _broadcast_value(values, shape):
+    """`values` broadcast to `shape` when it broadcasts there as NumPyro lets it (leading axes of
+    size 1 dropped, e.g. `(1, 2)` for a site of shape `(2,)`), else None."""
+    if values.shape == shape:
+        return values
+    try:
+        out = jnp.broadcast_shapes(values.shape, shape)
+    except ValueError:
+        return None
+    lead = len(out) - len(shape)
+    if out[lead:] != shape or any(d != 1 for d in out[:lead]):
+        return None
+    return jnp.broadcast_to(values.reshape(values.shape[max(values.ndim - len(shape), 0):]), shape)
 
 
 def check_values(api, values):
@@ -140,7 +167,8 @@ class _SetValue(Handler):
         if bad is not None:
             raise TypeError(f"{api}(fn, data=...) expected str site names as keys, but got "
                             f"{type(bad).__name__} {bad!r:.60}.")
-        self.data = dict(data or {})
+        # a site given `None` is left alone, as in NumPyro (e.g. `condition(model, {"y": None})`)
+        self.data = {name: value for name, value in (data or {}).items() if value is not None}
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
@@ -197,9 +225,26 @@ class _SetValue(Handler):
                 value = fixed.astype(value.dtype)
             return resume(counts, deterministic_op(value, name=name, **static))
 
-        if self.sets_deterministic:
-            return {sample_op: sample, deterministic_op: deterministic}
-        return {sample_op: sample}
+        def param(counts, msg, *, resume, name, **static):
+            value = None
+            if name in self.data:
+                value = self.data[name]
+            elif self.substitute_fn is not None:
+                value = self.substitute_fn(dict(msg, name=name, type="param", **static))
+            if value is not None:
+                shape = _param_type(msg, name=name, **static)
+                value = jnp.asarray(value, shape.dtype)
+                if value.shape != shape.shape:
+                    raise SiteError(f"effppl.handlers.{self.entry_point or type(self).__name__}: "
+                                    f"the value given for param `{name}` has shape {value.shape}, "
+                                    f"but its init_value has shape {shape.shape}.")
+                msg = dict(msg, value=value)
+            return resume(counts, forward_param(msg, name=name, **static))
+
+        clauses = {sample_op: sample}
+        if self.sets_deterministic:  # substitute: also deterministic and param sites (NumPyro)
+            clauses.update({deterministic_op: deterministic, param_op: param})
+        return clauses
 
 
 class substitute(_SetValue):
@@ -299,7 +344,15 @@ class block(Handler):
             if not self.hidden("deterministic", name, {"value": value}, static):
                 value = deterministic_op(value, name=name, **self._plates_hidden(static))
             return resume(params, value)
-        return {sample_op: sample, deterministic_op: deterministic}
+
+        def param(params, msg, *, resume, name, init_fn, **static):
+            if not self.hidden("param", name, msg, static):
+                return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
+            value = msg["value"]
+            if value is None:
+                value = jnp.asarray(init_fn(prng_key_op(name=name)))
+            return resume(params, value)
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
 
     def _plates_hidden(self, static):
         """`static` noting, in `hidden_plates`, the enclosing (unsubsampled) plates this block
@@ -328,6 +381,22 @@ class mask(Handler):
                             f"NumPyro's), but got {problem}.")
         self.mask = mask
         super().__init__(fn)
+
+    def __enter__(self):
+        out = super().__enter__()
+        mask_scopes().append(self.mask)  # for `get_mask`
+        return out
+
+    def __exit__(self, *exc):
+        mask_scopes().pop()
+        return super().__exit__(*exc)
+
+    def handled(self, *args, **kwargs):
+        mask_scopes().append(self.mask)
+        try:
+            return super().handled(*args, **kwargs)
+        finally:
+            mask_scopes().pop()
 
     def adjust_message(self, msg):
         m = jnp.asarray(self.mask, bool)

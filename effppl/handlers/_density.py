@@ -38,8 +38,9 @@ class _LogJoint(Handler):
 class _Unconstrain(Handler):
     """Gives latent sites `params` in unconstrained space: value `t(u)` with `t =
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
-    other latents uses their current values), and returns `(result, sum of log|det J_t(u)|)`,
-    each term scaled like its site. (NumPyro adds each term as a factor site `_{name}_log_det`;
+    other latents uses their current values), and returns `(result, sum of log|det J_t(u)|,
+    {site: its own sum})`, each term of the total scaled like its site (the per-site sums are
+    not scaled: autoguides use them as the guide's own Jacobians). (NumPyro adds each term as a factor site `_{name}_log_det`;
     the sum is the same, without two more clauses per latent site to trace.)
 
     Unconstrained coordinates that no occurrence reads (the rows of a site in a `cond` branch
@@ -57,11 +58,12 @@ class _Unconstrain(Handler):
         check_values(f"{self.entry_point} (unconstrained values)", self.values)
         self._sites = _analyzed(self.fn, args, kwargs)
         counts = {name: jnp.int32(0) for name in self.values}
-        return counts, jnp.zeros((), jnp.result_type(float))
+        zero = jnp.zeros((), jnp.result_type(float))
+        return counts, zero, {name: zero for name in self.values}
 
     def clauses(self):
         def sample(state, msg, *, resume, name, **static):
-            counts, log_det_total = state
+            counts, log_det_total, per_site = state
             if name not in self.values or msg["value"] is not None:
                 return resume(state, forward(msg, name=name, **static))
             fn, site = msg["fn"], self._sites.get(name)
@@ -75,16 +77,18 @@ class _Unconstrain(Handler):
             u, unread = split_row(row, u_shape)
             value = t(u)
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
-            if msg["scale"] is not None:
-                log_det = jnp.sum(log_det * msg["scale"])
             if unread is not None:
                 log_det = log_det + jnp.sum(_std_normal(unread))
-            state = counts, log_det_total + log_det.astype(log_det_total.dtype)
+            own = per_site[name] + log_det.astype(log_det_total.dtype)
+            if msg["scale"] is not None:
+                log_det = jnp.sum(log_det * msg["scale"])
+            state = (counts, log_det_total + log_det.astype(log_det_total.dtype),
+                     dict(per_site, **{name: own}))
             return resume(state, forward(dict(msg, value=value), name=name, **static))
         return {sample_op: sample}
 
     def ret(self, state, result):
-        counts, log_det_total = state
+        counts, log_det_total, per_site = state
         for name, count in counts.items():
             site = self._sites.get(name)
             if site is None or site.type != "sample" or not site.conditional or not site.bounded \
@@ -97,9 +101,10 @@ class _Unconstrain(Handler):
             occurrence = jnp.arange(rows.shape[0])
             unread = jnp.zeros(rows.shape[0], bool).at[site.row(occurrence)].set(
                 occurrence >= count)
-            aux = jnp.where(unread[:, None], _std_normal(rows), 0.0)
-            log_det_total = log_det_total + jnp.sum(aux).astype(log_det_total.dtype)
-        return result, log_det_total
+            aux = jnp.sum(jnp.where(unread[:, None], _std_normal(rows), 0.0))
+            log_det_total = log_det_total + aux.astype(log_det_total.dtype)
+            per_site = dict(per_site, **{name: per_site[name] + aux.astype(log_det_total.dtype)})
+        return result, log_det_total, per_site
 
 
 def _check_call(api, model_args, model_kwargs, params):
@@ -148,7 +153,8 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
     _check_call("unconstrained_log_density", model_args, model_kwargs, params)
     joint = _LogJoint(_Unconstrain(model, params))
-    (_, log_det), log_joint = run_outermost(joint.handled, *model_args, **(model_kwargs or {}))
+    (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
+                                               **(model_kwargs or {}))
     return log_joint + log_det
 
 

@@ -20,7 +20,8 @@ import numpyro.primitives
 
 from .. import effects as fx
 from ..effects import _compat
-from ..primitives import SiteError, deterministic_op, eager_blocks, message_contexts, sample_op
+from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
+                          sample_op)
 
 _depth = threading.local()
 
@@ -70,8 +71,21 @@ def _base_sample(params, msg, *, resume, name, **static):
     return resume(params, value)
 
 
-_BASE = {sample_op: _base_sample,
+def _base_param(params, msg, *, resume, name, **static):
+    if msg["value"] is None:
+        raise SiteError(f"The param site `{name}` has a function as `init_value`, which needs a "
+                        f"PRNG key: run the model under `effppl.handlers.seed(model, rng_seed)`, "
+                        f"or `substitute` the param's value.")
+    return resume(params, msg["value"])
+
+
+_BASE = {sample_op: _base_sample, param_op: _base_param,
          deterministic_op: lambda params, value, *, resume, **static: resume(params, value)}
+
+
+def forward_param(msg, **static):
+    """Re-perform the param operation for the handlers outside the current one."""
+    return param_op(msg, **static)
 
 
 def model_name(fn) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
-from ._handler import Handler, _nesting, forward, run_outermost, trace_model
+from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
+from ._handler import Handler, _nesting, forward, forward_param, run_outermost, trace_model
 from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
@@ -23,10 +23,12 @@ def _log_prob_type(site, fn_avals):
 
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
-    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer",
+    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "scale", "infer",
     "cond_indep_stack"}}`; `log_prob` is the elementwise log density of each occurrence's value
     under that occurrence's distribution, zero where an enclosing `mask` is false (NumPyro's masked
-    `fn`), not scaled; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
+    `fn`), not scaled; `scale` the factor an enclosing `scale` handler puts on it (broadcast to
+    `log_prob`'s shape; None outside any); a `param` site (`type: "param"`) records its value and
+    `kwargs` `{"constraint", "event_dim"}`, as NumPyro's; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
     `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them; empty for a
     site that different `cond` branches put in different plates).
 
@@ -79,13 +81,18 @@ class trace(Handler):
             entry = {"value": jnp.zeros(lead + site.aval.shape, site.aval.dtype)}
             if site.in_loop:
                 entry["count"] = jnp.int32(0)
+            msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+            if site.type == "param":
+                entry["constraint"] = [jnp.zeros(a.shape, a.dtype) for a in
+                                       jax.tree_util.tree_leaves(msg_avals["constraint"])]
             if site.type == "sample":
-                msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
                 if site.one_family:
                     entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
                                    for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
                 lp = _log_prob_type(site, msg_avals["fn"])
                 entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
+                if msg_avals["scale"] is not None:
+                    entry["scale"] = jnp.zeros(lead + lp.shape, lp.dtype)
                 if self.record_unconstrained and not site.is_observed:
                     shape, dtype = unconstrained_type(site)
                     entry["unconstrained"] = jnp.zeros(lead + shape, dtype)
@@ -93,7 +100,7 @@ class trace(Handler):
         return bufs
 
     def clauses(self):
-        def record(bufs, name, value, fn=None, mask=None):
+        def record(bufs, name, value, fn=None, mask=None, scale=None, constraint=None):
             if name not in bufs:
                 return bufs
             entry = dict(bufs[name])
@@ -101,6 +108,8 @@ class trace(Handler):
             if site.in_loop and entry["value"].shape[0] == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
             updates = {"value": value}
+            if constraint is not None and "constraint" in entry:
+                updates["constraint"] = jax.tree_util.tree_leaves(constraint)
             if fn is not None and "log_prob" in entry:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
                 if "fn" in entry:
@@ -113,6 +122,9 @@ class trace(Handler):
                     lp = jnp.where(mask, lp, 0.0)
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
+                if "scale" in entry:
+                    updates["scale"] = jnp.broadcast_to(scale, entry["scale"].shape[
+                        1 if site.in_loop else 0:])
                 if "unconstrained" in entry:
                     shape = entry["unconstrained"].shape[1 if site.in_loop else 0:]
                     updates["unconstrained"] = pad_row(bijector(name, fn).inv(value), shape)
@@ -134,13 +146,17 @@ class trace(Handler):
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            return resume(record(bufs, name, value, msg["fn"], msg["mask"]), value)
+            return resume(record(bufs, name, value, msg["fn"], msg["mask"], msg["scale"]), value)
+
+        def param(bufs, msg, *, resume, name, **static):
+            value = forward_param(msg, name=name, **static)
+            return resume(record(bufs, name, value, constraint=msg["constraint"]), value)
 
         def deterministic(bufs, value, *, resume, name, **static):
             value = deterministic_op(value, name=name, **static)
             return resume(record(bufs, name, value), value)
 
-        return {sample_op: sample, deterministic_op: deterministic}
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
 
     @staticmethod
     def _fn_tree(site):
@@ -185,6 +201,12 @@ class trace(Handler):
                                                       [stack(x) for x in entry["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
                 rec["log_prob"] = stack(entry["log_prob"])
+                rec["scale"] = stack(entry["scale"]) if "scale" in entry else None
+            if site.type == "param":
+                msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+                constraint = jax.tree_util.tree_unflatten(
+                    jax.tree_util.tree_structure(msg["constraint"]), entry["constraint"])
+                rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
             # a plate's entry goes before its sites; a subsampled plate is a site itself, and a

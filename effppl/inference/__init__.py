@@ -8,6 +8,7 @@ arguments, so repeated runs on new data of the same shapes do not recompile.
 
 from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
+from ._fns import StaticArgumentWarning
 from ._init import (
     InitializationError,
     InitStrategy,
@@ -15,20 +16,37 @@ from ._init import (
     init_to_uniform,
     init_to_value,
 )
+from ._init_site import init_to_feasible, init_to_mean, init_to_sample
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
+from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceMeanField_ELBO
+from ._optim import OptimizerError
+from ._svi import SVI, SVIError, SVIRunResult, SVIState
+from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",
     "NUTS",
     "HMC",
     "Predictive",
+    "SVI",
+    "SVIState",
+    "SVIRunResult",
+    "Trace_ELBO",
+    "TraceMeanField_ELBO",
+    "RenyiELBO",
+    "SVIError",
+    "ELBOError",
+    "OptimizerError",
     "log_likelihood",
     "init_to_uniform",
     "init_to_median",
     "init_to_value",
+    "init_to_feasible",
+    "init_to_mean",
+    "init_to_sample",
     "InitStrategy",
     "MCMCState",
     "InitializationError",
@@ -39,5 +57,6 @@ __all__ = [
     "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StaticArgumentWarning",
     "clear_cache",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._errors import EffpplError
 from ._init import InitStrategy, init_to_uniform
+from ._init_site import as_strategy
 
 __all__ = ["NUTS", "HMC"]
 
@@ -58,8 +59,9 @@ class _HMCFamily:
         _check(api, "target_accept_prob", target_accept_prob,
                _real(target_accept_prob) and 0 < float(target_accept_prob) < 1,
                "a float in (0, 1)")
-        _check(api, "init_strategy", init_strategy, isinstance(init_strategy, InitStrategy),
-               "an effppl.infer init strategy such as init_to_uniform()")
+        _check(api, "init_strategy", init_strategy, callable(init_strategy),
+               "an effppl.infer init strategy such as init_to_uniform(), or a function of a "
+               "site message as in NumPyro")
         _check(api, "divergence_threshold", divergence_threshold,
                _positive(divergence_threshold), "a positive float")
         self.model = model
@@ -68,7 +70,7 @@ class _HMCFamily:
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
         self.dense_mass = dense_mass
         self.target_accept_prob = float(target_accept_prob)
-        self.init_strategy = init_strategy
+        self.init_strategy = as_strategy(init_strategy)
         self.divergence_threshold = float(divergence_threshold)
 
     def settings(self) -> tuple:

@@ -18,8 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
 from ._arguments import model_arguments
-from ._cache import split_args
-from ._fns import model_fns
+from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
 from ._kernels import _HMCFamily
@@ -192,8 +191,7 @@ class MCMC:
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
         with model_arguments(api, self.kernel.model, args, kwargs):
-            structure, dynamic = split_args(api, args, kwargs)
-            fns = model_fns(self.kernel.model, structure, dynamic)
+            fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
             info = fns.site_info(dynamic)
         if not info.latent:
             raise MCMCError(

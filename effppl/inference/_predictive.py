@@ -11,8 +11,7 @@ from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ..primitives import SiteError
 from ._arguments import model_arguments
-from ._cache import split_args
-from ._fns import model_fns
+from ._fns import model_fns, prepare
 from ._mcmc import _as_key
 from ._model import site_errors
 
@@ -89,10 +88,18 @@ class Predictive:
     - `num_samples`: number of prior draws (required without `posterior_samples`).
     - `return_sites`: names to return; by default the sample sites not in `posterior_samples`, and
       the deterministic sites.
+    - `parallel`: accepted for NumPyro's signature; effppl always draws in parallel (`jax.vmap`
+      over the draws, in one compiled function).
     - `batch_ndims`: leading batch dimensions of `posterior_samples` (2 for
       `get_samples(group_by_chain=True)`).
     - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
-      (by default they are recomputed).
+      (by default they are recomputed). `exclude_deterministic` is NumPyro's deprecated alias
+      (`exclude_deterministic=True` is `condition_deterministic=False`).
+    - `guide`: draw the latent sites from this guide (e.g. an autoguide after `SVI`) instead of
+      `posterior_samples`: `num_samples` draws, each running the guide with `params`.
+    - `params`: dict param name -> constrained value (`SVI.get_params`, `SVIRunResult.params`),
+      substituted into the guide and the model (and into `model` alone without a guide:
+      `Predictive(guide, params=params, num_samples=n)` draws from a guide, as in NumPyro).
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -106,11 +113,32 @@ class Predictive:
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
-                 batch_ndims: int = 1, condition_deterministic: bool = False):
+                 parallel: bool = False, batch_ndims: int = 1,
+                 condition_deterministic: bool | None = None,
+                 exclude_deterministic: bool | None = None, guide: Callable | None = None,
+                 params: dict | None = None):
         api = "effppl.infer.Predictive"
         if not callable(model):
             raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
                                   f"{type(model).__name__} {model!r:.60}.")
+        if exclude_deterministic is not None:  # NumPyro's deprecated alias
+            if condition_deterministic is not None:
+                raise PredictiveError(f"`{api}` takes `condition_deterministic` or its deprecated "
+                                      f"alias `exclude_deterministic`, not both.")
+            warnings.warn("`exclude_deterministic` is deprecated, use `condition_deterministic` "
+                          "(`exclude_deterministic=True` is `condition_deterministic=False`).",
+                          FutureWarning, stacklevel=2)
+            condition_deterministic = not exclude_deterministic
+        if guide is not None and posterior_samples is not None:
+            raise PredictiveError(f"`{api}` got both `posterior_samples` and `guide`: the latent "
+                                  f"draws come from one of them; pass only one.")
+        if guide is not None and num_samples is None:
+            raise PredictiveError(f"`{api}(model, guide=...)` needs `num_samples`, the number of "
+                                  f"draws from the guide.")
+        if params is not None and not isinstance(params, Mapping):
+            raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
+                                  f"value, but got {type(params).__name__}.")
+        self.guide, self.params = guide, dict(params or {})
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
@@ -128,6 +156,7 @@ class Predictive:
         self.return_sites = None if return_sites is None else tuple(return_sites)
         self.batch_ndims = _check_batch_ndims(api, batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
+        self.parallel = bool(parallel)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -149,8 +178,7 @@ class Predictive:
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
         with model_arguments(api, self.model, args, kwargs):
-            structure, dynamic = split_args(api, args, kwargs)
-            fns = model_fns(self.model, structure, dynamic)
+            fns, dynamic = prepare(api, self.model, args, kwargs)
             info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
@@ -172,10 +200,17 @@ class Predictive:
                 )
             sites = set(self.return_sites)
         keys = jax.random.split(key, self.num_samples)
+        samples = _flatten(samples, self.batch_ndims)
+        if self.guide is not None:
+            guide_key, key = jax.random.split(key)
+            samples = self._guide_draws(guide_key, fns.structure, dynamic, sample_sites)
+            keys = jax.random.split(key, self.num_samples)
+            if self.return_sites is None:
+                sites -= set(samples)
         try:
             with site_errors():
                 out = jax.block_until_ready(fns.predictor(tuple(sorted(sites)))(
-                    keys, _flatten(samples, self.batch_ndims), dynamic))
+                    keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -184,6 +219,14 @@ class Predictive:
                 "`posterior_samples`; draws grouped by chain, from "
                 "`get_samples(group_by_chain=True)`, need `batch_ndims=2`).") from err
         return _unflatten(out, self._batch_shape)
+
+    def _guide_draws(self, key, structure, dynamic, model_sites):
+        """`num_samples` draws of the guide's sample sites that are sample sites of the model."""
+        guide_fns = model_fns(self.guide, structure, dynamic)
+        info = guide_fns.site_info(dynamic)
+        names = tuple(sorted(n for n in info.latent if n in model_sites))
+        draw = guide_fns.predictor(names)
+        return draw(jax.random.split(key, self.num_samples), {}, self.params, dynamic)
 
 
 def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims: int = 1,
@@ -213,8 +256,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     batch_ndims = _check_batch_ndims(api, batch_ndims)
     posterior_samples = _draws(api, posterior_samples)
     with model_arguments(api, model, args, kwargs):
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(model, structure, dynamic)
+        fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
