@@ -283,3 +283,15 @@ def test_block_hides_plate_entries_like_numpyro(config, expected):
     theirs = nh.trace(nh.block(nh.seed(lambda: fn(numpyro.sample, numpyro.plate), 0),
                                **config)).get_trace()
     assert set(ours) == set(theirs) == expected
+
+
+def test_lift_and_param_in_eager_blocks_like_numpyro():
+    def program(h, param):
+        with h.trace() as tr, h.seed(rng_seed=0), h.lift(prior={"mu": dist.Normal()}):
+            param("mu", 0.0)
+            param("s", 1.0)
+        return tr
+    ours, theirs = program(handlers, effppl.param), program(nh, numpyro.param)
+    assert {k: v["type"] for k, v in ours.items()} == {k: v["type"] for k, v in theirs.items()} \
+        == {"mu": "sample", "s": "param"}
+    _close(ours["mu"]["value"], theirs["mu"]["value"])
