@@ -346,6 +346,15 @@ def _perform(op, *args, **static):
     return op(*args, **static)
 
 
+def site_contexts():
+    """Site configurators of the `config_enumerate`/`enum` wrappers being traced, outermost
+    first: each `configure(name, msg, infer, is_observed) -> (msg, infer)` sees a sample site
+    (its message and its `infer` dict) before it is performed."""
+    if not hasattr(_plates, "site_contexts"):
+        _plates.site_contexts = []
+    return _plates.site_contexts
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
@@ -400,10 +409,13 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = {"fn": fn, "value": obs, "scale": _subsample_scale(), "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = tuple(sorted((infer or {}).items()))
+    infer = dict(infer or {})
+    for configure in reversed(site_contexts()):
+        msg, infer = configure(name, msg, infer, obs is not None)
+    infer = tuple(sorted(infer.items()))
     return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
                     infer=infer,
-                     cond_indep_stack=_plate_frames())
+                    cond_indep_stack=_plate_frames())
 
 
 def _observation(name, obs):

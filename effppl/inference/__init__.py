@@ -6,6 +6,7 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
 from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
 from ._fns import StaticArgumentWarning
@@ -59,4 +60,7 @@ __all__ = [
     "DivergenceWarning",
     "StaticArgumentWarning",
     "clear_cache",
+    "config_enumerate",
+    "infer_discrete",
+    "InferDiscreteError",
 ]

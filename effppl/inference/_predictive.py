@@ -100,6 +100,9 @@ class Predictive:
     - `params`: dict param name -> constrained value (`SVI.get_params`, `SVIRunResult.params`),
       substituted into the guide and the model (and into `model` alone without a guide:
       `Predictive(guide, params=params, num_samples=n)` draws from a guide, as in NumPyro).
+    - `infer_discrete`: draw the sites marked for enumeration from their conditional given each
+      posterior draw (`effppl.infer.infer_discrete`, temperature 1), as NumPyro's; by default
+      they are drawn from their prior, like every latent site not in `posterior_samples`.
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -116,7 +119,7 @@ class Predictive:
                  parallel: bool = False, batch_ndims: int = 1,
                  condition_deterministic: bool | None = None,
                  exclude_deterministic: bool | None = None, guide: Callable | None = None,
-                 params: dict | None = None):
+                 params: dict | None = None, infer_discrete: bool = False):
         api = "effppl.infer.Predictive"
         if not callable(model):
             raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
@@ -157,6 +160,7 @@ class Predictive:
         self.batch_ndims = _check_batch_ndims(api, batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
         self.parallel = bool(parallel)
+        self.infer_discrete = bool(infer_discrete)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -180,7 +184,7 @@ class Predictive:
         with model_arguments(api, self.model, args, kwargs):
             fns, dynamic = prepare(api, self.model, args, kwargs)
             info = fns.site_info(dynamic)
-        sample_sites = set(info.latent) | set(info.observed)
+        sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
         if unknown:
@@ -209,8 +213,8 @@ class Predictive:
                 sites -= set(samples)
         try:
             with site_errors():
-                out = jax.block_until_ready(fns.predictor(tuple(sorted(sites)))(
-                    keys, samples, self.params, dynamic))
+                out = jax.block_until_ready(fns.predictor(
+                    tuple(sorted(sites)), self.infer_discrete)(keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -258,6 +262,12 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     with model_arguments(api, model, args, kwargs):
         fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)
+    if info.enumerated:
+        raise PredictiveError(
+            f"`{api}`: model `{fns.name}` has sites marked for enumeration "
+            f"({list(info.enumerated)}), whose pointwise log likelihood effppl does not define. "
+            "Draw them first (`effppl.infer.infer_discrete` or `Predictive`) and pass them in "
+            "`posterior_samples` of the model without the enumeration marks.")
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
         raise PredictiveError(
