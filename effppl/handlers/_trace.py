@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, forward, forward_param, run_outermost, trace_model
+from ._handler import Handler, _nesting, forward, forward_param, run_outermost, trace_model
 from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
@@ -49,6 +49,21 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+
+    def __init__(self, fn=None):
+        super().__init__(fn)
+        self.trace = {}
+
+    def __enter__(self):
+        if self.fn is None and _nesting():
+            raise TypeError("`with effppl.handlers.trace() as tr:` inside a model is not "
+                            "supported (a block's values cannot leave the compiled model); "
+                            "trace the model instead: `trace(model).get_trace(*args)`.")
+        super().__enter__()
+        return self.trace
+
+    def absorb(self, handled, params):
+        self.trace.update(handled._assemble(params))
 
     def _sites(self, *args, **kwargs):
         sites = analyze(trace_model(self.fn, *args, **kwargs))
@@ -101,7 +116,7 @@ class trace(Handler):
             updates = {"value": value}
             if constraint is not None and "constraint" in entry:
                 updates["constraint"] = jax.tree_util.tree_leaves(constraint)
-            if fn is not None:
+            if fn is not None and "log_prob" in entry:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
                 if "fn" in entry:
                     same = [jnp.shape(x) for x in leaves] == \
@@ -173,7 +188,9 @@ class trace(Handler):
 
     def _assemble(self, bufs):
         out = {}
-        for name, entry in bufs.items():
+        rank = {name: i for i, name in enumerate(self._recorded)}
+        # in program order (the buffers, a dict pytree, come back sorted by name)
+        for name, entry in sorted(bufs.items(), key=lambda kv: rank[kv[0]]):
             site = self._recorded[name]
             stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
                 else (lambda x: x)
@@ -198,5 +215,23 @@ class trace(Handler):
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in entry:
                 rec["unconstrained"] = stack(entry["unconstrained"])
+            # a plate's entry goes before its sites; a subsampled plate is a site itself, and a
+            # `block` inside may have hidden the plate
+            skip = set(out) | set(bufs) | set(msg_static.get("hidden_plates", ()))
+            for frame in reversed(rec["cond_indep_stack"]):
+                if frame.name not in skip:
+                    out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
+                                                   jnp.arange(frame.size))
+            if site.type == "plate":
+                fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+                rec = {**rec, **_plate_entry(name, fn.size, fn.subsample_size, rec["value"]),
+                       "cond_indep_stack": rec["cond_indep_stack"]}
             out[name] = rec
         return out
+
+
+def _plate_entry(name, size, subsample_size, indices):
+    """NumPyro's trace entry of a plate: `type` "plate", its indices as `value`, `args`
+    `(size, subsample_size)`."""
+    return {"type": "plate", "name": name, "value": indices, "args": (size, subsample_size),
+            "is_observed": False, "infer": {}, "scale": 1.0, "cond_indep_stack": []}

@@ -84,12 +84,25 @@ class AutoGuide:
         if create_plates is not None:
             raise AutoGuideError("effppl's autoguides do not take `create_plates` (no "
                                  "subsampling plates); leave it None.")
+        if not callable(model):
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, ...) "
+                                 f"expected a callable model, but got {type(model).__name__} "
+                                 f"{model!r:.60}.")
         self.model = model
         self.prefix = prefix
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
         self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
         self.__name__ = type(self).__name__
+
+    def _positive(self, name, value):
+        """`value` as a float; an `AutoGuideError` naming the setting `name` unless it is a
+        positive real number."""
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if not ok:
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}({name}="
+                                 f"{value!r}) expected a positive number.")
+        return float(value)
 
     def _key(self):
         settings = {k: v for k, v in vars(self).items() if k not in ("_prototype_args", "model")}

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..effects import _compat
 from . import _model
+from ._arguments import model_arguments
 from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached, has_static_arrays, split_args, with_static_arrays
 from ._init import ModelContext
@@ -307,8 +308,14 @@ def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[Model
     naming it, once per model and argument. (`jax.jit` asks for `static_argnames`; here the
     model's own trace says which.)
 
-    **Raises:** the JAX error, unchanged, when no argument explains it (a value closed over).
+    **Raises:** `ModelArgumentError` naming an argument that cannot be data (`model_arguments`);
+    the JAX error, unchanged, when no argument explains it (a value closed over).
     """
+    with model_arguments(api, model, args, kwargs):
+        return _prepare(api, model, args, kwargs)
+
+
+def _prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[ModelFns, tuple]:
     static: set = set()
     while True:
         structure, dynamic = split_args(api, args, kwargs, frozenset(static))

@@ -191,11 +191,19 @@ def init_to_uniform(site=None, radius: float = 2.0) -> InitStrategy:
 
     **Returns:** an `InitStrategy` for `NUTS(..., init_strategy=...)` / `HMC`.
 
+    **Raises:** `ValueError` unless `radius` is a positive number.
+
     **References:** Stan Reference Manual, "Initialization"; `numpyro.infer.init_to_uniform`.
     """
-    if not radius > 0:
-        raise ValueError(f"`effppl.infer.init_to_uniform(radius=...)` expected radius > 0, but got {radius}.")
-    return _InitToUniform(radius=float(radius))(site)
+    return _InitToUniform(radius=_radius("init_to_uniform", radius))(site)
+
+
+def _radius(api, radius):
+    if describe_non_array(radius) is not None or jnp.ndim(radius) != 0 \
+            or jnp.iscomplexobj(radius) or not radius > 0:
+        raise ValueError(f"`effppl.infer.{api}(radius=...)` expected a number > 0, but got "
+                         f"{radius!r}.")
+    return float(radius)
 
 
 def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
@@ -209,11 +217,12 @@ def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
     - `site`: as in NumPyro, a site message to return the initial value of.
     - `num_samples`: number of prior draws per site used to estimate the median.
 
-    **Returns:** an `InitStrategy`.
+    **Returns:** an `InitStrategy`. **Raises:** `ValueError` unless `num_samples` is an int >= 1.
     """
-    if int(num_samples) < 1:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
+            or num_samples < 1:
         raise ValueError(
-            f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples}."
+            f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples!r}."
         )
     return _InitToMedian(num_samples=int(num_samples))(site)
 
@@ -239,9 +248,16 @@ def init_to_value(site=None, values: dict | None = None, radius: float = 2.0) ->
             f"`effppl.infer.init_to_value(values=...)` expected a dict site name -> constrained "
             f"value, but got {type(values).__name__} {values!r}.")
     values = dict(values or {})
+    for name, value in values.items():
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise InitializationError(
+                f"`effppl.infer.init_to_value(values=...)`: the value of site `{name}` must be an "
+                f"array of numbers (constrained), but is {problem}.")
     names = tuple(sorted(values))
     return _InitToValue(
-        names=names, values=tuple(jnp.asarray(values[n]) for n in names), radius=float(radius)
+        names=names, values=tuple(jnp.asarray(values[n]) for n in names),
+        radius=_radius("init_to_value", radius)
     )(site)
 
 

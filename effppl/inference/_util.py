@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer.util import ModelInfo, ParamInfo
 
+from ..effects._values import describe_non_array
 from . import _model
-from ._arguments import model_arguments
 from ._fns import prepare
 from ._init import find_initial_params, init_to_uniform
 from ._init_site import as_strategy
@@ -17,6 +17,9 @@ __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 def _keys(rng_key, api):
     """`(typed keys of shape (N,), batched)` for one key (N = 1) or a batch of N keys."""
     if not jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
+        if describe_non_array(rng_key) is not None:
+            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
+                            f"got {describe_non_array(rng_key)}.")
         raw = jnp.asarray(rng_key)
         if raw.dtype != jnp.uint32 or raw.shape[-1:] != (2,):
             raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
@@ -53,7 +56,10 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     constrained latent values and the deterministic sites; `model_trace` is the model's trace
     (`effppl.handlers.trace`) at the (first) initial point.
 
-    **Raises:** `InitializationError` when no valid initial point is found.
+    **Raises:** `InitializationError` when no valid initial point is found; `TypeError` for a
+    `model` that is not callable, a bad key, an `init_strategy` that is not one, or
+    `model_args`/`model_kwargs` that are not a tuple/dict; `ModelArgumentError` naming a model
+    argument that cannot be data.
 
     **Example:**
     ```python
@@ -64,12 +70,18 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     ```
     """
     api = "effppl.infer.util.initialize_model"
+    if not callable(model):
+        raise TypeError(f"`{api}(rng_key, model, ...)` expected a callable model, but got "
+                        f"{type(model).__name__} {model!r:.60}.")
+    _model.check_call(api, model_args, model_kwargs)
     model_kwargs = dict(model_kwargs or {})
     keys, batched = _keys(rng_key, api)
-    with model_arguments(api, model, tuple(model_args), model_kwargs):
-        fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
-    z, pe, grad = find_initial_params(fns, as_strategy(init_strategy), keys, len(keys), dynamic,
-                                      api=api)
+    try:
+        init_strategy = as_strategy(init_strategy)
+    except TypeError as err:
+        raise TypeError(f"`{api}(..., init_strategy=...)` {err}") from None
+    fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
+    z, pe, grad = find_initial_params(fns, init_strategy, keys, len(keys), dynamic, api=api)
     if not batched:
         z, pe, grad = jax.tree.map(lambda x: x[0], (z, pe, grad))
     args, kwargs = fns.args(dynamic)
@@ -110,10 +122,12 @@ def compute_log_probs(model, model_args, model_kwargs, params, sum_log_prob=True
 
     **Returns:** `(log_probs, trace)`: dict site -> log density (a scalar, or elementwise with
     `sum_log_prob=False`; zero where a `mask` is false; multiplied by the site's `scale`), and
-    the model's trace. **Raises:** `SiteError` naming a latent site missing from `params`.
+    the model's trace. **Raises:** `SiteError` naming a latent site missing from `params`;
+    `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
     """
     from effppl import handlers
 
+    _model.check_call("effppl.infer.util.compute_log_probs", model_args, model_kwargs, params)
     tr = handlers.trace(handlers.substitute(model, data=params)).get_trace(
         *model_args, **(model_kwargs or {}))
     log_probs = {}
