@@ -8,7 +8,9 @@ from ._density import (constrain_fn, log_density, potential_energy, unconstrain_
                        unconstrained_log_density)
 from ._lift import lift
 from ._trace import trace
+from ._uncondition import uncondition
 
-__all__ = ["block", "condition", "lift", "do", "mask", "replay", "scale", "seed", "substitute", "trace",
+__all__ = ["block", "condition", "do", "lift", "mask", "replay", "scale", "seed", "substitute",
+           "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density"]

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax.numpy as jnp
 
 from ..primitives import sample_op
-from ._basic import _analyzed, site_row, substitute
+from ._basic import _analyzed, check_values, site_row, substitute
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -53,6 +55,7 @@ class _Unconstrain(Handler):
         self.entry_point = entry_point  # the function the user called (errors)
 
     def params(self, *args, **kwargs):
+        check_values(f"{self.entry_point} (unconstrained values)", self.values)
         self._sites = _analyzed(self.fn, args, kwargs)
         counts = {name: jnp.int32(0) for name in self.values}
         zero = jnp.zeros((), jnp.result_type(float))
@@ -104,6 +107,22 @@ class _Unconstrain(Handler):
         return result, log_det_total, per_site
 
 
+def _check_call(api, model_args, model_kwargs, params):
+    """`TypeError` naming the argument of `effppl.handlers.<api>(model, model_args, model_kwargs,
+    params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
+    for arg, value, ok, expected in (
+            ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
+            ("model_kwargs", model_kwargs,
+             model_kwargs is None or isinstance(model_kwargs, Mapping), "a dict"),
+            ("params", params, params is None or isinstance(params, Mapping),
+             "a dict site name -> value")):
+        if not ok:
+            raise TypeError(f"effppl.handlers.{api}(model, model_args, model_kwargs, params) "
+                            f"expected `{arg}` to be {expected}, but got {type(value).__name__} "
+                            f"{value!r:.60}" + (" (for one argument: `(y,)`)."
+                                                if arg == "model_args" else "."))
+
+
 def _std_normal(u):
     return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
 
@@ -117,10 +136,12 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     **Returns:** `(log_joint, trace)`: a scalar (float of JAX's default float dtype), and the trace
     (`effppl.handlers.trace`'s dict).
 
-    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch.
+    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch;
+    `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
 
     **References:** NumPyro's `numpyro.infer.util.log_density`.
     """
+    _check_call("log_density", model_args, model_kwargs, params)
     given = substitute(model, data=params or {})
     given.entry_point = "log_density"
     joint = _LogJoint(given)
@@ -130,6 +151,7 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 
 def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
+    _check_call("unconstrained_log_density", model_args, model_kwargs, params)
     joint = _LogJoint(_Unconstrain(model, params))
     (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
                                                **(model_kwargs or {}))
@@ -142,9 +164,10 @@ def potential_energy(model, model_args, model_kwargs, params):
     **Arguments:** `params`: dict latent site name -> unconstrained array (stacked along loop
     axes for sites inside loops).
 
-    **Returns:** a scalar. **References:** Stan Reference Manual, "Variable transforms";
-    NumPyro's `numpyro.infer.util.potential_energy`.
+    **Returns:** a scalar. **Raises:** as `log_density`. **References:** Stan Reference Manual,
+    "Variable transforms"; NumPyro's `numpyro.infer.util.potential_energy`.
     """
+    _check_call("potential_energy", model_args, model_kwargs, params)
     return -unconstrained_log_density(model, model_args, model_kwargs, params)
 
 
@@ -152,6 +175,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
+    _check_call("constrain_fn", model_args, model_kwargs, params)
     tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
                                                                       **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
@@ -160,6 +184,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
+    _check_call("unconstrain_fn", model_args, model_kwargs, params)
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)

@@ -83,7 +83,10 @@ def forward_param(msg, **static):
 
 
 def model_name(fn) -> str:
-    """A model's name for messages: its `__name__`, else its type's (partials, callable objects)."""
+    """A model's name for messages: its `__name__`, else its type's (partials, callable objects);
+    for a handler's bound method, the name of the model the handler wraps."""
+    if isinstance(getattr(fn, "__self__", None), Handler):
+        return model_name(fn.__self__)
     inner = getattr(fn, "func", fn)  # functools.partial
     return getattr(inner, "__name__", None) or type(inner).__name__
 

@@ -6,7 +6,9 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
+from ._fns import StaticArgumentWarning
 from ._init import (
     InitializationError,
     InitStrategy,
@@ -14,6 +16,7 @@ from ._init import (
     init_to_uniform,
     init_to_value,
 )
+from ._init_site import init_to_feasible, init_to_mean, init_to_sample
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
@@ -41,6 +44,9 @@ __all__ = [
     "init_to_uniform",
     "init_to_median",
     "init_to_value",
+    "init_to_feasible",
+    "init_to_mean",
+    "init_to_sample",
     "InitStrategy",
     "MCMCState",
     "InitializationError",
@@ -48,7 +54,9 @@ __all__ = [
     "KernelSettingsError",
     "PredictiveError",
     "UnhashableArgumentError",
+    "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StaticArgumentWarning",
     "clear_cache",
 ]

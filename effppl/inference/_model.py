@@ -89,6 +89,15 @@ def analyze_sites(model: Callable, args: tuple, kwargs: dict) -> dict:
     return _analyzed(model, args, kwargs)
 
 
+def site_errors():
+    """A context in which a `SiteError` raised by a run-time check inside compiled code (explicit
+    `validate_args=True` on traced parameters) comes out as itself, not as XLA's
+    `JaxRuntimeError`."""
+    from effppl.primitives import callback_site_errors
+
+    return callback_site_errors()
+
+
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
     """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
     return _handlers().potential_energy(model, args, kwargs, params)
@@ -133,6 +142,16 @@ def initialising():
         _init_state.active = previous
 
 
+def numpyro_site(msg: dict) -> dict:
+    """A sample site's message with the fields NumPyro's site functions read (`type`, `kwargs`
+    with the site's `rng_key` and `sample_shape`, `infer` as a dict)."""
+    site = dict(msg)
+    site.setdefault("type", "sample")
+    site["infer"] = dict(site.get("infer") or ())
+    site.setdefault("kwargs", {"rng_key": msg.get("rng_key"), "sample_shape": ()})
+    return site
+
+
 def get_trace(
     model: Callable,
     args: tuple,
@@ -140,6 +159,7 @@ def get_trace(
     *,
     rng_key: Any = None,
     substitutions: dict | None = None,
+    substitute_fn: Callable | None = None,
 ) -> dict[str, Site]:
     """Run `model(*args, **kwargs)` and return its sites, in execution order.
 
@@ -148,6 +168,8 @@ def get_trace(
     - `rng_key`: a raw `uint32[2]` key; when given, latent sites without a value are drawn from
       their prior (`seed`). Without it, every latent site must be in `substitutions`.
     - `substitutions`: dict site -> constrained value, fixed before the model runs (`substitute`).
+    - `substitute_fn`: a function of a NumPyro-style site dict giving a latent site's constrained
+      value, or None to draw it (an init strategy); it sees the site's key from `seed`.
 
     **Returns:** dict site name -> `Site`, sample and deterministic sites only.
     """
@@ -157,6 +179,8 @@ def get_trace(
         fn = h.substitute(fn, substitutions)
     if rng_key is not None:
         fn = h.seed(fn, rng_key)
+    if substitute_fn is not None:
+        fn = h.substitute(fn, substitute_fn=lambda msg: substitute_fn(numpyro_site(msg)))
     raw = h.trace(fn).get_trace(*args, **kwargs)
     sites = {}
     for name, site in raw.items():
