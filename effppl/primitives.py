@@ -236,6 +236,15 @@ def message_contexts():
     return _plates.contexts
 
 
+def site_contexts():
+    """Site configurators of the `config_enumerate`/`enum` wrappers being traced, outermost
+    first: each `configure(name, msg, infer, is_observed) -> (msg, infer)` sees a sample site
+    (its message and its `infer` dict) before it is performed."""
+    if not hasattr(_plates, "site_contexts"):
+        _plates.site_contexts = []
+    return _plates.site_contexts
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
@@ -290,7 +299,10 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = tuple(sorted((infer or {}).items()))
+    infer = dict(infer or {})
+    for configure in reversed(site_contexts()):
+        msg, infer = configure(name, msg, infer, obs is not None)
+    infer = tuple(sorted(infer.items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
                      cond_indep_stack=_plate_frames())
 

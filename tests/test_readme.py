@@ -42,6 +42,13 @@ def test_readme_has_the_model_and_effects_examples():
     assert any("MCMC(NUTS(local_level)" in c for c in codes)
     assert any("fx.handle(counter" in c for c in codes)
     assert any("fx.handle(log_sum" in c for c in codes)
+    assert any("infer_discrete(condition(hmm" in c for c in codes)
+
+
+def test_discrete_latents_example_samples_and_decodes_the_states(namespaces):
+    assert set(namespaces["draws"]) == {"trans", "locs"}
+    assert namespaces["states"].shape == (300, 7)
+    np.testing.assert_array_equal(namespaces["map_path"], [0, 0, 1, 1, 2, 2, 0])
 
 
 def test_model_example_samples_its_latent_walk(namespaces):

@@ -11,12 +11,15 @@ def scan(f, init, xs, length=None, reverse=False, history=1):
     """`jax.lax.scan(f, init, xs, length, reverse)` with NumPyro's signature. Sample sites in
     `f` are stacked along the loop axis, as with NumPyro's `scan`.
 
+    Discrete sites in `f` marked for enumeration are summed out by the forward algorithm over a
+    first-order chain (see `effppl.handlers.enum`), as NumPyro's `scan` does with `history=1`.
+
     **Raises:** `NotImplementedError` for `history != 1` (NumPyro's markov history for
     enumeration)."""
     if history != 1:
         raise NotImplementedError(
-            f"effppl.contrib.control_flow.scan(..., history={history}): only history=1 (no "
-            f"enumerated discrete sites across steps) is supported.")
+            f"effppl.contrib.control_flow.scan(..., history={history}): only history=1 is "
+            f"supported (enumerated discrete sites form a first-order chain across steps).")
     return lax.scan(f, init, xs, length=length, reverse=reverse)
 
 

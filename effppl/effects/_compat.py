@@ -188,6 +188,11 @@ def vmap_index():
     return batching.BatchTracer(trace, index, 0)
 
 
+def current_trace():
+    """The JAX trace now being recorded into (an opaque object, compared by identity)."""
+    return _core.trace_ctx.trace
+
+
 def bind_eqn(eqn, invals):
     """Re-emit `eqn` unchanged on `invals` in the current trace; returns the list of outputs."""
     bind_params = eqn.primitive.get_bind_params(eqn.params)

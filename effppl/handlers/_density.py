@@ -8,7 +8,9 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 
 from ..primitives import sample_op
+from . import _contract
 from ._basic import _analyzed, check_values, site_row, substitute
+from ._enum import enum, enumerated_sites
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -127,6 +129,16 @@ def _std_normal(u):
     return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
 
 
+def _marginal(fn, args, kwargs):
+    """`(result, log joint, trace)` of `fn` (handlers that give latent values around
+    `enum(model)`) with the model's sites marked for enumeration summed out (`_contract`)."""
+    tracer = trace(fn)
+    tracer.scale_log_prob = True
+    result, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return result, _contract.log_joint(tr, loops), tr
+
+
 def log_density(model, model_args=(), model_kwargs=None, params=None):
     """The log joint density of `model` at constrained values `params`, and its trace.
 
@@ -134,24 +146,40 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     `params`: dict site name -> constrained value (stacked rows for sites inside loops).
 
     **Returns:** `(log_joint, trace)`: a scalar (float of JAX's default float dtype), and the trace
-    (`effppl.handlers.trace`'s dict).
+    (`effppl.handlers.trace`'s dict). Sites marked `infer={"enumerate": "parallel"}` (see
+    `effppl.infer.config_enumerate`) are summed out exactly, as NumPyro's funsor-based
+    `log_density` does; in the trace they hold their enumerated support.
 
     **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch;
     `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
 
-    **References:** NumPyro's `numpyro.infer.util.log_density`.
+    **References:** NumPyro's `numpyro.infer.util.log_density`; Obermeyer et al. (2019), "Tensor
+    Variable Elimination for Plated Factor Graphs" (enumeration).
     """
     _check_call("log_density", model_args, model_kwargs, params)
-    given = substitute(model, data=params or {})
+    model_kwargs = model_kwargs or {}
+    enumerated = enumerated_sites(model, model_args, model_kwargs)
+    given = substitute(enum(model) if enumerated else model, data=params or {})
     given.entry_point = "log_density"
+    if enumerated:
+        _, log_joint, tr = _marginal(given, model_args, model_kwargs)
+        return log_joint, tr
     joint = _LogJoint(given)
     (_, log_joint), tr = trace(joint)._run(*model_args, **(model_kwargs or {}))
     return log_joint, tr
 
 
 def unconstrained_log_density(model, model_args, model_kwargs, params):
-    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
+    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
+    the sites marked for enumeration summed out."""
     _check_call("unconstrained_log_density", model_args, model_kwargs, params)
+    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
+    if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
+        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+                                               model_kwargs or {})
+        return log_joint + log_det
+    if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
+        model = enum(model)
     joint = _LogJoint(_Unconstrain(model, params))
     (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
                                                **(model_kwargs or {}))
@@ -176,8 +204,10 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
     _check_call("constrain_fn", model_args, model_kwargs, params)
-    tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
-                                                                      **(model_kwargs or {}))
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
+    fn = _Unconstrain(model, params, "constrain_fn")
+    tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 
@@ -185,6 +215,8 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
     _check_call("unconstrain_fn", model_args, model_kwargs, params)
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        model = enum(model)
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)

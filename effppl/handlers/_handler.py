@@ -44,14 +44,24 @@ def _nesting():
     return getattr(_depth, "n", 0)
 
 
+def handler_traces() -> list:
+    """The JAX traces of the handler bodies being traced, outermost first: code traced in one of
+    them runs at a model's top level, not inside a loop, branch or `jit` of the model."""
+    if not hasattr(_depth, "traces"):
+        _depth.traces = []
+    return _depth.traces
+
+
 @contextlib.contextmanager
 def _inside():
     _depth.n = _nesting() + 1
+    handler_traces().append(_compat.current_trace())
     try:
         with _NoNumPyroPrimitives():
             yield
     finally:
         _depth.n -= 1
+        handler_traces().pop()
 
 
 def _base_sample(params, msg, *, resume, name, **static):

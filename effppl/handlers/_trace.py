@@ -10,6 +10,11 @@ from ._handler import Handler, forward, forward_param, run_outermost, trace_mode
 from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
+def is_enumerated(infer) -> bool:
+    """Whether a site whose `infer` (dict or sorted items) is this is marked for enumeration."""
+    return dict(infer).get("enumerate") is not None
+
+
 def _log_prob_type(site, fn_avals):
     """The type of `fn.log_prob(value)` at one occurrence of the site."""
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
@@ -44,6 +49,7 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+    scale_log_prob = False  # record `log_prob` times the site's scale (enumerated densities)
 
     def _sites(self, *args, **kwargs):
         sites = analyze(trace_model(self.fn, *args, **kwargs))
@@ -78,7 +84,8 @@ class trace(Handler):
                 entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
                 if msg_avals["scale"] is not None:
                     entry["scale"] = jnp.zeros(lead + lp.shape, lp.dtype)
-                if self.record_unconstrained and not site.is_observed:
+                if self.record_unconstrained and not site.is_observed and not is_enumerated(
+                        dict(site.key.static).get("infer", ())):
                     shape, dtype = unconstrained_type(site)
                     entry["unconstrained"] = jnp.zeros(lead + shape, dtype)
             bufs[name] = entry
@@ -105,6 +112,8 @@ class trace(Handler):
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
+                if scale is not None and self.scale_log_prob:
+                    lp = lp * scale
                 if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
                     updates["log_prob"] = lp
                 if "scale" in entry:

@@ -7,6 +7,7 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
 from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
 from ._fns import StaticArgumentWarning
@@ -25,7 +26,7 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceMeanField_ELBO
 from ._optim import OptimizerError
 from ._svi import SVI, SVIError, SVIRunResult, SVIState
-from . import autoguide
+from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",
@@ -60,4 +61,7 @@ __all__ = [
     "DivergenceWarning",
     "StaticArgumentWarning",
     "clear_cache",
+    "config_enumerate",
+    "infer_discrete",
+    "InferDiscreteError",
 ]

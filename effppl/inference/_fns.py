@@ -33,7 +33,8 @@ class SiteInfo(NamedTuple):
     `unrecorded`: observed sites inside a `while_loop`, which count in the log density but are
     not recorded in traces (no static number of occurrences); `dims`: `(site, axis names)` pairs
     for the sites inside a `plate`, naming the axes of a value's batch part (`None` where no plate
-    sits, `plate_dims`).
+    sits, `plate_dims`); `enumerated`: the latent sites marked for enumeration, summed out of the
+    log density (not in `latent` nor `discrete_latent`).
     """
 
     latent: tuple
@@ -42,6 +43,7 @@ class SiteInfo(NamedTuple):
     discrete_latent: tuple
     unrecorded: tuple = ()
     dims: tuple = ()
+    enumerated: tuple = ()
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -106,23 +108,28 @@ class ModelFns:
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
                 static = _model.analyze_sites(self.model, args, kwargs)
                 for name, site in sites.items():
-                    found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
+                    found[name] = (site.kind, site.is_observed, _is_discrete(site.fn),
+                                   site.enumerated)
                     loop_ndim = len(static[name].loops) if name in static else 0
-                    if (names := plate_dims(site, loop_ndim)) is not None:
+                    if not site.enumerated and (names := plate_dims(site, loop_ndim)) is not None:
                         dims.append((name, names))
                 # observed sites inside a `while_loop`: no static number of occurrences
                 unrecorded.extend(n for n, s in static.items()
                                   if s.type == "sample" and s.is_observed and not s.bounded)
 
             jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
-            latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)
+            hidden = tuple(n for n, (k, obs, _, enum) in found.items()
+                           if k == "sample" and not obs and enum)
+            latent = tuple(n for n, (k, obs, _, enum) in found.items()
+                           if k == "sample" and not obs and not enum)
             self._site_info[sig] = SiteInfo(
                 latent=latent,
-                observed=tuple(n for n, (k, obs, _) in found.items() if k == "sample" and obs),
-                deterministic=tuple(n for n, (k, _, _) in found.items() if k == "deterministic"),
+                observed=tuple(n for n, (k, obs, *_) in found.items() if k == "sample" and obs),
+                deterministic=tuple(n for n, (k, *_) in found.items() if k == "deterministic"),
                 discrete_latent=tuple(n for n in latent if found[n][2]),
                 unrecorded=tuple(unrecorded),
                 dims=tuple(dims),
+                enumerated=hidden,
             )
         return self._site_info[sig]
 
@@ -165,7 +172,8 @@ class ModelFns:
                         self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
                     )
                     latent = tuple(
-                        n for n, s in sites.items() if s.kind == "sample" and not s.is_observed
+                        n for n, s in sites.items()
+                        if s.kind == "sample" and not s.is_observed and not s.enumerated
                     )
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
@@ -173,23 +181,29 @@ class ModelFns:
             self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
         return self._proposers[key]
 
-    def predictor(self, return_sites: tuple) -> Callable:
+    def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
         """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
         `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
-        are substituted."""
-        if return_sites not in self._predictors:
+        are substituted. With `infer_discrete`, the enumerated sites are drawn from their
+        conditional given each draw in `samples` (`effppl.infer.infer_discrete`), not from the
+        prior."""
+        if (return_sites, infer_discrete) not in self._predictors:
 
             def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
+                model = self.model
+                if infer_discrete:
+                    rng_key, discrete_key = jax.random.split(rng_key)
+                    model = _model.infer_discrete(model, samples, discrete_key)
                 sites = _model.get_trace(
-                    self.model, args, kwargs,
+                    model, args, kwargs,
                     rng_key=jax.random.key_data(rng_key), substitutions={**params, **samples},
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites] = jax.jit(jax.vmap(predict,
-                                                              in_axes=(0, 0, None, None)))
-        return self._predictors[return_sites]
+            self._predictors[return_sites, infer_discrete] = jax.jit(
+                jax.vmap(predict, in_axes=(0, 0, None, None)))
+        return self._predictors[return_sites, infer_discrete]
 
 
 class _Program(NamedTuple):

@@ -201,8 +201,9 @@ class MCMC:
         if info.discrete_latent:
             raise MCMCError(
                 f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
-                f"model `{fns.name}` has a discrete support. Marginalise it out of the model "
-                "(enumeration is not supported) or observe it."
+                f"model `{fns.name}` has a discrete support and is not marked for enumeration. "
+                "Sum it out exactly: mark it with `infer={'enumerate': 'parallel'}`, or every "
+                "discrete site with `effppl.infer.config_enumerate(model)`; or observe it."
             )
         mesh = self._mesh() if self.chain_method == "sharded" else None
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh

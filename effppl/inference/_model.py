@@ -58,6 +58,7 @@ class Site(NamedTuple):
     fn: Any
     log_prob: Any = None  # elementwise log density, when the trace records it
     plates: tuple = ()    # the enclosing plates' CondIndepStackFrame(name, dim, size), innermost first
+    enumerated: bool = False  # marked `infer={"enumerate": ...}`: summed out, never sampled by HMC
 
 
 def model_name(model: Callable) -> str:
@@ -142,6 +143,13 @@ def initialising():
         _init_state.active = previous
 
 
+def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
+    """`model` with its enumerated sites drawn from their conditional given the latent values
+    `samples` (`effppl.handlers.infer_discrete` of the conditioned model, temperature 1)."""
+    h = _handlers()
+    return h.infer_discrete(h.substitute(model, samples), rng_key=jax.random.key_data(rng_key))
+
+
 def numpyro_site(msg: dict) -> dict:
     """A sample site's message with the fields NumPyro's site functions read (`type`, `kwargs`
     with the site's `rng_key` and `sample_shape`, `infer` as a dict)."""
@@ -194,5 +202,6 @@ def get_trace(
             fn=site.get("fn") if kind == "sample" else None,
             log_prob=site.get("log_prob") if kind == "sample" else None,
             plates=tuple(site.get("cond_indep_stack", ())),
+            enumerated=kind == "sample" and site.get("infer", {}).get("enumerate") is not None,
         )
     return sites

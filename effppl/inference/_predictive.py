@@ -157,6 +157,7 @@ class Predictive:
         self.batch_ndims = _check_batch_ndims(api, batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
         self.parallel = bool(parallel)
+        self.infer_discrete = bool(infer_discrete)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -180,7 +181,7 @@ class Predictive:
         with model_arguments(api, self.model, args, kwargs):
             fns, dynamic = prepare(api, self.model, args, kwargs)
             info = fns.site_info(dynamic)
-        sample_sites = set(info.latent) | set(info.observed)
+        sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
         if unknown:
@@ -258,6 +259,12 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     with model_arguments(api, model, args, kwargs):
         fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)
+    if info.enumerated:
+        raise PredictiveError(
+            f"`{api}`: model `{fns.name}` has sites marked for enumeration "
+            f"({list(info.enumerated)}), whose pointwise log likelihood effppl does not define. "
+            "Draw them first (`effppl.infer.infer_discrete` or `Predictive`) and pass them in "
+            "`posterior_samples` of the model without the enumeration marks.")
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
         raise PredictiveError(
