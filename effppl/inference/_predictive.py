@@ -100,6 +100,9 @@ class Predictive:
     - `params`: dict param name -> constrained value (`SVI.get_params`, `SVIRunResult.params`),
       substituted into the guide and the model (and into `model` alone without a guide:
       `Predictive(guide, params=params, num_samples=n)` draws from a guide, as in NumPyro).
+    - `infer_discrete`: draw the sites marked for enumeration from their conditional given each
+      posterior draw (`effppl.infer.infer_discrete`, temperature 1), as NumPyro's; by default
+      they are drawn from their prior, like every latent site not in `posterior_samples`.
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -115,19 +118,9 @@ class Predictive:
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
                  parallel: bool = False, batch_ndims: int = 1,
                  condition_deterministic: bool | None = None,
-                 exclude_deterministic: bool | None = None,
-                 guide: Callable | None = None, params: dict | None = None):
+                 exclude_deterministic: bool | None = None, guide: Callable | None = None,
+                 params: dict | None = None, infer_discrete: bool = False):
         api = "effppl.infer.Predictive"
-        if guide is not None and posterior_samples is not None:
-            raise PredictiveError(f"`{api}` got both `posterior_samples` and `guide`: the latent "
-                                  f"draws come from one of them; pass only one.")
-        if guide is not None and num_samples is None:
-            raise PredictiveError(f"`{api}(model, guide=...)` needs `num_samples`, the number of "
-                                  f"draws from the guide.")
-        if params is not None and not isinstance(params, Mapping):
-            raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
-                                  f"value, but got {type(params).__name__}.")
-        self.guide, self.params = guide, dict(params or {})
         if not callable(model):
             raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
                                   f"{type(model).__name__} {model!r:.60}.")
@@ -139,6 +132,16 @@ class Predictive:
                           "(`exclude_deterministic=True` is `condition_deterministic=False`).",
                           FutureWarning, stacklevel=2)
             condition_deterministic = not exclude_deterministic
+        if guide is not None and posterior_samples is not None:
+            raise PredictiveError(f"`{api}` got both `posterior_samples` and `guide`: the latent "
+                                  f"draws come from one of them; pass only one.")
+        if guide is not None and num_samples is None:
+            raise PredictiveError(f"`{api}(model, guide=...)` needs `num_samples`, the number of "
+                                  f"draws from the guide.")
+        if params is not None and not isinstance(params, Mapping):
+            raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
+                                  f"value, but got {type(params).__name__}.")
+        self.guide, self.params = guide, dict(params or {})
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
@@ -210,8 +213,8 @@ class Predictive:
                 sites -= set(samples)
         try:
             with site_errors():
-                out = jax.block_until_ready(fns.predictor(tuple(sorted(sites)))(
-                    keys, samples, self.params, dynamic))
+                out = jax.block_until_ready(fns.predictor(
+                    tuple(sorted(sites)), self.infer_discrete)(keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
