@@ -175,7 +175,7 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     _check_call("unconstrained_log_density", model_args, model_kwargs, params)
     enumerated = enumerated_sites(model, model_args, model_kwargs or {})
     if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
-        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+        (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
                                                model_kwargs or {})
         return log_joint + log_det
     if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
