@@ -360,6 +360,8 @@ class SVI:
         if init_state is None:
             state = self.init(rng_key, *args, init_params=init_params, **kwargs)
         else:
+            if self._constraints is None:  # a state from another SVI object: find constraints
+                self.init(rng_key, *args, init_params=init_params, **kwargs)
             self._check_state(init_state, api)
             state = init_state
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)
