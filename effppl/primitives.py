@@ -25,7 +25,7 @@ from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
 from .effects import _compat
-from .effects._values import describe_non_array
+from .effects._values import describe_non_array, describe_non_bool
 from ._errors import EffpplError
 
 
@@ -475,9 +475,7 @@ def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
     if obs is None:
         raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
                         f"says which events of `obs` are observed.")
-    problem = describe_non_array(obs_mask)
-    if problem is None and jnp.result_type(obs_mask) != jnp.bool_:
-        problem = f"an array of dtype {jnp.result_type(obs_mask)}"
+    problem = describe_non_bool(obs_mask)
     if problem is not None:
         raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) expected a bool array (True "
                         f"where `obs` is observed), but got {problem}.")

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..effects._values import describe_non_array
+from ..effects._values import describe_non_array, describe_non_bool
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
 from ._handler import Handler, forward, forward_param, trace_model
@@ -406,9 +406,7 @@ class mask(Handler):
     (`with mask(mask=m): ...`)."""
 
     def __init__(self, fn=None, mask=True):
-        problem = describe_non_array(mask)
-        if problem is None and jnp.result_type(mask) != jnp.bool_:
-            problem = f"an array of dtype {jnp.result_type(mask)}"
+        problem = describe_non_bool(mask)
         if problem is not None:
             raise TypeError(f"effppl.handlers.mask(fn, mask=...) expected a bool array (as "
                             f"NumPyro's), but got {problem}.")
