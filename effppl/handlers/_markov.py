@@ -35,6 +35,7 @@ from jax.scipy.special import logsumexp
 from ..effects import _compat
 from ..effects._primitives import perform_p
 from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
+from ._chains import chains_of, reducer
 from ._handler import call_unhandled, model_name
 from ._trace import is_enumerated
 
@@ -205,9 +206,10 @@ def _all_eqns(jaxpr):
 
 
 def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
-    """`(markov, poisoned_ys, fixed)`: which carry outputs depend on the enumerated sites (the
-    Markov carry), which stacked outputs do, and whether the Markov carry depends on nothing
-    else (no input of the step, no other site: the same function of the state at every step).
+    """`(markov, poisoned_ys, fixed, dependent)`: which carry outputs depend on the enumerated
+    sites (the Markov carry), which stacked outputs do, whether the Markov carry depends on
+    nothing else (no input of the step, no other site: the same function of the state at every
+    step), and the sample sites whose distribution depends on the enumerated sites.
     **Raises:** `SiteError` for a history longer than one step (a carry depending on the Markov
     carry of the step before)."""
     carry_in = body.invars[n_consts:n_consts + n_carry]
@@ -232,10 +234,15 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
                 f"holds an earlier step's enumerated value: a history longer than one step. "
                 f"effppl marginalises first-order chains only (the carry may hold the enumerated "
                 f"value of the current step, or functions of it); enumerate by hand otherwise.")
+    def enumerated(sources):
+        return any(s[0] == "z" or (s[0] == "c" and markov[s[1]]) for s in sources)
+
     ys = body.outvars[n_carry:]
-    poisoned = [any(s[0] == "z" or (s[0] == "c" and markov[s[1]]) for s in of(v)) for v in ys]
+    poisoned = [enumerated(of(v)) for v in ys]
     fixed = all(kind == "z" for v, m in zip(carry_out, markov) if m for kind, _ in of(v))
-    return markov, poisoned, fixed
+    dependent = {i for i in sources if isinstance(i, int) and (i in enum_eqns or enumerated(
+        frozenset().union(*(of(v) for v in body.eqns[i].invars))))}
+    return markov, poisoned, fixed, dependent
 
 
 def _log_prob(msg, value):
@@ -244,7 +251,7 @@ def _log_prob(msg, value):
         lp = jnp.where(msg["mask"], lp, 0.0)
     if msg["scale"] is not None:
         lp = lp * msg["scale"]
-    return jnp.sum(lp)
+    return lp
 
 
 def forward_scan(eqn, ins, names, discrete=None):
@@ -255,8 +262,10 @@ def forward_scan(eqn, ins, names, discrete=None):
 
     Three passes: (1) the scan itself, performing the body's sites for the handlers outside
     (the Markov carry held at its initial value, the enumerated sites at their first value),
-    recording every site's value; (2) every step's table `lp[t, j, i]`, vectorised over
-    `(t, j, i)`; (3) the recursion over `t`, a scan as light as a hand-written one."""
+    recording every site's value; (2) every step's table `lp[t, j, i, *chains]`, vectorised over
+    `(t, j, i)` (one chain per element of the enumerated sites' plates, see `_chains`; the sites
+    that do not depend on the enumerated ones are summed apart); (3) the recursion over `t`, a
+    scan as light as a hand-written one."""
     params = eqn.params
     n_consts, n_carry = _compat.scan_counts(params)
     closed = params["jaxpr"]
@@ -265,14 +274,20 @@ def forward_scan(eqn, ins, names, discrete=None):
     enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
     sites = [i for i, e in enumerate(body.eqns)
              if e.primitive is perform_p and e.params["op"] is sample_op]
-    markov, poisoned_ys, fixed = _markov_structure(body, n_consts, n_carry, enum_eqns, names)
+    markov, poisoned_ys, fixed, dependent = _markov_structure(body, n_consts, n_carry, enum_eqns,
+                                                              names)
+    chains = chains_of(body, enum_eqns)
+    reducers = {i: reducer(body.eqns[i], chains, names[0]) for i in sorted(dependent)}
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
-    supports = _supports(body, enum_eqns)
+    supports, shapes = _supports(body, enum_eqns)
     sizes = [s.shape[0] for s in supports]
     num_states = math.prod(sizes)
     states = jnp.stack(jnp.unravel_index(jnp.arange(num_states), sizes), -1)  # (K, n_sites)
     markov_init = [c for c, m in zip(init, markov) if m]
     length, reverse = params["length"], params["reverse"]
+
+    def state_value(k, state):  # every chain of enumerated site k at `state`
+        return jnp.broadcast_to(supports[k][state], shapes[k])
 
     def merged(markov_values, carry):
         rows = iter(markov_values)
@@ -290,7 +305,7 @@ def forward_scan(eqn, ins, names, discrete=None):
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
             msg = dict(msg, mask=jnp.zeros((), bool))  # counted in pass 2, not outside
             if index in enum_eqns:
-                msg["value"] = supports[enum_eqns.index(index)][0]
+                msg["value"] = state_value(enum_eqns.index(index), 0)
             values[index] = sample_op(msg, **dict(e.params["static"]))
             return [values[index]]
 
@@ -301,17 +316,17 @@ def forward_scan(eqn, ins, names, discrete=None):
     carry, (ys, carries, values) = jax.lax.scan(step, list(init), list(xs), length=length,
                                                 reverse=reverse)
     if discrete is not None:
-        _record_states(discrete, body, enum_eqns, supports, states, length, reverse, None)
+        _record_states(discrete, body, enum_eqns, supports, shapes, states, length, None)
     if length == 0:
         return list(carry) + list(ys), list(markov) + list(poisoned_ys)
     steps = (carries, list(xs), values)
     if reverse:  # processing order
         steps = jax.tree.map(lambda a: a[::-1], steps)
 
-    def log_density(step_inputs, markov_values, i):  # pass 2: one entry of lp[t, j, i]
+    def log_density(step_inputs, markov_values, i):  # pass 2: lp[t, j, i, *chains], the rest
         carry_t, x_t, values_t = step_inputs
         given = dict(zip(sites, values_t))
-        total = []
+        chained, rest = [jnp.zeros(chains.shape)], [0.0]
 
         def perform(index, e, e_ins):
             if e.primitive is not perform_p:
@@ -321,34 +336,41 @@ def forward_scan(eqn, ins, names, discrete=None):
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
             if index in enum_eqns:
                 k = enum_eqns.index(index)
-                value = supports[k][states[i, k]]
+                value = state_value(k, states[i, k])
             else:
                 value = given[index]
-            total.append(_log_prob(msg, value))
+            lp = _log_prob(msg, value)
+            if index in reducers:
+                chained.append(reducers[index](lp))
+            else:
+                rest.append(jnp.sum(lp))
             return [value]
 
         outs = body_fn(perform, merged(markov_values, carry_t), x_t)
-        return sum(total), [o for o, m in zip(outs[:n_carry], markov) if m]
+        return (sum(chained), sum(rest)), [o for o, m in zip(outs[:n_carry], markov) if m]
 
     every_state = jnp.arange(num_states)
     over_states = jax.vmap(log_density, (None, None, 0))
     if any(markov) and fixed:  # the Markov carry after state i is the same at every step
         first = jax.tree.map(lambda a: a[0], steps)
-        lp0, after = over_states(first, markov_init, every_state)
-        rest = jax.tree.map(lambda a: a[1:], steps)
-        lp = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
-            rest, after, every_state)[0]
-        lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, num_states)), lp])
+        (lp0, rest0), after = over_states(first, markov_init, every_state)
+        later = jax.tree.map(lambda a: a[1:], steps)
+        lp, rest = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
+            later, after, every_state)[0]
+        lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, *lp0.shape)), lp])
+        rest = jnp.sum(rest0[0]) + jnp.sum(rest[:, 0, 0])
     elif any(markov):  # the Markov carry after each state of each step; it ignores the one before
         after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
             steps, markov_init, every_state)[1]
         table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])
                  for c, a in zip(markov_init, after)]
-        lp = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
-                      (0, 0, None))(steps, table, every_state)[0]
+        lp, rest = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
+                            (0, 0, None))(steps, table, every_state)[0]
+        rest = jnp.sum(rest[:, 0, 0])
     else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
-        lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
-            steps, [], every_state)[0][:, None, :]
+        lp, rest = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, [], every_state)[0]
+        lp, rest = lp[:, None], jnp.sum(rest[:, 0])
 
     viterbi = discrete is not None and discrete[0] == 0
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
@@ -361,24 +383,36 @@ def forward_scan(eqn, ins, names, discrete=None):
     alpha, alphas = jax.lax.scan(forward, alpha0, lp[1:])
     if discrete is not None:
         alphas = jnp.concatenate([alpha0[None], alphas])
-        path = _backward(alphas, lp, *discrete)
-        _record_states(discrete, body, enum_eqns, supports, states, length, reverse,
+        path = _backward_chains(alphas, lp, chains, *discrete)
+        _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
-    factor(f"_enumerated_{names[0]}", reduce(alpha, axis=0))
+    factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)) + rest)
     return list(carry) + list(ys), list(markov) + list(poisoned_ys)
 
 
-def _record_states(discrete, body, enum_eqns, supports, states, length, reverse, path):
-    """Record the enumerated sites' values along `path` (joint state per step, index order) as
-    deterministic sites `_infer_discrete_<site>`; zeros of that shape when `path` is None (the
-    empty scan; for the analysis of a scan of length 0 the sites must exist either way)."""
+def _record_states(discrete, body, enum_eqns, supports, shapes, states, length, path):
+    """Record the enumerated sites' values along `path` (joint state per step and chain, `(T,
+    *chains)`, index order) as deterministic sites `_infer_discrete_<site>` of shape `(T,
+    *site_shape)`; zeros of that shape when `path` is None (the empty scan; for the analysis of
+    a scan of length 0 the sites must exist either way)."""
     if path is None and length:
         return
     for k, index in enumerate(enum_eqns):
         name = dict(body.eqns[index].params["static"])["name"]
-        values = supports[k][states[path, k]] if path is not None else \
-            jnp.zeros((0, *supports[k].shape[1:]), supports[k].dtype)
+        values = (supports[k][states[path, k]].reshape((length, *shapes[k])) if path is not None
+                  else jnp.zeros((0, *shapes[k]), supports[k].dtype))
         deterministic(f"_infer_discrete_{name}", values)
+
+
+def _backward_chains(alphas, lp, chains, temperature, key):
+    """`_backward` for every chain: `alphas` `(T, K, *chains)`, `lp` `(T, J, K, *chains)`;
+    returns the joint states `(T, *chains)`."""
+    num_steps, num_states = alphas.shape[:2]
+    alphas = jnp.moveaxis(alphas.reshape(num_steps, num_states, chains.size), -1, 0)
+    lp = jnp.moveaxis(lp.reshape(*lp.shape[:3], chains.size), -1, 0)
+    keys = jax.random.split(key, chains.size) if key is not None else None
+    path = jax.vmap(lambda a, t, k: _backward(a, t, temperature, k))(alphas, lp, keys)
+    return jnp.moveaxis(path, 0, -1).reshape((num_steps, *chains.shape))
 
 
 def _backward(alphas, lp, temperature, key):
@@ -406,21 +440,17 @@ def _backward(alphas, lp, temperature, key):
 
 
 def _supports(body, enum_eqns):
-    """Each enumerated site's support, `(K, *event_shape)`, from its distribution's type."""
-    out = []
+    """`(supports, shapes)`: each enumerated site's support, `(K, *event_shape)`, from its
+    distribution's type, and the shape of its value at one step."""
+    out, shapes = [], []
     for index in enum_eqns:
         e = body.eqns[index]
         msg = jax.tree_util.tree_unflatten(e.params["in_tree"], [v.aval for v in e.invars])[0]
         fn = msg["fn"]
-        name = dict(e.params["static"])["name"]
-        if tuple(fn.batch_shape):
-            raise SiteError(
-                f"effppl.handlers.enum: site `{name}` is enumerated inside a `lax.scan` with "
-                f"batch shape {tuple(fn.batch_shape)}; inside a scan, effppl enumerates sites "
-                f"with an empty batch shape (no plate around them inside the scan).")
         support = _support_of(fn)
         out.append(support.reshape((support.shape[0],) + tuple(fn.event_shape)))
-    return out
+        shapes.append(tuple(fn.batch_shape) + tuple(fn.event_shape))
+    return out, shapes
 
 
 def _support_of(fn_avals):
