@@ -191,12 +191,16 @@ def _no_nested_sites(body, names):
                                 f"forward algorithm cannot evaluate.")
             continue
         for sub in _compat.jaxprs_in_params(eqn.params):
-            if any(e.primitive is perform_p for e in _all_eqns(sub)) or sub.effects:
+            inner = [_name(e) for e in _all_eqns(sub) if e.primitive is perform_p]
+            if inner or sub.effects:
+                what = f"site `{inner[0]}`" if inner and inner[0] else "sites (or handlers)"
                 raise SiteError(
                     f"effppl.handlers.enum: the `lax.scan` holding enumerated site `{names[0]}` "
-                    f"has sites (or handlers) inside a nested `{eqn.primitive.name}` "
+                    f"has {what} inside a nested `{eqn.primitive.name}` "
                     f"({_compat.summarize_source(eqn.source_info)}); its forward algorithm "
-                    f"needs every site of the body at the body's top level.")
+                    f"needs every site of the body at the body's top level (for a `cond`, "
+                    f"compute both branches' values and select them with `jnp.where`, or mask "
+                    f"the site with `effppl.handlers.mask`).")
 
 
 def _all_eqns(jaxpr):

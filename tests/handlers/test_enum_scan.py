@@ -305,3 +305,20 @@ def test_nuts_on_hmm_in_plain_scan_agrees_with_hand_marginalised_model():
         draws.append(mcmc.get_samples())
     assert set(draws[0]) == {"trans", "locs"}
     assert_same_posterior_means(draws[0], draws[1], ("trans", "locs"))
+
+
+def test_site_in_a_cond_inside_the_enumerated_body_is_an_error_naming_it():
+    def branching(y):
+        def step(z_prev, y_t):
+            z = effppl.sample("z", dist.Categorical(jnp.asarray(TRANS)[z_prev]),
+                              infer={"enumerate": "parallel"})
+            jax.lax.cond(y_t > 1.0,
+                         lambda: effppl.sample("big", dist.Normal(jnp.asarray(LOCS)[z], 1.0),
+                                               obs=y_t),
+                         lambda: effppl.sample("small", dist.Normal(0.0, 1.0), obs=y_t))
+            return z, None
+
+        jax.lax.scan(step, 0, y)
+
+    with pytest.raises(effppl.SiteError, match=r"`z`.*site `(big|small)` inside a nested `cond`"):
+        effppl.log_density(branching, (Y,), {}, {})

@@ -244,3 +244,21 @@ def test_nuts_on_batch_of_hmms_agrees_with_hand_marginalised_model():
         draws.append(mcmc.get_samples())
     assert set(draws[0]) == {"trans", "drift"}
     assert_same_posterior_means(draws[0], draws[1], ("trans", "drift"))
+
+
+def test_enumerated_sites_of_one_scan_in_different_plates_is_an_error_naming_them():
+    def mixed(ys):
+        def step(carry, y_t):
+            a_prev, b_prev = carry
+            a = effppl.sample("a", dist.Categorical(jnp.asarray(PARAMS["trans"])[a_prev]),
+                              infer={"enumerate": "parallel"})
+            with effppl.plate("sequences", N, dim=-1):
+                b = effppl.sample("b", dist.Categorical(jnp.asarray(PARAMS["trans"])[b_prev]),
+                                  infer={"enumerate": "parallel"})
+                effppl.sample("y", dist.Normal(a + b, 1.0), obs=y_t)
+            return (a, b), None
+
+        jax.lax.scan(step, (0, jnp.zeros(N, int)), ys)
+
+    with pytest.raises(effppl.SiteError, match=r"`a` and `b`.*same plates"):
+        effppl.log_density(mixed, (jnp.ones((T, N)),), {}, {})
