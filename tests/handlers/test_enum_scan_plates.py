@@ -262,3 +262,15 @@ def test_enumerated_sites_of_one_scan_in_different_plates_is_an_error_naming_the
 
     with pytest.raises(effppl.SiteError, match=r"`a` and `b`.*same plates"):
         effppl.log_density(mixed, (jnp.ones((T, N)),), {}, {})
+
+
+def test_predictive_with_infer_discrete_draws_every_sequence_per_posterior_draw():
+    from effppl.infer import Predictive
+
+    ys = jnp.asarray(_drifting_data(T, N, 3))
+    draws = {"trans": jnp.broadcast_to(jnp.asarray(PARAMS["trans"]), (4, K, K)),
+             "drift": jnp.zeros((4, T))}
+    z = Predictive(drifting, draws, infer_discrete=True, return_sites=["z"])(
+        jax.random.PRNGKey(0), ys)["z"]
+    assert z.shape == (4, T, N) and z.dtype.kind == "i"
+    assert set(np.unique(z)) <= set(range(K)) and len(np.unique(np.asarray(z))) > 1
