@@ -17,6 +17,7 @@ from ..effects import _compat
 from . import _model
 from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached
+from ._chains import over_chains
 from ._init import ModelContext
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns"]
@@ -64,7 +65,7 @@ class ModelFns:
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
-        self.potential_and_grad = jax.jit(jax.vmap(self._potential_and_grad, in_axes=(0, None)))
+        self.potential_and_grad = jax.jit(over_chains(self._potential_and_grad, (0, None)))
         self.observed_values = jax.jit(self._observed_values)
         self.log_likelihood = jax.jit(jax.vmap(self._log_likelihood, in_axes=(0, None)))
 
@@ -166,7 +167,7 @@ class ModelFns:
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
-            self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
+            self._proposers[key] = jax.jit(over_chains(propose, (0, None, None)))
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple) -> Callable:

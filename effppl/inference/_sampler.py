@@ -1,7 +1,7 @@
 """Compiled MCMC chunks: blackjax kernels and blackjax's window adaptation.
 
 One `Sampler` per (model, argument structure, kernel settings), cached. Its chunk function is a
-`jax.jit(jax.vmap(...))` over chains that takes the model data as an argument and serves *both*
+`jax.jit` of a `vmap` over chains (`over_chains`: none for one chain) that takes the model data as an argument and serves *both*
 phases: the warmup and the sampling chunks run the same executable (one XLA compilation of the
 kernel per run configuration, as in NumPyro), chunk after chunk (for the progress bar) and run after
 run (new data of the same shapes) without recompiling.
@@ -23,6 +23,7 @@ from blackjax.adaptation.metric_recipes import lookup_recipe
 from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
 from ._cache import cached
+from ._chains import over_chains
 
 __all__ = ["Sampler", "sampler_for", "warmup_schedule", "adaptation_engine"]
 
@@ -71,15 +72,15 @@ class Sampler:
         self._adapt_init, self._adapt_update, self._adapt_final = adaptation_engine(
             kernel.dense_mass, kernel.target_accept_prob
         )
-        self.start = jax.jit(jax.vmap(self._start))
+        self.start = jax.jit(over_chains(self._start, (0, 0, 0)))
         self._chunks: dict = {}
 
     def chunk(self, length: int):
-        """`jit(vmap(_chunk))` over chains with buffers of `length` draws (cached per length)."""
+        """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws (cached per length)."""
         if length not in self._chunks:
             fn = functools.partial(self._chunk, length=length)
             in_axes = (0, 0, 0, 0, 0) + (None,) * 7
-            self._chunks[length] = jax.jit(jax.vmap(fn, in_axes=in_axes))
+            self._chunks[length] = jax.jit(over_chains(fn, in_axes))
         return self._chunks[length]
 
     def tuned(self, astate):

@@ -1,0 +1,221 @@
+"""Time to first draw: effppl vs NumPyro on Python-loop models with many distinct sites.
+
+For each size (number of distinct sample sites) and framework, in a fresh Python process each
+(imports excluded from the timings):
+
+- `first_draw_s` (and `first_draw_cpu_s`, this process's CPU time, less sensitive to a
+  loaded machine): wall time of `MCMC(NUTS(model), num_warmup=100, num_samples=100,
+  num_chains=1).run(...)` until the draws are ready (tracing, handler elimination, initial point,
+  XLA compilation and sampling);
+- `eliminate_s`: model -> plain jaxpr of the potential energy (effppl: `effppl.effects.make_jaxpr`
+  of `potential_energy`, handlers compiled away; NumPyro: `jax.make_jaxpr` of its
+  `potential_energy`), at the latent sites' prior draw;
+- `compilations`: XLA compilations during the `run` (JAX's `backend_compile` monitoring event,
+  as `tests/inference/test_recompile.py` counts them);
+- `second_process_s` (effppl only, `--cache`): the same run in a second process on new data of
+  the same shapes, with effppl's persistent compilation cache (`EFFPPL_CACHE_DIR`) warm.
+
+The model (`hierarchical_loop`): groups in a Python loop, each with a latent group mean (Normal),
+a latent positive scale (alternately LogNormal and HalfNormal) and an observed vector of 5
+points in a plate (alternately Normal and StudentT); 3 sites per group, plus 2 globals.
+
+Usage: `python -m benchmarks.compile_bench [--sites 10,100,1000] [--frameworks effppl,numpyro]
+[--json benchmarks/results/compile_cpu.json] [--cache]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+POINTS = 5  # observations per group
+
+
+def model_for(p):
+    """The Python-loop hierarchical model written against a PPL namespace `p` (`sample`,
+    `plate`, `dist`): `model(y)` with `y` of shape `(groups, POINTS)`."""
+
+    def hierarchical_loop(y):
+        dist = p.dist
+        mu = p.sample("mu", dist.Normal(0.0, 5.0))
+        tau = p.sample("tau", dist.HalfNormal(2.0))
+        for g in range(y.shape[0]):
+            theta = p.sample(f"theta_{g}", dist.Normal(mu, tau))
+            scale_fn = dist.LogNormal(0.0, 0.5) if g % 2 else dist.HalfNormal(1.0)
+            s = p.sample(f"s_{g}", scale_fn)
+            with p.plate(f"obs_{g}", POINTS):
+                like = dist.StudentT(4.0, theta, s) if g % 3 == 2 else dist.Normal(theta, s)
+                p.sample(f"y_{g}", like, obs=y[g])
+
+    return hierarchical_loop
+
+
+def groups_for(sites: int) -> int:
+    return max(1, (sites - 2) // 3)
+
+
+def data(groups: int, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(1.0, 1.0, size=(groups, 1))
+    return (theta + rng.normal(size=(groups, POINTS))).astype(np.float32)
+
+
+def _namespace(framework: str):
+    import types
+
+    if framework == "effppl":
+        import effppl
+        from effppl import distributions as dist
+        from effppl.infer import MCMC, NUTS
+        return types.SimpleNamespace(sample=effppl.sample, plate=effppl.plate, dist=dist,
+                                     MCMC=MCMC, NUTS=NUTS)
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+    return types.SimpleNamespace(sample=numpyro.sample, plate=numpyro.plate, dist=dist,
+                                 MCMC=MCMC, NUTS=NUTS)
+
+
+def _count_compilations(jax):
+    count = [0]
+
+    def listener(event, duration, **kwargs):
+        if event == _COMPILE_EVENT:
+            count[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    return count
+
+
+def _elimination_s(framework, model, y, jax):
+    """Seconds from model to the plain jaxpr of its potential energy, at a prior draw."""
+    import jax.numpy as jnp
+
+    if framework == "effppl":
+        from effppl import effects as fx
+        from effppl import handlers
+        tr = handlers.trace(handlers.seed(model, 0)).get_trace(y)
+        params = handlers.unconstrain_fn(model, (y,), {}, {
+            n: s["value"] for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]})
+        start = time.perf_counter()
+        closed = fx.make_jaxpr(lambda p, d: handlers.potential_energy(model, (d,), {}, p))(
+            params, jnp.asarray(y))
+        return time.perf_counter() - start, len(closed.jaxpr.eqns)
+    import numpyro.handlers as nh
+    from numpyro.infer.util import potential_energy, unconstrain_fn
+    tr = nh.trace(nh.seed(model, 0)).get_trace(y)
+    params = unconstrain_fn(model, (y,), {}, {
+        n: s["value"] for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]})
+    start = time.perf_counter()
+    closed = jax.make_jaxpr(lambda p, d: potential_energy(model, (d,), {}, p))(
+        params, jnp.asarray(y))
+    return time.perf_counter() - start, len(closed.jaxpr.eqns)
+
+
+def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
+    """One measurement in this (fresh) process: returns a JSON-able dict."""
+    import jax
+    import jax.numpy as jnp
+
+    p = _namespace(framework)
+    model = model_for(p)
+    groups = groups_for(sites)
+    y = jnp.asarray(data(groups, seed))
+    count = _count_compilations(jax)
+    mcmc = p.MCMC(p.NUTS(model), num_warmup=100, num_samples=100, num_chains=1,
+                  progress_bar=False)
+    start, cpu = time.perf_counter(), time.process_time()
+    mcmc.run(jax.random.PRNGKey(seed), y)
+    jax.block_until_ready(mcmc.get_samples())
+    first, cpu = time.perf_counter() - start, time.process_time() - cpu
+    out = {"framework": framework, "sites": 2 + 3 * groups, "groups": groups,
+           "first_draw_s": first, "first_draw_cpu_s": cpu, "compilations": count[0]}
+    if eliminate:
+        out["eliminate_s"], out["jaxpr_eqns"] = _elimination_s(framework, model, y, jax)
+    return out
+
+
+def _spawn(framework, sites, seed, eliminate, env=None, timeout=3600):
+    cmd = [sys.executable, "-m", "benchmarks.compile_bench", "--worker", framework,
+           "--sites", str(sites), "--seed", str(seed)] + (["--eliminate"] if eliminate else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode:
+        return {"framework": framework, "sites": sites, "status": "error",
+                "error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def render(rows: list) -> str:
+    by = {}
+    for r in rows:
+        by.setdefault(r["sites"], {})[r["framework"]] = r
+    lines = ["| sites | effppl first draw (s) | NumPyro (s) | ratio | effppl eliminate (s) | "
+             "NumPyro trace (s) | ratio | compilations effppl / NumPyro | 2nd process (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    for sites in sorted(by):
+        e, n = by[sites].get("effppl", {}), by[sites].get("numpyro", {})
+
+        def ratio(k):
+            return f"{e[k] / n[k]:.2f}x" if k in e and k in n else "-"
+
+        lines.append(
+            f"| {sites} | {f(e.get('first_draw_s'))} | {f(n.get('first_draw_s'))} | "
+            f"{ratio('first_draw_s')} | {f(e.get('eliminate_s'))} | {f(n.get('eliminate_s'))} | "
+            f"{ratio('eliminate_s')} | {e.get('compilations', '-')} / {n.get('compilations', '-')}"
+            f" | {f(e.get('second_process_s'))} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_bench")
+    parser.add_argument("--sites", default="10,100,1000")
+    parser.add_argument("--frameworks", default="effppl,numpyro")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--cache", action="store_true",
+                        help="also time effppl in a second process with a warm persistent cache")
+    parser.add_argument("--eliminate", action="store_true", help="(worker) also time elimination")
+    parser.add_argument("--no-eliminate", action="store_true")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, int(args.sites), args.seed, args.eliminate)))
+        return 0
+    rows = []
+    for sites in [int(s) for s in args.sites.split(",")]:
+        for fw in args.frameworks.split(","):
+            if fw == "effppl" and args.cache:
+                with tempfile.TemporaryDirectory() as cache:
+                    row = _spawn(fw, sites, args.seed, not args.no_eliminate,
+                                 env={"EFFPPL_CACHE_DIR": cache})
+                    second = _spawn(fw, sites, args.seed + 1, False,
+                                    env={"EFFPPL_CACHE_DIR": cache})
+                row["second_process_s"] = second.get("first_draw_s")
+                row["second_process_compilations"] = second.get("compilations")
+            else:
+                row = _spawn(fw, sites, args.seed, not args.no_eliminate,
+                             env={"EFFPPL_CACHE_DIR": "0"} if fw == "effppl" else None)
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+    print(render(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
