@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..primitives import sample_op
-from ._basic import _analyzed, site_row, substitute
+from ._basic import _analyzed, occurrence_counters, site_row, substitute
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -53,7 +53,7 @@ class _Unconstrain(Handler):
 
     def params(self, *args, **kwargs):
         self._sites = _analyzed(self.fn, args, kwargs)
-        counts = {name: jnp.int32(0) for name in self.values}
+        counts = occurrence_counters(self.values, self._sites, conditional=True)
         return counts, jnp.zeros((), jnp.result_type(float))
 
     def clauses(self):
@@ -67,8 +67,9 @@ class _Unconstrain(Handler):
             one_type = site is None or len(site.keys) <= 1  # the branch's own shape
             row_shape = u_shape if one_type else unconstrained_type(site)[0]
             row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
-                              self.values[name], row_shape, counts[name], site)
-            counts = dict(counts, **{name: counts[name] + 1})
+                              self.values[name], row_shape, counts.get(name, 0), site)
+            if name in counts:
+                counts = dict(counts, **{name: counts[name] + 1})
             u, unread = split_row(row, u_shape)
             value = t(u)
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
