@@ -11,7 +11,8 @@ For each size (number of distinct sample sites) and framework, in a fresh Python
   of `potential_energy`, handlers compiled away; NumPyro: `jax.make_jaxpr` of its
   `potential_energy`), at the latent sites' prior draw;
 - `compilations`: XLA compilations during the `run` (JAX's `backend_compile` monitoring event,
-  as `tests/inference/test_recompile.py` counts them);
+  as `tests/inference/test_recompile.py` counts them, less the programs loaded from the
+  persistent cache, `cache_hits`);
 - `second_process_s` (effppl only, `--cache`): the same run in a second process on new data of
   the same shapes, with effppl's persistent compilation cache (`EFFPPL_CACHE_DIR`) warm.
 
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 POINTS = 5  # observations per group
 
 
@@ -86,18 +88,26 @@ def _namespace(framework: str):
 
 
 def _count_compilations(jax):
-    count = [0]
+    """`[programs built, of which loaded from the persistent cache]`, counted as they happen (JAX
+    reports a program loaded from disk as a compilation too, and separately as a cache hit)."""
+    count = [0, 0]
 
     def listener(event, duration, **kwargs):
         if event == _COMPILE_EVENT:
             count[0] += 1
 
+    def hits(event, **kwargs):
+        if event == _CACHE_HIT_EVENT:
+            count[1] += 1
+
     jax.monitoring.register_event_duration_secs_listener(listener)
+    jax.monitoring.register_event_listener(hits)
     return count
 
 
 def _elimination_s(framework, model, y, jax):
-    """Seconds from model to the plain jaxpr of its potential energy, at a prior draw."""
+    """CPU seconds (this process) from model to the plain jaxpr of its potential energy, at a
+    prior draw, and the number of equations of that jaxpr."""
     import jax.numpy as jnp
 
     if framework == "effppl":
@@ -106,19 +116,19 @@ def _elimination_s(framework, model, y, jax):
         tr = handlers.trace(handlers.seed(model, 0)).get_trace(y)
         params = handlers.unconstrain_fn(model, (y,), {}, {
             n: s["value"] for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]})
-        start = time.perf_counter()
+        start = time.process_time()
         closed = fx.make_jaxpr(lambda p, d: handlers.potential_energy(model, (d,), {}, p))(
             params, jnp.asarray(y))
-        return time.perf_counter() - start, len(closed.jaxpr.eqns)
+        return time.process_time() - start, len(closed.jaxpr.eqns)
     import numpyro.handlers as nh
     from numpyro.infer.util import potential_energy, unconstrain_fn
     tr = nh.trace(nh.seed(model, 0)).get_trace(y)
     params = unconstrain_fn(model, (y,), {}, {
         n: s["value"] for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]})
-    start = time.perf_counter()
+    start = time.process_time()
     closed = jax.make_jaxpr(lambda p, d: potential_energy(model, (d,), {}, p))(
         params, jnp.asarray(y))
-    return time.perf_counter() - start, len(closed.jaxpr.eqns)
+    return time.process_time() - start, len(closed.jaxpr.eqns)
 
 
 def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
@@ -138,7 +148,8 @@ def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
     jax.block_until_ready(mcmc.get_samples())
     first, cpu = time.perf_counter() - start, time.process_time() - cpu
     out = {"framework": framework, "sites": 2 + 3 * groups, "groups": groups,
-           "first_draw_s": first, "first_draw_cpu_s": cpu, "compilations": count[0]}
+           "first_draw_s": first, "first_draw_cpu_s": cpu,
+           "compilations": count[0] - count[1], "cache_hits": count[1]}
     if eliminate:
         out["eliminate_s"], out["jaxpr_eqns"] = _elimination_s(framework, model, y, jax)
     return out
@@ -205,7 +216,9 @@ def main(argv=None):
                     second = _spawn(fw, sites, args.seed + 1, False,
                                     env={"EFFPPL_CACHE_DIR": cache})
                 row["second_process_s"] = second.get("first_draw_s")
+                row["second_process_cpu_s"] = second.get("first_draw_cpu_s")
                 row["second_process_compilations"] = second.get("compilations")
+                row["second_process_cache_hits"] = second.get("cache_hits")
             else:
                 row = _spawn(fw, sites, args.seed, not args.no_eliminate,
                              env={"EFFPPL_CACHE_DIR": "0"} if fw == "effppl" else None)

@@ -19,8 +19,14 @@ from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached
 from ._chains import over_chains
 from ._init import ModelContext
+from ._persistent import with_persistent_cache
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns"]
+
+
+def _compiled(fn: Callable) -> Callable:
+    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves."""
+    return with_persistent_cache(jax.jit(fn))
 
 
 class SiteInfo(NamedTuple):
@@ -65,9 +71,9 @@ class ModelFns:
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
-        self.potential_and_grad = jax.jit(over_chains(self._potential_and_grad, (0, None)))
-        self.observed_values = jax.jit(self._observed_values)
-        self.log_likelihood = jax.jit(jax.vmap(self._log_likelihood, in_axes=(0, None)))
+        self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)))
+        self.observed_values = _compiled(self._observed_values)
+        self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
 
     @property
     def name(self) -> str:
@@ -167,7 +173,7 @@ class ModelFns:
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
-            self._proposers[key] = jax.jit(over_chains(propose, (0, None, None)))
+            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)))
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple) -> Callable:
@@ -182,7 +188,7 @@ class ModelFns:
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites] = jax.jit(jax.vmap(predict, in_axes=(0, 0, None)))
+            self._predictors[return_sites] = _compiled(jax.vmap(predict, in_axes=(0, 0, None)))
         return self._predictors[return_sites]
 
 

@@ -24,6 +24,7 @@ from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
 from ._cache import cached
 from ._chains import over_chains
+from ._persistent import with_persistent_cache
 
 __all__ = ["Sampler", "sampler_for", "warmup_schedule", "adaptation_engine"]
 
@@ -72,7 +73,7 @@ class Sampler:
         self._adapt_init, self._adapt_update, self._adapt_final = adaptation_engine(
             kernel.dense_mass, kernel.target_accept_prob
         )
-        self.start = jax.jit(over_chains(self._start, (0, 0, 0)))
+        self.start = with_persistent_cache(jax.jit(over_chains(self._start, (0, 0, 0))))
         self._chunks: dict = {}
 
     def chunk(self, length: int):
@@ -80,7 +81,7 @@ class Sampler:
         if length not in self._chunks:
             fn = functools.partial(self._chunk, length=length)
             in_axes = (0, 0, 0, 0, 0) + (None,) * 7
-            self._chunks[length] = jax.jit(over_chains(fn, in_axes))
+            self._chunks[length] = with_persistent_cache(jax.jit(over_chains(fn, in_axes)))
         return self._chunks[length]
 
     def tuned(self, astate):

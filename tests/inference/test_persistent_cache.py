@@ -1,0 +1,88 @@
+"""effppl's persistent compilation cache: a second process loads the compiled programs from disk."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from effppl.inference import MCMC, NUTS, _persistent
+
+from . import _models as m
+
+_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from effppl.inference import MCMC, NUTS
+from tests.inference import _models as m
+
+events = {"compiled": 0, "hits": 0}
+def on_duration(event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        events["compiled"] += 1
+def on_event(event, **kw):
+    if event == "/jax/compilation_cache/cache_hits":
+        events["hits"] += 1
+jax.monitoring.register_event_duration_secs_listener(on_duration)
+jax.monitoring.register_event_listener(on_event)
+
+out = []
+for n, shift in [(20, float(sys.argv[1])), (int(sys.argv[2]), 0.0)]:
+    y, key = jnp.asarray(m.normal_normal_data(n=n) + shift), jax.random.key(0)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=50, num_samples=100, progress_bar=False)
+    events.update(compiled=0, hits=0)
+    mcmc.run(key, y)
+    run_events = dict(events)
+    mean, _ = m.normal_normal_posterior(np.asarray(y, np.float64))
+    out.append(dict(run_events, error=float(abs(np.mean(mcmc.get_samples()["mu"]) - mean))))
+print(json.dumps(out))
+"""
+
+
+def _run(cache, shift, second_n):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "EFFPPL_CACHE_DIR": str(cache), "PYTHONPATH": str(root)}
+    env.pop("JAX_ENABLE_CHECKS", None)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(shift), str(second_n)], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
+                    reason="the cache serves effppl's own compiled functions")
+def test_second_process_loads_programs_from_disk_and_a_new_shape_misses(tmp_path):
+    cache = tmp_path / "xla"
+    # First process: nothing on disk, every program compiled and stored.
+    first, first_again = _run(cache, 0.0, 20)
+    assert first["hits"] == 0 and first["compiled"] > 0
+    assert first_again["compiled"] == 0  # same shapes in the same process: in-memory
+    assert any(cache.iterdir())
+    # Second process, new data of the same shapes: every program comes from disk (a hit), and
+    # the new data are used; then a new shape misses and compiles.
+    second, new_shape = _run(cache, 5.0, 21)
+    assert second["hits"] == second["compiled"] == first["compiled"]
+    assert second["error"] < 0.5 and first["error"] < 0.5
+    assert new_shape["compiled"] > new_shape["hits"]
+
+
+def test_cache_off_and_jax_settings_untouched(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", "off")
+    assert _persistent.cache_dir() is None
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "c"))
+    assert _persistent.cache_dir() == str(tmp_path / "c")
+    monkeypatch.delenv("EFFPPL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _persistent.cache_dir() == os.path.join(str(tmp_path), "effppl", "xla")
+    # A run inside the cache's scope leaves JAX's global settings as they were.
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "c"))
+    before = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=10, num_samples=10, progress_bar=False)
+    mcmc.run(jax.random.key(0), m.normal_normal_data(n=7))
+    assert (jax.config.jax_compilation_cache_dir,
+            jax.config.jax_persistent_cache_min_compile_time_secs) == before
+    assert any((tmp_path / "c").iterdir())
