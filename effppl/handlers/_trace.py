@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -10,15 +14,24 @@ from ._handler import Handler, forward, run_outermost, trace_model
 from ._sites import analyze, bijector, pad_row, unconstrained_type
 
 
-def _log_prob_type(site, fn_avals):
-    """The type of `fn.log_prob(value)` at one occurrence of the site."""
+def _log_prob_type(value_aval, fn_avals):
+    """The type of `fn.log_prob(value)` at one occurrence of a site."""
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    return _log_prob_type_cached(value_aval, tuple(leaves), tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_prob_type_cached(value_aval, fn_leaves, fn_tree):
+    """Cached per distribution type and value type (one `eval_shape` per kind of site, not per
+    site and per trace)."""
+    leaves, tree = fn_leaves, fn_tree
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
 
     def log_prob(ls, value):
         return jax.tree_util.tree_unflatten(tree, ls).log_prob(value)
 
-    return jax.eval_shape(log_prob, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
+    return jax.eval_shape(log_prob, structs,
+                          jax.ShapeDtypeStruct(value_aval.shape, value_aval.dtype))
 
 
 class trace(Handler):
@@ -58,64 +71,56 @@ class trace(Handler):
 
     def params(self, *args, **kwargs):
         self._recorded = self._sites(*args, **kwargs)
-        bufs = {}
+        self._layout = _Layout()
         for name, site in self._recorded.items():
-            lead = (site.count,) if site.in_loop else ()
-            entry = {"value": jnp.zeros(lead + site.aval.shape, site.aval.dtype)}
-            if site.in_loop:
-                entry["count"] = jnp.int32(0)
+            lead = site.count if site.in_loop else None
+            fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
             if site.type == "sample":
                 msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
                 if site.one_family:
-                    entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
-                                   for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
-                lp = _log_prob_type(site, msg_avals["fn"])
-                entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
+                    fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
+                                    for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
+                lp = _log_prob_type(site.aval, msg_avals["fn"])
+                fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
                 if self.record_unconstrained and not site.is_observed:
                     shape, dtype = unconstrained_type(site)
-                    entry["unconstrained"] = jnp.zeros(lead + shape, dtype)
-            bufs[name] = entry
-        return bufs
+                    fields["unconstrained"] = self._layout.add(shape, dtype, lead)
+            if site.in_loop:
+                fields["count"] = self._layout.add((), jnp.int32, None)
+            self._layout.fields[name] = fields
+        return self._layout.buffers()
 
     def clauses(self):
         def record(bufs, name, value, fn=None, mask=None):
-            if name not in bufs:
+            if name not in self._layout.fields:
                 return bufs
-            entry = dict(bufs[name])
-            site = self._recorded[name]
-            if site.in_loop and entry["value"].shape[0] == 0:
+            fields, site = self._layout.fields[name], self._recorded[name]
+            if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
-            updates = {"value": value}
+            updates = [(fields["value"], value)]
             if fn is not None:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
-                if "fn" in entry:
-                    same = [jnp.shape(x) for x in leaves] == \
-                        [b.shape[1 if site.in_loop else 0:] for b in entry["fn"]]
+                if "fn" in fields:
+                    same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
                     if same and tree == self._fn_tree(site):
-                        updates["fn"] = leaves
+                        updates += list(zip(fields["fn"], leaves))
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
-                if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
-                    updates["log_prob"] = lp
-                if "unconstrained" in entry:
-                    shape = entry["unconstrained"].shape[1 if site.in_loop else 0:]
-                    updates["unconstrained"] = pad_row(bijector(name, fn).inv(value), shape)
-            row = site.row(entry["count"]) if site.in_loop else None
-            for k, new in updates.items():
-                if site.in_loop:
-                    if isinstance(new, list):
-                        entry[k] = [b.at[row].set(jnp.asarray(x, b.dtype))
-                                    for b, x in zip(entry[k], new)]
-                    else:
-                        entry[k] = entry[k].at[row].set(jnp.asarray(new, entry[k].dtype))
-                elif isinstance(new, list):
-                    entry[k] = [jnp.asarray(x, b.dtype) for b, x in zip(entry[k], new)]
-                else:
-                    entry[k] = jnp.asarray(new, entry[k].dtype)
+                if jnp.shape(lp) == fields["log_prob"].shape:
+                    updates.append((fields["log_prob"], lp))
+                if "unconstrained" in fields:
+                    shape = fields["unconstrained"].shape
+                    updates.append((fields["unconstrained"],
+                                    pad_row(bijector(name, fn).inv(value), shape)))
+            row = None
             if site.in_loop:
-                entry["count"] = entry["count"] + 1
-            return dict(bufs, **{name: entry})
+                count = self._layout.read(bufs, fields["count"])
+                row = site.row(count)
+                bufs = self._layout.write(bufs, fields["count"], count + 1)
+            for field, new in updates:
+                bufs = self._layout.write(bufs, field, new, row)
+            return bufs
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
@@ -151,24 +156,75 @@ class trace(Handler):
 
     def _assemble(self, bufs):
         out = {}
-        for name, entry in bufs.items():
+        for name, fields in self._layout.fields.items():
             site = self._recorded[name]
-            stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
-                else (lambda x: x)
+
+            def read(field):
+                x = self._layout.read(bufs, field, all_rows=True)
+                return x.reshape(site.loops + x.shape[1:]) if site.in_loop else x
+
             msg_static = dict(site.key.static)
             # `cond` branches that put the site in different plates: no plates are recorded
             stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
-            rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
+            rec = {"type": site.type, "name": name, "value": read(fields["value"]),
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":
                 rec["fn"] = None
-                if "fn" in entry:
+                if "fn" in fields:
                     fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
-                                                      [stack(x) for x in entry["fn"]])
+                                                      [read(f) for f in fields["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
-                rec["log_prob"] = stack(entry["log_prob"])
-            if "unconstrained" in entry:
-                rec["unconstrained"] = stack(entry["unconstrained"])
+                rec["log_prob"] = read(fields["log_prob"])
+            if "unconstrained" in fields:
+                rec["unconstrained"] = read(fields["unconstrained"])
             out[name] = rec
         return out
+
+
+class _Field(NamedTuple):
+    """Where one recorded quantity lives in the packed buffers: `rows` occurrences (`None`: a
+    site outside loops, one value) of `shape`, from `offset` of the buffer of `dtype`."""
+
+    dtype: str
+    offset: int
+    shape: tuple
+    rows: int | None
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+
+class _Layout:
+    """`trace`'s record packed into one flat buffer per dtype, so the handler's parameters have a
+    few leaves whatever the number of sites: each clause passes every parameter along, and one
+    leaf per site made tracing quadratic in the number of sites. A write is one
+    `dynamic_update_slice`; `_assemble` slices the sites out at the end."""
+
+    def __init__(self):
+        self.fields: dict = {}  # site name -> {"value": _Field, "fn": [_Field], ...}
+        self.sizes: dict = {}   # dtype -> length so far
+
+    def add(self, shape, dtype, rows):
+        dtype = jnp.dtype(dtype).name
+        field = _Field(dtype, self.sizes.get(dtype, 0), tuple(shape), rows)
+        self.sizes[dtype] = field.offset + field.size * (1 if rows is None else rows)
+        return field
+
+    def buffers(self):
+        return {dtype: jnp.zeros((n,), dtype) for dtype, n in self.sizes.items()}
+
+    def read(self, bufs, field, all_rows=False):
+        rows = field.rows if all_rows and field.rows is not None else None
+        n = field.size * (1 if rows is None else rows)
+        x = bufs[field.dtype][field.offset:field.offset + n]
+        return x.reshape(field.shape if rows is None else (rows, *field.shape))
+
+    def write(self, bufs, field, value, row=None):
+        if field.size == 0:
+            return bufs
+        flat = jnp.ravel(jnp.broadcast_to(jnp.asarray(value, field.dtype), field.shape))
+        start = field.offset if row is None else field.offset + row * field.size
+        buf = jax.lax.dynamic_update_slice(bufs[field.dtype], flat, (start,))
+        return dict(bufs, **{field.dtype: buf})
