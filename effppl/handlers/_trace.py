@@ -34,6 +34,21 @@ def _log_prob_type_cached(value_aval, fn_leaves, fn_tree):
                           jax.ShapeDtypeStruct(value_aval.shape, value_aval.dtype))
 
 
+def recorded(sites: dict) -> dict:
+    """The sites of an analysis (`_sites.analyze`) that `trace` records: all but the observed
+    sites inside a `while_loop`. **Raises:** `SiteError` for a latent site inside one."""
+    out = {}
+    for name, site in sites.items():
+        if not site.bounded:
+            if site.type == "sample" and not site.is_observed:
+                raise SiteError(f"The latent site `{name}` sits inside a `while_loop`: it has "
+                                f"no static number of occurrences, so it cannot be traced or "
+                                f"sampled by HMC. Use `lax.scan` with a fixed length.")
+            continue
+        out[name] = site
+    return out
+
+
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
     `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer",
@@ -57,17 +72,7 @@ class trace(Handler):
     record_unconstrained = False
 
     def _sites(self, *args, **kwargs):
-        sites = analyze(trace_model(self.fn, *args, **kwargs))
-        out = {}
-        for name, site in sites.items():
-            if not site.bounded:
-                if site.type == "sample" and not site.is_observed:
-                    raise SiteError(f"The latent site `{name}` sits inside a `while_loop`: it has "
-                                    f"no static number of occurrences, so it cannot be traced or "
-                                    f"sampled by HMC. Use `lax.scan` with a fixed length.")
-                continue
-            out[name] = site
-        return out
+        return recorded(analyze(trace_model(self.fn, *args, **kwargs)))
 
     def params(self, *args, **kwargs):
         self._recorded = self._sites(*args, **kwargs)

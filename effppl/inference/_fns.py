@@ -108,7 +108,9 @@ class ModelFns:
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
-                static = _model.analyze_sites(self.model, args, kwargs)
+                record(sites, _model.analyze_sites(self.model, args, kwargs))
+
+            def record(sites, static):
                 for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
                     loop_ndim = len(static[name].loops) if name in static else 0
@@ -118,7 +120,11 @@ class ModelFns:
                 unrecorded.extend(n for n, s in static.items()
                                   if s.type == "sample" and s.is_observed and not s.bounded)
 
-            jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
+            if _model._backend is None:  # effppl: the static analysis says it all, no run
+                sites, static = _model.recorded_sites(self.model, *self.args(dynamic))
+                record(sites, static)
+            else:
+                jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
             latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)
             self._site_info[sig] = SiteInfo(
                 latent=latent,

@@ -22,6 +22,7 @@ import numpy as np
 from blackjax.adaptation.metric_recipes import lookup_recipe
 from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
+from ..effects import _compat
 from ._cache import cached
 from ._chains import over_chains
 from ._persistent import with_persistent_cache
@@ -141,6 +142,16 @@ class Sampler:
             stats = dict(stats, lp=state.logdensity, step_size=jnp.asarray(step_size, dtype))
             return values, stats
 
+        # `record` traced once (the model's constrain pass, handlers compiled away), for the
+        # buffers' types and for the draws; not once for each.
+        zero_stats = self.kernel.empty_stats(dtype)
+        record_jaxpr, shapes = jax.make_jaxpr(record, return_shape=True)(state, zero_stats)
+        out_tree = jax.tree.structure(shapes)
+
+        def recorded(state, stats):
+            outs = _compat.jaxpr_as_fun(record_jaxpr)(*jax.tree.leaves((state, stats)))
+            return jax.tree.unflatten(out_tree, outs)
+
         def one_draw(n, carry):
             state, astate, stats, buffers, n_div = carry
             inner = jnp.where(sampling, thinning, 1)
@@ -149,14 +160,12 @@ class Sampler:
             )
             buffers = jax.lax.cond(
                 sampling,
-                lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, record(state, stats)),
+                lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, recorded(state, stats)),
                 lambda b: b,
                 buffers,
             )
             return state, astate, stats, buffers, n_div
 
-        zero_stats = self.kernel.empty_stats(dtype)
-        shapes = jax.eval_shape(lambda: record(state, zero_stats))
         buffers = jax.tree.map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
         carry = (state, astate, zero_stats, buffers, jnp.int32(0))
         state, astate, _, (values, stats), n_div = jax.lax.fori_loop(0, num, one_draw, carry)

@@ -58,15 +58,15 @@ def test_second_process_loads_programs_from_disk_and_a_new_shape_misses(tmp_path
     cache = tmp_path / "xla"
     # First process: nothing on disk, every program compiled and stored.
     first, first_again = _run(cache, 0.0, 20)
-    assert first["hits"] == 0 and first["compiled"] > 0
-    assert first_again["compiled"] == 0  # same shapes in the same process: in-memory
+    assert first["hits"] == 0 and first["compiled"] > 0, first
+    assert first_again["compiled"] == 0, first_again  # same shapes, same process: in memory
     assert any(cache.iterdir())
     # Second process, new data of the same shapes: every program comes from disk (a hit), and
     # the new data are used; then a new shape misses and compiles.
     second, new_shape = _run(cache, 5.0, 21)
-    assert second["hits"] == second["compiled"] == first["compiled"]
-    assert second["error"] < 0.5 and first["error"] < 0.5
-    assert new_shape["compiled"] > new_shape["hits"]
+    assert second["hits"] == second["compiled"] == first["compiled"], (first, second)
+    assert second["error"] < 0.5 and first["error"] < 0.5, (first, second)
+    assert new_shape["compiled"] > new_shape["hits"], new_shape
 
 
 def test_cache_off_and_jax_settings_untouched(tmp_path, monkeypatch):
