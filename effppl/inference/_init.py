@@ -71,13 +71,22 @@ class ModelContext:
     def unconstrain(self, values: dict) -> dict:
         return _model.unconstrain(self.model, self.args, self.kwargs, values)
 
+    def unconstrained_types(self, rng_key) -> dict:
+        """`{site: jax.ShapeDtypeStruct}` of the unconstrained latent values: from the static
+        site analysis (no pass of the model through handlers), else (a NumPyro backend) from
+        the abstract value of a prior draw, unconstrained."""
+        types = _model.unconstrained_types(self.model, self.args, self.kwargs, self.latent)
+        if types is None:
+            types = jax.eval_shape(lambda k: self.unconstrain(self.prior(k)), rng_key)
+        return types
+
 
 def _uniform_like(rng_key, tree: dict, radius: float) -> dict:
     keys = jax.random.split(rng_key, max(len(tree), 1))
     out = {}
     for k, (name, x) in zip(keys, sorted(tree.items())):
         dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
-        out[name] = jax.random.uniform(k, jnp.shape(x), dtype, -radius, radius)
+        out[name] = jax.random.uniform(k, x.shape, dtype, -radius, radius)
     return out
 
 
@@ -87,8 +96,7 @@ class _InitToUniform(InitStrategy):
 
     def propose(self, rng_key, ctx, dynamic):
         k_prior, k_uniform = jax.random.split(rng_key)
-        unconstrained = ctx.unconstrain(ctx.prior(k_prior))
-        return _uniform_like(k_uniform, unconstrained, self.radius)
+        return _uniform_like(k_uniform, ctx.unconstrained_types(k_prior), self.radius)
 
 
 @dataclasses.dataclass(frozen=True)

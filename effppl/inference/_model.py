@@ -117,6 +117,22 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
     return sites, analysis
 
 
+def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tuple) -> dict | None:
+    """`{site: jax.ShapeDtypeStruct}`: the type of each latent site's unconstrained value (as
+    `unconstrain` gives it: loop axes first), from the static site analysis; `None` for a NumPyro
+    backend."""
+    if _backend is not None:
+        return None
+    from effppl.handlers._sites import unconstrained_type
+
+    sites = analyze_sites(model, args, kwargs)
+    out = {}
+    for name in latent:
+        shape, dtype = unconstrained_type(sites[name])
+        out[name] = jax.ShapeDtypeStruct(sites[name].loops + tuple(shape), dtype)
+    return out
+
+
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
     """`-(log joint + log|det J|)` at the unconstrained `params` (a scalar)."""
     return _handlers().potential_energy(model, args, kwargs, params)
