@@ -140,16 +140,18 @@ def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
     model = model_for(p)
     groups = groups_for(sites)
     y = jnp.asarray(data(groups, seed))
-    count = _count_compilations(jax)
+    key = jax.random.PRNGKey(seed)
     mcmc = p.MCMC(p.NUTS(model), num_warmup=100, num_samples=100, num_chains=1,
                   progress_bar=False)
+    count = _count_compilations(jax)
     start, cpu = time.perf_counter(), time.process_time()
-    mcmc.run(jax.random.PRNGKey(seed), y)
+    mcmc.run(key, y)
+    compiled = list(count)  # during `run` only
     jax.block_until_ready(mcmc.get_samples())
     first, cpu = time.perf_counter() - start, time.process_time() - cpu
     out = {"framework": framework, "sites": 2 + 3 * groups, "groups": groups,
            "first_draw_s": first, "first_draw_cpu_s": cpu,
-           "compilations": count[0] - count[1], "cache_hits": count[1]}
+           "compilations": compiled[0] - compiled[1], "cache_hits": compiled[1]}
     if eliminate:
         out["eliminate_s"], out["jaxpr_eqns"] = _elimination_s(framework, model, y, jax)
     return out
@@ -158,7 +160,7 @@ def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
 def _spawn(framework, sites, seed, eliminate, env=None, timeout=3600):
     cmd = [sys.executable, "-m", "benchmarks.compile_bench", "--worker", framework,
            "--sites", str(sites), "--seed", str(seed)] + (["--eliminate"] if eliminate else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
     if proc.returncode:
         return {"framework": framework, "sites": sites, "status": "error",
@@ -180,7 +182,7 @@ def render(rows: list) -> str:
     for sites in sorted(by):
         e, n = by[sites].get("effppl", {}), by[sites].get("numpyro", {})
 
-        def ratio(k):
+        def ratio(k, e=e, n=n):
             return f"{e[k] / n[k]:.2f}x" if k in e and k in n else "-"
 
         lines.append(

@@ -124,7 +124,7 @@ class _SetValue(Handler):
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
-        self._sites = _analyzed(self.fn, args, kwargs)
+        self._sites = self.analysis()
         return occurrence_counters(self.data, self._sites)
 
     def clauses(self):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..primitives import sample_op
-from ._basic import _analyzed, occurrence_counters, site_row, substitute
+from ._basic import occurrence_counters, site_row, substitute
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -52,7 +52,7 @@ class _Unconstrain(Handler):
         self.entry_point = entry_point  # the function the user called (errors)
 
     def params(self, *args, **kwargs):
-        self._sites = _analyzed(self.fn, args, kwargs)
+        self._sites = self.analysis()
         counts = occurrence_counters(self.values, self._sites, conditional=True)
         return counts, jnp.zeros((), jnp.result_type(float))
 

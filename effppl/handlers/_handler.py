@@ -20,6 +20,7 @@ import numpyro.primitives
 from .. import effects as fx
 from ..effects import _compat
 from ..primitives import SiteError, deterministic_op, message_contexts, sample_op
+from ._sites import analyze
 
 _depth = threading.local()
 
@@ -140,8 +141,17 @@ class Handler:
         def body(*a, **kw):
             with _inside():
                 return self.fn(*a, **kw)
-        return fx.handle(body, params=self.params(*args, **kwargs), clauses=self.clauses(),
+        def params(body_jaxpr):
+            self._body_jaxpr = body_jaxpr  # what `analysis()` reads: no second trace of `fn`
+            return self.params(*args, **kwargs)
+
+        return fx.handle(body, params=params, clauses=self.clauses(),
                          ret=self.ret)(*args, **kwargs)
+
+    def analysis(self) -> dict:
+        """The site analysis (`_sites.analyze`) of the model this handler wraps, read from the
+        jaxpr its handler traced (inside `params`): the model is not traced again for it."""
+        return analyze(self._body_jaxpr)
 
     def __call__(self, *args, **kwargs):
         return run_outermost(self.handled, *args, **kwargs)

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
-from ._handler import Handler, forward, run_outermost, trace_model
-from ._sites import analyze, bijector, pad_row, unconstrained_type
+from ._handler import Handler, forward, run_outermost
+from ._sites import bijector, pad_row, unconstrained_type
 
 
 def _log_prob_type(value_aval, fn_avals):
@@ -72,7 +72,7 @@ class trace(Handler):
     record_unconstrained = False
 
     def _sites(self, *args, **kwargs):
-        return recorded(analyze(trace_model(self.fn, *args, **kwargs)))
+        return recorded(self.analysis())
 
     def params(self, *args, **kwargs):
         self._recorded = self._sites(*args, **kwargs)
@@ -164,7 +164,7 @@ class trace(Handler):
         for name, fields in self._layout.fields.items():
             site = self._recorded[name]
 
-            def read(field):
+            def read(field, site=site):
                 x = self._layout.read(bufs, field, all_rows=True)
                 return x.reshape(site.loops + x.shape[1:]) if site.in_loop else x
 
