@@ -71,6 +71,7 @@ class ModelFns:
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
+        self._potentials: dict = {}  # argument types -> handler-free jaxpr of the potential
         self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)))
         self.observed_values = _compiled(self._observed_values)
         self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
@@ -83,13 +84,31 @@ class ModelFns:
         """`(args, kwargs)` of the model, rebuilt from the array leaves `dynamic`."""
         return self.structure.rebuild(dynamic)
 
+    def potential(self, params: dict, dynamic: tuple) -> Any:
+        """The potential energy at the unconstrained `params` (traceable). Its handler-free
+        jaxpr is built once per argument types and reused by every compiled function (the
+        initial point's check, the sampler), not translated again for each."""
+        leaves = jax.tree.leaves((params, dynamic))
+        key = (jax.tree.structure((params, dynamic)),
+               tuple(_compat.abstractify(x) for x in leaves))
+        if key not in self._potentials:
+            def potential(params, dynamic):
+                args, kwargs = self.args(dynamic)
+                return _model.potential_energy(self.model, args, kwargs, params)
+
+            closed = jax.make_jaxpr(potential)(params, dynamic)
+            # Tracers of the trace it was built in, if any, must not outlive it: keep it only
+            # when it closes over no tracer (nothing of that trace leaks into a later one).
+            if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+                return potential(params, dynamic)
+            self._potentials[key] = closed
+        (out,) = _compat.jaxpr_as_fun(self._potentials[key])(*leaves)
+        return out
+
     def logdensity_fn(self, dynamic: tuple) -> Callable:
         """The log density of the unconstrained latent sites (traceable; for blackjax)."""
-        args, kwargs = self.args(dynamic)
-        model = self.model
-
         def logdensity(params):
-            return -_model.potential_energy(model, args, kwargs, params)
+            return -self.potential(params, dynamic)
 
         return logdensity
 
@@ -137,12 +156,7 @@ class ModelFns:
         return self._site_info[sig]
 
     def _potential_and_grad(self, params, dynamic):
-        args, kwargs = self.args(dynamic)
-
-        def potential(p):
-            return _model.potential_energy(self.model, args, kwargs, p)
-
-        pe, grad = jax.value_and_grad(potential)(params)
+        pe, grad = jax.value_and_grad(self.potential)(params, dynamic)
         param_ok = {n: jnp.all(jnp.isfinite(v)) for n, v in params.items()}
         grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grad.items()}
         return pe, grad, param_ok, grad_ok
@@ -170,12 +184,7 @@ class ModelFns:
             def propose(rng_key, strategy_dynamic, dynamic):
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
-                    sites = _model.get_trace(
-                        self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
-                    )
-                    latent = tuple(
-                        n for n, s in sites.items() if s.kind == "sample" and not s.is_observed
-                    )
+                    latent = self.site_info(dynamic).latent
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
