@@ -33,6 +33,17 @@ def _unwritable(path):
         return f"{folder} is a file, not a folder"
     if not os.access(folder, os.W_OK):
         return f"folder {folder} is not writable"
+    # `os.access` says yes to root everywhere, and some folders (/proc, a read-only mount) refuse
+    # new files whatever it says: create the file (and its folders) to be sure, then remove it.
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        return f"cannot be written ({err.strerror or err})"
+    if not existed:
+        path.unlink()
     return None
 
 

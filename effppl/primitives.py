@@ -12,6 +12,7 @@ operation for the handlers outside it (DESIGN §2).
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from typing import Any
 
@@ -23,6 +24,7 @@ from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
 from .effects import _compat
+from .effects._values import describe_non_array
 from ._errors import EffpplError
 
 
@@ -51,10 +53,16 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
+def _no_key(name):
+    if name is None:
+        return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
+                "under `effppl.handlers.seed(model, rng_seed)`.")
+    return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
+            f"it a key: put `seed` inside or outside the `block`.")
+
+
 prng_key_op = fx.Operation(
-    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32),
-    unhandled=lambda name: (f"Site `{name}` is hidden by `block` and has no value, and no `seed` "
-                            f"handler gives it a key: put `seed` inside or outside the `block`."))
+    "prng_key", out=lambda **static: jax.ShapeDtypeStruct((2,), jnp.uint32), unhandled=_no_key)
 """A fresh raw key from the nearest `seed` handler (NumPyro's `prng_key()`): `block` asks for
 one for a hidden site that has neither a value nor a key yet."""
 deterministic_op = fx.Operation("deterministic", out=lambda value, **static:
@@ -135,19 +143,23 @@ class plate(contextlib.ContextDecorator):
     batch shape has `size` at `dim` (allocated right to left when `dim` is None).
 
     **Arguments:**
-    - `name`: the plate's name (str).
-    - `size`: the number of independent draws (int).
+    - `name`: the plate's name (a non-empty str).
+    - `size`: the number of independent draws (a static int >= 1, as NumPyro requires; take it
+      from a shape, `y.shape[0]`, not from an array's value).
     - `dim`: a negative batch dimension, or None to allocate one.
 
-    **Raises:** `SiteError` when a distribution's batch shape conflicts with the plate.
+    **Raises:** `SiteError` for a name that is not a str, a size that is not a static int >= 1,
+    a dim that is not negative or is used by an enclosing plate, and when a distribution's batch
+    shape conflicts with the plate.
 
     **Example:** `with plate("data", 100): sample("y", dist.Normal(mu, 1.0), obs=y)`
     """
 
     def __init__(self, name: str, size: int, dim: int | None = None):
+        check_name("plate", name)
         if dim is not None and dim >= 0:
             raise SiteError(f"effppl.plate({name!r}, ..., dim={dim}) expected a negative dim.")
-        self.name, self.size, self.dim = name, int(size), dim
+        self.name, self.size, self.dim = name, _plate_size(name, size), dim
 
     def __enter__(self):
         stack = _active_plates()
@@ -168,6 +180,29 @@ class plate(contextlib.ContextDecorator):
         if getattr(self, "_allocated", False):
             self.dim, self._allocated = None, False
         return False
+
+
+def _plate_size(name, size):
+    if isinstance(size, jax.core.Tracer):
+        raise SiteError(f"effppl.plate({name!r}, size) expected a static int size, but got a "
+                        f"traced value ({size.aval}, e.g. computed from an array argument of the "
+                        f"model): a plate's size is a shape. Pass it as a Python int, or take it "
+                        f"from a shape (`y.shape[0]`).")
+    try:
+        value = None if isinstance(size, bool) else operator.index(size)
+    except TypeError:
+        value = None
+    if value is None or value < 1:
+        raise SiteError(f"effppl.plate({name!r}, size) expected an int size >= 1 (the number of "
+                        f"independent draws), but got {type(size).__name__} {size!r}.")
+    return value
+
+
+def check_name(api, name):
+    """Raise a `SiteError` unless `name`, the name given to `effppl.<api>`, is a non-empty str."""
+    if not isinstance(name, str) or not name:
+        raise SiteError(f"effppl.{api}(name, ...) expected a non-empty str site name, but got "
+                        f"{'an empty str' if name == '' else type(name).__name__} {name!r}.")
 
 
 def _broadcast_to_plates(name, fn):
@@ -201,12 +236,21 @@ def message_contexts():
     return _plates.contexts
 
 
+def site_contexts():
+    """Site configurators of the `config_enumerate`/`enum` wrappers being traced, outermost
+    first: each `configure(name, msg, infer, is_observed) -> (msg, infer)` sees a sample site
+    (its message and its `infer` dict) before it is performed."""
+    if not hasattr(_plates, "site_contexts"):
+        _plates.site_contexts = []
+    return _plates.site_contexts
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 
 
 def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None = None, *,
-           sample_shape: tuple = ()):
+           sample_shape: tuple = (), obs_mask: Any = None):
     """Draw (or observe) the random variable `name` from the distribution `fn`.
 
     **Arguments:**
@@ -217,22 +261,31 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     - `infer`: optional dict of static inference hints (hashable values).
     - `sample_shape`: extra leading batch dimensions of independent draws; as in NumPyro, the
       enclosing plates broadcast against `sample_shape + fn.batch_shape`.
+    - `obs_mask`: boolean array broadcasting to `fn.batch_shape`, with `obs` (NumPyro's
+      imputation): events where it is true are observed (site `{name}_observed`), the others are
+      imputed by the latent site `{name}_unobserved`; the value, the two interleaved, is recorded
+      as the deterministic site `name`. (As in NumPyro, `obs` at the imputed events must still
+      be finite numbers for gradients to be.)
 
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
-    **Raises:** `SiteError` naming the site when `obs` has an incompatible shape or `fn` is not a
-    distribution; `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
+    **Raises:** `SiteError` naming the site when `name` is not a non-empty str, `fn` is not a
+    distribution, or `obs` is not a real (or integer or bool) array of a compatible shape;
+    `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
     """
+    check_name("sample", name)
     if not isinstance(fn, dist.Distribution):
         raise SiteError(f"effppl.sample({name!r}, fn=...) expected a numpyro Distribution, but got "
                         f"{type(fn).__name__}.")
+    if obs_mask is not None:
+        return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
     if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
         fn = fn.expand(tuple(sample_shape) + tuple(fn.batch_shape))
     fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
-        obs = jnp.asarray(obs)
+        obs = _observation(name, obs)
         try:
             jnp.broadcast_shapes(obs.shape, fn.shape())
         except ValueError:
@@ -246,9 +299,38 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = tuple(sorted((infer or {}).items()))
+    infer = dict(infer or {})
+    for configure in reversed(site_contexts()):
+        msg, infer = configure(name, msg, infer, obs is not None)
+    infer = tuple(sorted(infer.items()))
     return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
                      cond_indep_stack=_plate_frames())
+
+
+def _observation(name, obs):
+    """`obs` as an array, or a `SiteError` naming site `name` for a value that is not one."""
+    problem = describe_non_array(obs)
+    if problem is None and jnp.iscomplexobj(obs):
+        problem = (f"a complex value (dtype {jnp.result_type(obs)}; no distribution has a complex "
+                   f"support)")
+    if problem is not None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
+                        f"(real, integer or bool), but got {problem}.")
+    return jnp.asarray(obs)
+def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
+    """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
+    from .handlers import mask  # the handlers build on these primitives
+
+    if obs is None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
+                        f"says which events of `obs` are observed.")
+    obs_mask = jnp.asarray(obs_mask, bool)
+    with mask(mask=obs_mask):
+        observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
+    with mask(mask=~obs_mask):
+        unobserved = sample(f"{name}_unobserved", fn, infer=infer, sample_shape=sample_shape)
+    batch_mask = jnp.reshape(obs_mask, jnp.shape(obs_mask) + (1,) * fn.event_dim)
+    return deterministic(name, jnp.where(batch_mask, observed, unobserved))
 
 
 def _broadcast_observation(fn, obs):
@@ -296,22 +378,121 @@ def _validate_at_run_time(name, fn):
     def check(*flags):
         bad = [n for n, ok in zip(names, flags) if not bool(ok)]
         if bad:
-            raise SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
+            err = SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
                             f"{', '.join(bad)} (outside their support; validate_args=True).")
+            _callback_errors.append(err)
+            raise err
 
     jax.debug.callback(check, *valid)
+
+
+_callback_errors: list = []  # SiteErrors that `_validate_at_run_time` raised, newest last
+
+
+@contextlib.contextmanager
+def callback_site_errors():
+    """Re-raise the `SiteError` that a run-time validation raised inside compiled code, which XLA
+    reports as a `JaxRuntimeError` (holding it as text only), as itself: an inference entry point
+    runs its compiled functions inside this context."""
+    _callback_errors.clear()
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        if not _callback_errors:
+            raise
+        raise _callback_errors[-1] from err
+    finally:
+        _callback_errors.clear()
 
 
 def deterministic(name: str, value):
     """Record `value` as the deterministic site `name` (in traces and posterior samples).
 
-    **Returns:** `value` unchanged.
+    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str.
     """
+    check_name("deterministic", name)
     return deterministic_op(jnp.asarray(value), name=name, cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):
     """Add `log_factor` (array; summed) to the log joint density, as the observed site `name`
     of a `Unit` distribution (as `numpyro.factor` does)."""
+    check_name("factor", name)
     unit = dist.Unit(jnp.asarray(log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
+
+
+def prng_key():
+    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
+    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+
+    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
+    and returns None)."""
+    return prng_key_op(name=None)
+
+
+def mask_scopes():
+    """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
+    first (for `get_mask`)."""
+    if not hasattr(_plates, "masks"):
+        _plates.masks = []
+    return _plates.masks
+
+
+def get_mask():
+    """The mask of the enclosing `effppl.handlers.mask` handlers (NumPyro's `get_mask`): None
+    when there is none, a Python bool when every mask is one (so `if get_mask() is not False:`
+    skips work that only feeds a masked-out `factor`), else their conjunction (a bool array)."""
+    masks = mask_scopes()
+    if not masks:
+        return None
+    if all(isinstance(m, bool) for m in masks):
+        return all(masks)
+    out = jnp.asarray(masks[0], bool)
+    for m in masks[1:]:
+        out = jnp.logical_and(out, m)
+    return out
+# --------------------------------------------------------------------------------------------
+# param: a learnable parameter (SVI), an effect operation like `sample`
+
+
+def _param_type(msg, *, name, init_fn, **static):
+    if msg["value"] is not None:
+        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
+
+
+param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
+
+
+def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
+          event_dim: int | None = None):
+    """A learnable parameter `name`, as `numpyro.param`: its value is `init_value` unless a
+    handler gives another (`substitute`; `effppl.infer.SVI` substitutes the values it optimises).
+
+    **Arguments:**
+    - `name`: the site name (str). Inside a loop every iteration reads the same value.
+    - `init_value`: the initial value (array), or a function `init_value(rng_key) -> array`,
+      called with a key from the enclosing `effppl.handlers.seed` when nobody gives a value.
+    - `constraint`: a `numpyro.distributions.constraints` object: the support of the value. SVI
+      optimises `biject_to(constraint).inv(value)` (unconstrained space), as NumPyro does.
+    - `event_dim`: the number of rightmost dimensions that form one event (NumPyro's meaning;
+      recorded in traces).
+
+    **Returns:** the value, an array of `init_value`'s shape.
+
+    **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
+    value's shape while tracing) or `constraint` is not a constraint.
+    """
+    if init_value is None:
+        raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
+                        f"of a PRNG key giving one): effppl needs it to know the parameter's shape "
+                        f"while tracing, also when a handler substitutes the value.")
+    if not isinstance(constraint, dist.constraints.Constraint):
+        raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
+                        f"numpyro.distributions.constraints object, but got {constraint!r}.")
+    init_fn = init_value if callable(init_value) else None
+    value = None if init_fn is not None else jnp.asarray(init_value)
+    msg = {"value": value, "constraint": constraint}
+    return param_op(msg, name=name, init_fn=init_fn, event_dim=event_dim)

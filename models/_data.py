@@ -1,20 +1,18 @@
-"""Data files for the model zoo: where to find them, how to fetch them, how to read them.
+"""Data files for the model zoo: where to find them and how to read them.
 
-Each real data set is a file named in `SOURCES`, looked up in this order:
+The real data sets ship with the project in `models/data/` (each beside its `*.SOURCE.txt` note:
+origin, licence, sha256). Data file `<file>` is read from
 
-1. `$EFFPPL_DATA_DIR/<file>` when that variable is set;
-2. `../shared/data/<file>` beside the checkout (the project's shared data folder);
-3. the user cache, `$XDG_CACHE_HOME/effppl/<file>` (default `~/.cache/effppl/<file>`);
-4. otherwise the file is downloaded from its public URL (pinned to the commit named in
-   `../shared/data/<file>.SOURCE.txt`) into the user cache, and its sha256 is checked against the
-   one that note records (copied into `SOURCES`).
+1. `$EFFPPL_DATA_DIR/<file>` when that variable is set and the file is there (your own copy);
+2. otherwise the shipped copy, `models/data/<file>`.
 
-If every place fails, `DataNotFoundError` names the file, every place searched and the URL.
+Nothing is downloaded. If neither exists (a checkout with the data folder removed),
+`DataNotFoundError` names the file and both places.
 The loaders (`load_*`) check what they read: a file that is not UTF-8 CSV, lacks a column, holds a
 bad value, or has other rows or bytes than the known file (its row count and sha256 in `SOURCES`)
 raises `DataFormatError`, naming the file's path (and the line and column of a bad value).
 
-**References:** the `*.SOURCE.txt` notes beside each file in `../shared/data/`.
+**References:** the `*.SOURCE.txt` notes in `models/data/`.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ import csv
 import hashlib
 import io
 import os
-import tempfile
-import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
@@ -36,7 +32,7 @@ from effppl._errors import EffpplError
 
 
 class DataNotFoundError(EffpplError, FileNotFoundError):
-    """A data file is in none of the searched places and could not be downloaded."""
+    """A data file is neither in `$EFFPPL_DATA_DIR` nor in the shipped `models/data/`."""
 
 
 class SizeError(EffpplError, ValueError):
@@ -50,12 +46,12 @@ class DataFormatError(EffpplError, ValueError):
 
 
 class Source(NamedTuple):
-    url: str
+    url: str  # where the known file came from (pinned to a commit), for messages
     sha256: str
     rows: int = 0  # data rows of the known file, header excluded
 
 
-# URLs pinned to the commits recorded in the SOURCE notes, so a download is byte-identical.
+# Origins pinned to the commits recorded in the SOURCE notes.
 SOURCES = {
     "SP500.csv": Source(
         url="https://raw.githubusercontent.com/pyro-ppl/datasets/"
@@ -77,62 +73,36 @@ SOURCES = {
     ),
 }
 
-SHARED_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DOWNLOAD_TIMEOUT_S = 30.0
-
-
-def cache_dir() -> Path:
-    """The user cache folder, `$XDG_CACHE_HOME/effppl` or `~/.cache/effppl`."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "effppl"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def search_dirs() -> list[Path]:
-    """The folders searched, in order: `$EFFPPL_DATA_DIR`, `../shared/data`, the user cache."""
-    dirs = []
-    if os.environ.get("EFFPPL_DATA_DIR"):
-        dirs.append(Path(os.environ["EFFPPL_DATA_DIR"]))
-    return dirs + [SHARED_DATA_DIR, cache_dir()]
+    """The folders searched, in order: `$EFFPPL_DATA_DIR` (if set), the shipped `models/data/`."""
+    env = os.environ.get("EFFPPL_DATA_DIR")
+    return ([Path(env)] if env else []) + [DATA_DIR]
 
 
 def data_path(name: str) -> Path:
-    """The local path of data file `name`, downloading it into the user cache if needed.
+    """The local path of data file `name`.
 
     **Arguments:** `name`: a key of `SOURCES`, e.g. `"SP500.csv"`.
 
-    **Returns:** an existing `Path`.
+    **Returns:** an existing `Path`: `$EFFPPL_DATA_DIR/<name>` if that exists, else the shipped copy.
 
-    **Raises:** `DataNotFoundError` if the file is nowhere and cannot be downloaded (offline, bad
-    URL, or a download whose sha256 differs from the recorded one); `KeyError` for an unknown name.
+    **Raises:** `DataNotFoundError` naming the places searched if the file is in none of them;
+    `KeyError` for an unknown name.
     """
     source = SOURCES[name]
     dirs = search_dirs()
     for folder in dirs:
         if (folder / name).is_file():
             return folder / name
-    target = cache_dir() / name
-    try:
-        _download(source, target)
-    except (OSError, ValueError) as e:
-        searched = "\n".join(f"  - {folder / name}" for folder in dirs)
-        raise DataNotFoundError(
-            f"data file `{name}` was not found in:\n{searched}\nand downloading it from "
-            f"{source.url} failed: {e!r}. Put the file in one of those places, or set "
-            "EFFPPL_DATA_DIR to a folder that holds it."
-        ) from e
-    return target
-
-
-def _download(source: Source, target: Path) -> None:
-    with urllib.request.urlopen(source.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-        payload = response.read()
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != source.sha256:
-        raise ValueError(f"sha256 of the download is {digest}, expected {source.sha256}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as f:
-        f.write(payload)
-    os.replace(f.name, target)  # atomic: a concurrent reader never sees half a file
+    searched = "\n".join(f"  - {folder / name}" for folder in dirs)
+    raise DataNotFoundError(
+        f"data file `{name}` was not found in:\n{searched}\nThe project ships it in {DATA_DIR}; "
+        f"restore that folder (e.g. `git checkout -- models/data`), or set EFFPPL_DATA_DIR to a "
+        f"folder holding the known file ({source.url})."
+    )
 
 
 def resolve_size(
@@ -178,8 +148,8 @@ def _read_csv(
     source, payload = SOURCES[name], path.read_bytes()
     where = f"data file `{name}` at {path}"
     fix = (
-        "Delete it (the next place is then searched, or the file downloaded again), or unset "
-        f"EFFPPL_DATA_DIR if it points at its folder; the known file is {source.url}"
+        "Delete it (the shipped copy in models/data/ is then read), or unset EFFPPL_DATA_DIR if "
+        f"it points at its folder; the known file is {source.url}"
     )
     try:
         reader = csv.DictReader(io.StringIO(payload.decode("utf-8"), newline=""), **reader_args)

@@ -5,7 +5,7 @@ replicates the full model of Vehtari's Birthdays case study (Gelman, Vehtari, Si
 "Bayesian workflow"): a long-term trend, a smooth yearly seasonality (periodic kernel), a slowly
 varying day-of-week effect, a day-of-year effect with a regularised horseshoe prior, and floating
 holidays. A benchmark model of the paper ("Handling JAX", §7.2; 7.3k days there). Data:
-`../shared/data/births_usa_1969.csv` (see its SOURCE note).
+`models/data/births_usa_1969.csv` (see its SOURCE note).
 
 Deviations from the published example (values unchanged up to rounding):
 

@@ -3,7 +3,7 @@
 Ported from NumPyro's `examples/stochastic_volatility.py` (`model`), itself after PyMC3's example
 and Hoffman & Gelman (2014), NUTS paper §5; a benchmark model of the paper ("Handling JAX", §7.2;
 2.5k days there). Data: daily S&P 500 returns in percent, 2006-09-26 .. 2016-09-23
-(`../shared/data/SP500.csv`, see its SOURCE note), in file order as NumPyro reads them.
+(`models/data/SP500.csv`, see its SOURCE note), in file order as NumPyro reads them.
 """
 
 import jax.numpy as jnp

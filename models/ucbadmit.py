@@ -3,7 +3,7 @@
 Ported from NumPyro's `examples/ucbadmit.py` (`glmm`), which replicates rethinking's `m_glmm5`
 (McElreath 2018, Statistical Rethinking, ch. 10 and 13); a benchmark model of the paper ("Handling
 JAX", §7.2; 49k rows there: the 12 rows tiled 4096 times). Data: UC Berkeley graduate admissions,
-Fall 1973 (Bickel, Hammel & O'Connell 1975; `../shared/data/UCBadmit.csv`, see its SOURCE note).
+Fall 1973 (Bickel, Hammel & O'Connell 1975; `models/data/UCBadmit.csv`, see its SOURCE note).
 
 Deviation: `num_dept` may be passed (`make_data` does), so the model traces with `dept` abstract;
 when it is `None` the model computes `len(np.unique(dept))` as the published example does.

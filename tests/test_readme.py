@@ -42,11 +42,26 @@ def test_readme_has_the_model_and_effects_examples():
     assert any("MCMC(NUTS(local_level)" in c for c in codes)
     assert any("fx.handle(counter" in c for c in codes)
     assert any("fx.handle(log_sum" in c for c in codes)
+    assert any("infer_discrete(condition(hmm" in c for c in codes)
+
+
+def test_discrete_latents_example_samples_and_decodes_the_states(namespaces):
+    assert set(namespaces["draws"]) == {"trans", "locs"}
+    assert namespaces["states"].shape == (300, 7)
+    np.testing.assert_array_equal(namespaces["map_path"], [0, 0, 1, 1, 2, 2, 0])
 
 
 def test_model_example_samples_its_latent_walk(namespaces):
     x = np.asarray(namespaces["mcmc"].get_samples()["x"])
     assert x.shape == (4 * 500, 50)
+
+
+def test_svi_example_fits_the_latent_walk(namespaces):
+    ns = namespaces
+    assert ns["result"].params["x_auto_loc"].shape == (50,)
+    assert np.mean(ns["result"].losses[-100:]) < np.mean(ns["result"].losses[:100])
+    assert np.mean(np.abs(np.asarray(ns["x_mean"]) - np.asarray(ns["y"]))) < 0.3  # tracks y
+    assert ns["draws"]["x"].shape == (100, 50) and ns["post"]["x"].shape == (100, 50)
 
 
 def test_effects_examples_give_the_values_in_their_comments(namespaces):

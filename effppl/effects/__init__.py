@@ -4,11 +4,11 @@ A general effect library (state, exceptions, nondeterminism, ...) with no probab
 programming in it. See DESIGN §1 and the paper "Handling JAX" (§3–§5, App. A–B).
 """
 
-from ._errors import EffectError, UnhandledEffectError, UnsupportedHandlerError
+from ._errors import EffectError, LeakedTracerError, UnhandledEffectError, UnsupportedHandlerError
 from ._primitives import Operation, handle
 from ._api import eliminate, make_jaxpr
 from . import rules as _rules  # noqa: F401  (registers the translation rules)
 from . import _batching  # noqa: F401  (vmap of a cond/while that performs: element by element)
 
 __all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "EffectError",
-           "UnhandledEffectError", "UnsupportedHandlerError"]
+           "UnhandledEffectError", "UnsupportedHandlerError", "LeakedTracerError"]

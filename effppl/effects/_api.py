@@ -24,6 +24,12 @@ def _trace(f, args, kwargs):
     return closed, consts, leaves, out_tree
 
 
+def _check_callable(f, api):
+    if not callable(f):
+        raise TypeError(f"effppl.effects.{api}(f) expected a callable, but got "
+                        f"{type(f).__name__} {f!r:.60}.")
+
+
 def eliminate(f: Callable) -> Callable:
     """`f` with every handler compiled away.
 
@@ -31,14 +37,18 @@ def eliminate(f: Callable) -> Callable:
     primitive, and evaluates that. The result is jit/grad/vmap-able. Use under `jax.jit` to
     translate once per input shape.
 
-    **Raises:** `UnhandledEffectError` naming an operation no handler handles;
+    **Raises:** `TypeError` when `f` is not callable; `UnhandledEffectError` naming an operation
+    no handler handles;
     `UnsupportedHandlerError` for a clause the translation cannot compile away.
 
     **References:** "Handling JAX" §4 (the translation), §5 (across loops), App. B (loop rewrites).
     """
+    _check_callable(f, "eliminate")
+
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
         closed, consts, leaves, out_tree = _trace(f, args, kwargs)
+        _compat.check_no_leaked_tracers(consts, getattr(f, "__name__", "f"))
         out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
@@ -52,6 +62,8 @@ def make_jaxpr(f: Callable) -> Callable:
     It contains no effect primitive and no effects; its inputs are the flattened array
     arguments (Python ints, bools and strings are static). Raises as `eliminate` does.
     """
+    _check_callable(f, "make_jaxpr")
+
     @functools.wraps(f)
     def make(*args, **kwargs):
         def flat(*xs):

@@ -18,6 +18,8 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 from jax._src import linear_util as _lu
+from ._errors import LeakedTracerError
+from ._values import describe_non_array
 
 Primitive = _core.Primitive
 ClosedJaxpr = _core.ClosedJaxpr
@@ -95,6 +97,19 @@ def _trace_flat(fn: Callable, args: Sequence[Any], name: str):
     return jaxpr, list(consts), out_tree_box[0]
 
 
+def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
+    """Raise `LeakedTracerError` naming `name` when, outside every JAX transformation, a value
+    the traced function `name` closes over (`consts`) is a tracer: it leaked out of an earlier
+    trace (JAX would fail later, naming neither the function nor the cause)."""
+    if _core.trace_state_clean() and any(isinstance(c, _core.Tracer) for c in consts):
+        raise LeakedTracerError(
+            f"`{name}` reads a JAX value that leaked out of another trace: a tracer (an "
+            f"intermediate value of a function being traced, such as a model run by a handler or "
+            f"under jit/vmap/grad) was stored in a global, a closure or an attribute, and is read "
+            f"here, outside that trace, where it has no value. Return such values, or pass them "
+            f"as arguments, instead of storing them.")
+
+
 def _is_array_like(x) -> bool:
     return isinstance(x, (jax.Array, _core.Tracer, np.ndarray, np.generic, bool, int, float,
                           complex))
@@ -127,9 +142,19 @@ def split_args(args, kwargs):
 
     Python ints, bools, strings and other non-array leaves stay static (as NumPyro models use them
     for sizes and options); arrays and Python floats are traced.
+
+    **Raises:** `TypeError` naming the argument (`args[0]`, `kwargs['y']`) for a NumPy array that
+    JAX cannot trace (of strings or objects).
     """
-    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    with_paths, tree = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    leaves = [x for _, x in with_paths]
     dynamic = [_is_dynamic(x) for x in leaves]
+    for (path, x), d in zip(with_paths, dynamic):
+        problem = d and describe_non_array(x)
+        if problem:
+            where = ("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(path[1:])
+            raise TypeError(f"The argument {where} is {problem}, which JAX cannot trace: pass "
+                            f"arrays of numbers (or static Python values).")
 
     def rebuild(dyn):
         it = iter(dyn)
@@ -161,6 +186,11 @@ def vmap_index():
     with _core.set_current_trace(trace.parent_trace):
         index = jax.numpy.arange(trace.axis_data.size)
     return batching.BatchTracer(trace, index, 0)
+
+
+def current_trace():
+    """The JAX trace now being recorded into (an opaque object, compared by identity)."""
+    return _core.trace_ctx.trace
 
 
 def bind_eqn(eqn, invals):

@@ -1,5 +1,7 @@
 """Errors of the effects core."""
 
+import jax
+
 from .._errors import EffpplError
 
 
@@ -9,6 +11,12 @@ class EffectError(EffpplError):
 
 class UnhandledEffectError(EffectError, LookupError):
     """An operation was performed where no handler handles it."""
+
+
+class LeakedTracerError(EffectError, jax.errors.UnexpectedTracerError):
+    """A traced function (a model, a handled body, a clause) reads a JAX tracer that leaked out of
+    another trace: an intermediate value stored in a global, a closure or an attribute. JAX's
+    `UnexpectedTracerError`, naming the function."""
 
 
 class UnsupportedHandlerError(EffectError, NotImplementedError):

@@ -25,6 +25,7 @@ import numpy as np
 from . import _compat
 from ._compat import abstractify
 from ._errors import EffectError, UnhandledEffectError, UnsupportedHandlerError
+from ._values import check_arrays
 
 # --------------------------------------------------------------------------------------------
 # Effects: the effect set of a jaxpr says, for free, which operations are still unhandled in it.
@@ -86,7 +87,10 @@ class Operation:
     Calling `op(*args, **static)` performs it: `args` are pytrees of arrays, `static` keyword
     arguments must be hashable and reach the clause as keyword arguments.
 
-    **Raises:** `UnhandledEffectError` when performed (or translated) with no handler for it.
+    **Raises:** `TypeError` for a `name` that is not a str, an `out`, `unhandled` or `batch_rule`
+    that is not callable, a perform with arguments that are not arrays or that `out` does not
+    accept, and an `out` that does not return `jax.ShapeDtypeStruct`s (each naming the operation);
+    `UnhandledEffectError` when performed (or translated) with no handler for it.
 
     **Example:**
     ```python
@@ -97,6 +101,10 @@ class Operation:
     def __init__(self, name: str, out: Callable[..., Any],
                  unhandled: Callable[..., str] | None = None,
                  batch_rule: Callable[..., Any] | None = None):
+        if not isinstance(name, str):
+            raise TypeError(f"effppl.effects.Operation(name, ...) expected a str name (for "
+                            f"messages and printed jaxprs), but got {type(name).__name__} "
+                            f"{name!r}.")
         if not callable(out):
             raise TypeError(f"effppl.effects.Operation({name!r}, out=...) expected a callable "
                             f"giving the result type, but got {out!r}.")
@@ -122,7 +130,12 @@ class Operation:
 
     def __call__(self, *args, **static):
         leaves, in_tree = jax.tree_util.tree_flatten(args)
-        leaves = [x if isinstance(x, jax.core.Tracer) else jnp.asarray(x) for x in leaves]
+        try:
+            leaves = [x if isinstance(x, jax.core.Tracer) else jnp.asarray(x) for x in leaves]
+        except (TypeError, ValueError):
+            check_arrays(args, f"Operation `{self.name}` was performed with an argument that is "
+                               f"not an array")
+            raise
         static_items = tuple(sorted(static.items()))
         try:
             hash(static_items)
@@ -152,7 +165,12 @@ def _result_type(op, in_tree, in_avals, static):
         pass
     out = op.out(*args, **dict(static))
     leaves, out_tree = jax.tree_util.tree_flatten(out)
-    return out_tree, tuple(abstractify(x) for x in leaves)
+    try:
+        return out_tree, tuple(abstractify(x) for x in leaves)
+    except TypeError:
+        raise TypeError(f"The result type function `out` of operation `{op.name}` returned "
+                        f"{out!r:.100}: it must return a pytree of `jax.ShapeDtypeStruct` (`()` "
+                        f"for no result).") from None
 
 
 class SiteKey(NamedTuple):
@@ -411,7 +429,9 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
     **Returns:** a function whose output has the type of `ret(params, body(...))`. It works eagerly
     and under `jax.jit`/`grad`/`vmap` applied outside it (the handler is compiled away first).
 
-    **Raises:** `TypeError` when a clause's result or `resume`'s arguments have the wrong type
+    **Raises:** `TypeError` when `body`, `ret` or a clause is not callable (or cannot be called
+    with the arguments it will get), `params` is not a pytree of arrays, or a clause's result or
+    `resume`'s arguments have the wrong type
     (naming the operation; `resume`'s value may differ from the operation's result type only by a
     dtype of the same kind, NumPy's `same_kind` casting, and is converted); the translator raises
     `UnhandledEffectError` / `UnsupportedHandlerError`.
@@ -424,6 +444,15 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
     **References:** paper §3 (the `handle` construct), §6 (effecax's interface).
     """
+    if not callable(body):
+        raise TypeError(f"effppl.effects.handle(body, ...) expected a callable body, but got "
+                        f"{type(body).__name__} {body!r:.60}.")
+    if ret is not None and not callable(ret):
+        raise TypeError(f"effppl.effects.handle(..., ret=...) expected a callable return clause "
+                        f"`ret(params, result)`, or None, but got {type(ret).__name__} "
+                        f"{ret!r:.60}.")
+    if not callable(params):
+        check_arrays(params, "effppl.effects.handle(..., params=...)")
     clauses = dict(clauses or {})
     for op, clause in clauses.items():
         if not isinstance(op, Operation) or not callable(clause):
@@ -459,6 +488,7 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
     body_jaxpr, body_consts, body_tree = _compat.trace_to_jaxpr(body_flat, arg_avals, name)
     if callable(params):  # parameters that depend on what the body performs
         params = params(body_jaxpr.jaxpr)
+        check_arrays(params, "effppl.effects.handle(..., params=f): f(body_jaxpr)")
     p_leaves, p_tree = jax.tree_util.tree_flatten(params)
     p_avals = [abstractify(x) for x in p_leaves]
     body_avals = list(body_jaxpr.out_avals)
@@ -469,6 +499,8 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_jaxpr, answer_tree, answer_avals = None, body_tree, tuple(body_avals)
         ret_slice = slice(0, 0)
     else:
+        _check_signature(ret, f"The return clause `ret` of handler `{name}`",
+                         "`ret(params, result)`", p_struct, r_struct)
         ret_jaxpr, ret_consts, answer_tree = _compat.trace_to_jaxpr(ret, (p_struct, r_struct),
                                                                     f"{name}.ret")
         answer_avals = tuple(ret_jaxpr.out_avals)
@@ -489,6 +521,17 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
                          spec=spec, n_body_consts=len(body_consts),
                          n_frame_consts=len(frame_consts))
     return jax.tree_util.tree_unflatten(answer_tree, outs)
+
+
+def _check_signature(fn, what, call, *args, **kwargs):
+    """Raise a `TypeError` saying `what` (e.g. "The clause for operation `get`") cannot be called
+    as `call` (how it will be called) when `fn` does not accept these arguments."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(f"{what} cannot be called as {call}: {err}.") from None
+    except ValueError:  # no signature to check (a builtin)
+        pass
 
 
 _MISSING = object()
@@ -512,6 +555,10 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
                             f"`resume(new_params, value)`.")
         np_leaves, np_tree = jax.tree_util.tree_flatten(new_params)
         v_leaves, v_tree = jax.tree_util.tree_flatten(value)
+        check_arrays(new_params, f"The clause for operation `{op.name}` called `resume` with "
+                                 f"new parameters that are not arrays")
+        check_arrays(value, f"The clause for operation `{op.name}` called `resume` with a value "
+                            f"that is not an array")
         np_avals = [abstractify(x) for x in np_leaves]
         v_avals = [abstractify(x) for x in v_leaves]
         if not _same_types(np_tree, np_avals, p_tree, p_avals):
@@ -532,15 +579,10 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
         return jax.tree_util.tree_unflatten(answer_tree, outs)
 
     def clause_flat(p, args):
-        try:
-            inspect.signature(clause).bind(p, *args, resume=resume, **dict(key.static))
-        except TypeError as err:
-            raise TypeError(f"The clause for operation `{op.name}` cannot be called as "
-                            f"`clause(params, *args, resume=..., **static)` with {len(args)} "
-                            f"argument(s) and static keyword arguments {sorted(dict(key.static))}: "
-                            f"{err}.") from None
-        except ValueError:  # no signature to check (a builtin)
-            pass
+        _check_signature(clause, f"The clause for operation `{op.name}`",
+                         f"`clause(params, *args, resume=..., **static)` with {len(args)} "
+                         f"argument(s) and static keyword arguments {sorted(dict(key.static))}",
+                         p, *args, resume=resume, **dict(key.static))
         return clause(p, *args, resume=resume, **dict(key.static))
 
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)

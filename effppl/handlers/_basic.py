@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..primitives import SiteError, _value_type, deterministic_op, prng_key_op, sample_op
-from ._handler import Handler, forward, trace_model
+from ..effects._values import describe_non_array
+from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
+                          param_op, prng_key_op, sample_op)
+from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 
 
@@ -59,15 +63,23 @@ class seed(Handler):
         def prng_key(key, *, resume, **static):
             key, sub = jax.random.split(key)
             return resume(key, sub)
-        return {sample_op: sample, prng_key_op: prng_key}
+
+        def param(key, msg, *, resume, init_fn, **static):
+            if msg["value"] is not None:  # as NumPyro: a key only for an `init_value` function
+                return resume(key, forward_param(msg, init_fn=init_fn, **static))
+            key, sub = jax.random.split(key)
+            msg = dict(msg, value=jnp.asarray(init_fn(sub)))
+            return resume(key, forward_param(msg, init_fn=init_fn, **static))
+        return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
 
 def site_row(handler, name, values, site_shape, count, site):
     """`(value, advance)`: the value of site `name` at its `count`-th occurrence.
 
-    A site outside loops takes `values` whole, which must have the site's shape; a site inside
-    loops of lengths `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)`
-    (or `(T1 * T2 * ..., *shape)`). **Raises:** `SiteError` naming the site on any other shape,
+    A site outside loops takes `values` whole, which must have the site's shape or broadcast to it
+    (as NumPyro accepts: leading axes of size 1 are dropped); a site inside loops of lengths
+    `(T1, T2, ...)` takes row `count` of `values` of shape `(T1, T2, ..., *shape)` (or broadcasting
+    to it), or `(T1 * T2 * ..., *shape)`. **Raises:** `SiteError` naming the site on any other shape,
     and for a site inside a `while_loop` (no static number of occurrences to give rows for).
     """
     if site is not None and not site.bounded:
@@ -78,18 +90,48 @@ def site_row(handler, name, values, site_shape, count, site):
     values = jnp.asarray(values)
     site_shape = tuple(site_shape)
     loops = site.loops if site is not None else ()
+    given = values
     if loops:
-        if values.shape in ((*loops, *site_shape), (site.count, *site_shape)):
+        if values.shape != (site.count, *site_shape):
+            values = _broadcast_value(values, (*loops, *site_shape))
+        if values is not None:
             if site.count == 0:  # inside a loop of length 0: no occurrence ever reads a row
                 return jnp.zeros(site_shape, values.dtype), True
             return values.reshape((site.count, *site_shape))[site.row(count)], True
         expected = f"{(*loops, *site_shape)} (one row per occurrence in its loops)"
-    elif values.shape == site_shape:
-        return values, False
+    elif (fitted := _broadcast_value(values, site_shape)) is not None:
+        return fitted, False
     else:
         expected = f"{site_shape}"
     raise SiteError(f"effppl.handlers.{handler}: the value given for site `{name}` has shape "
-                    f"{values.shape}, but the site expects {expected}.")
+                    f"{given.shape}, but the site expects {expected}.")
+
+
+def _broadcast_value(values, shape):
+    """`values` broadcast to `shape` when it broadcasts there as NumPyro lets it (leading axes of
+    size 1 dropped, e.g. `(1, 2)` for a site of shape `(2,)`), else None."""
+    if values.shape == shape:
+        return values
+    try:
+        out = jnp.broadcast_shapes(values.shape, shape)
+    except ValueError:
+        return None
+    lead = len(out) - len(shape)
+    if out[lead:] != shape or any(d != 1 for d in out[:lead]):
+        return None
+    return jnp.broadcast_to(values.reshape(values.shape[max(values.ndim - len(shape), 0):]), shape)
+
+
+def check_values(api, values):
+    """Raise a `SiteError` naming the site whose value in `values` (dict name -> value, given to
+    `effppl.handlers.<api>`) is not an array of real, integer or bool numbers."""
+    for name, value in values.items():
+        problem = describe_non_array(value)
+        if problem is None and jnp.iscomplexobj(value):
+            problem = f"a complex value (dtype {jnp.result_type(value)})"
+        if problem is not None:
+            raise SiteError(f"effppl.handlers.{api}: the value given for site `{name}` must be an "
+                            f"array of numbers (real, integer or bool), but is {problem}.")
 
 
 def occurrence_counters(names, sites, conditional=False):
@@ -117,13 +159,25 @@ class _SetValue(Handler):
 
     def __init__(self, fn, data=None, substitute_fn=None):
         super().__init__(fn)
+        api = f"effppl.handlers.{type(self).__name__}"
         if data is None and substitute_fn is None:
-            raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, data) needs `data` (or a "
-                            f"function giving sites' values).")
-        self.data = dict(data or {})
+            raise TypeError(f"{api}(fn, data) needs `data` (or a function giving sites' values).")
+        if data is not None and not isinstance(data, Mapping):
+            raise TypeError(f"{api}(fn, data=...) expected a dict site name -> value, but got "
+                            f"{type(data).__name__} {data!r:.60}.")
+        if substitute_fn is not None and not callable(substitute_fn):
+            raise TypeError(f"{api}(fn, {type(self).__name__}_fn=...) expected a callable "
+                            f"`fn(msg) -> value or None`, but got {substitute_fn!r:.60}.")
+        bad = next((k for k in (data or {}) if not isinstance(k, str)), None)
+        if bad is not None:
+            raise TypeError(f"{api}(fn, data=...) expected str site names as keys, but got "
+                            f"{type(bad).__name__} {bad!r:.60}.")
+        # a site given `None` is left alone, as in NumPyro (e.g. `condition(model, {"y": None})`)
+        self.data = {name: value for name, value in (data or {}).items() if value is not None}
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
+        check_values(self.entry_point or type(self).__name__, self.data)
         self._sites = self.analysis()
         return occurrence_counters(self.data, self._sites)
 
@@ -160,9 +214,26 @@ class _SetValue(Handler):
                 value = fixed.astype(value.dtype)
             return resume(counts, deterministic_op(value, name=name, **static))
 
-        if self.sets_deterministic:
-            return {sample_op: sample, deterministic_op: deterministic}
-        return {sample_op: sample}
+        def param(counts, msg, *, resume, name, **static):
+            value = None
+            if name in self.data:
+                value = self.data[name]
+            elif self.substitute_fn is not None:
+                value = self.substitute_fn(dict(msg, name=name, type="param", **static))
+            if value is not None:
+                shape = _param_type(msg, name=name, **static)
+                value = jnp.asarray(value, shape.dtype)
+                if value.shape != shape.shape:
+                    raise SiteError(f"effppl.handlers.{self.entry_point or type(self).__name__}: "
+                                    f"the value given for param `{name}` has shape {value.shape}, "
+                                    f"but its init_value has shape {shape.shape}.")
+                msg = dict(msg, value=value)
+            return resume(counts, forward_param(msg, name=name, **static))
+
+        clauses = {sample_op: sample}
+        if self.sets_deterministic:  # substitute: also deterministic and param sites (NumPyro)
+            clauses.update({deterministic_op: deterministic, param_op: param})
+        return clauses
 
 
 class substitute(_SetValue):
@@ -211,6 +282,14 @@ class block(Handler):
 
     def __init__(self, fn, hide_fn=None, hide=None, expose=None):
         super().__init__(fn)
+        if hide_fn is not None and not callable(hide_fn):
+            raise TypeError(f"effppl.handlers.block(fn, hide_fn=...) expected a callable "
+                            f"`hide_fn(msg) -> bool`, but got {hide_fn!r:.60}.")
+        for arg, names in (("hide", hide), ("expose", expose)):
+            if isinstance(names, str) or (names is not None and not all(
+                    isinstance(n, str) for n in names)):
+                raise TypeError(f"effppl.handlers.block(fn, {arg}=...) expected a list of site "
+                                f"names, but got {names!r:.60} (for one site: {arg}=[name]).")
         if hide_fn is not None:
             self.hidden = lambda name, msg: hide_fn(dict(msg, name=name))
         elif hide is not None:
@@ -222,7 +301,7 @@ class block(Handler):
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
-            if not self.hidden(name, msg):
+            if not self.hidden(name, dict(msg, type="sample")):
                 return resume(params, forward(msg, name=name, **static))
             value = msg["value"]
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
@@ -231,10 +310,18 @@ class block(Handler):
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):
-            if not self.hidden(name, {"value": value}):
+            if not self.hidden(name, {"value": value, "type": "deterministic"}):
                 value = deterministic_op(value, name=name, **static)
             return resume(params, value)
-        return {sample_op: sample, deterministic_op: deterministic}
+
+        def param(params, msg, *, resume, name, init_fn, **static):
+            if not self.hidden(name, dict(msg, type="param")):
+                return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
+            value = msg["value"]
+            if value is None:
+                value = jnp.asarray(init_fn(prng_key_op(name=name)))
+            return resume(params, value)
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
 
 
 class mask(Handler):
@@ -244,8 +331,30 @@ class mask(Handler):
     (`with mask(mask=m): ...`)."""
 
     def __init__(self, fn=None, mask=True):
+        problem = describe_non_array(mask)
+        if problem is None and jnp.result_type(mask) != jnp.bool_:
+            problem = f"an array of dtype {jnp.result_type(mask)}"
+        if problem is not None:
+            raise TypeError(f"effppl.handlers.mask(fn, mask=...) expected a bool array (as "
+                            f"NumPyro's), but got {problem}.")
         self.mask = mask
         super().__init__(fn)
+
+    def __enter__(self):
+        out = super().__enter__()
+        mask_scopes().append(self.mask)  # for `get_mask`
+        return out
+
+    def __exit__(self, *exc):
+        mask_scopes().pop()
+        return super().__exit__(*exc)
+
+    def handled(self, *args, **kwargs):
+        mask_scopes().append(self.mask)
+        try:
+            return super().handled(*args, **kwargs)
+        finally:
+            mask_scopes().pop()
 
     def adjust_message(self, msg):
         m = jnp.asarray(self.mask, bool)
@@ -262,6 +371,10 @@ class scale(Handler):
     scopes a block (`with scale(scale=10.0): ...`)."""
 
     def __init__(self, fn=None, scale=1.0):
+        problem = describe_non_array(scale)
+        if problem is not None or jnp.iscomplexobj(scale):
+            raise TypeError(f"effppl.handlers.scale(fn, scale=...) expected a positive real "
+                            f"scalar or array, but got {problem or repr(scale)}.")
         if not isinstance(scale, jax.core.Tracer) and not np.all(np.asarray(scale) > 0):
             raise ValueError(f"effppl.handlers.scale(fn, scale={scale!r}) expected a positive "
                              f"scale.")

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax.numpy as jnp
 
 from ..primitives import sample_op
-from ._basic import occurrence_counters, site_row, substitute
+from . import _contract
+from ._basic import check_values, occurrence_counters, site_row, substitute
+from ._enum import enum, enumerated_sites
 from ._handler import Handler, forward, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -36,8 +40,9 @@ class _LogJoint(Handler):
 class _Unconstrain(Handler):
     """Gives latent sites `params` in unconstrained space: value `t(u)` with `t =
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
-    other latents uses their current values), and returns `(result, sum of log|det J_t(u)|)`,
-    each term scaled like its site. (NumPyro adds each term as a factor site `_{name}_log_det`;
+    other latents uses their current values), and returns `(result, sum of log|det J_t(u)|,
+    {site: its own sum})`, each term of the total scaled like its site (the per-site sums are
+    not scaled: autoguides use them as the guide's own Jacobians). (NumPyro adds each term as a factor site `_{name}_log_det`;
     the sum is the same, without two more clauses per latent site to trace.)
 
     Unconstrained coordinates that no occurrence reads (the rows of a site in a `cond` branch
@@ -52,13 +57,17 @@ class _Unconstrain(Handler):
         self.entry_point = entry_point  # the function the user called (errors)
 
     def params(self, *args, **kwargs):
+        check_values(f"{self.entry_point} (unconstrained values)", self.values)
         self._sites = self.analysis()
         counts = occurrence_counters(self.values, self._sites, conditional=True)
-        return counts, jnp.zeros((), jnp.result_type(float))
+        zero = jnp.zeros((), jnp.result_type(float))
+        # the per-site sums in one vector (a leaf per site would make tracing quadratic)
+        self._index = {name: i for i, name in enumerate(self.values)}
+        return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
 
     def clauses(self):
         def sample(state, msg, *, resume, name, **static):
-            counts, log_det_total = state
+            counts, log_det_total, per_site = state
             if name not in self.values or msg["value"] is not None:
                 return resume(state, forward(msg, name=name, **static))
             fn, site = msg["fn"], self._sites.get(name)
@@ -73,16 +82,19 @@ class _Unconstrain(Handler):
             u, unread = split_row(row, u_shape)
             value = t(u)
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
-            if msg["scale"] is not None:
-                log_det = jnp.sum(log_det * msg["scale"])
             if unread is not None:
                 log_det = log_det + jnp.sum(_std_normal(unread))
-            state = counts, log_det_total + log_det.astype(log_det_total.dtype)
+            i = self._index[name]
+            per_site = per_site.at[i].set(per_site[i] + log_det.astype(log_det_total.dtype))
+            if msg["scale"] is not None:
+                log_det = jnp.sum(log_det * msg["scale"])
+            state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
             return resume(state, forward(dict(msg, value=value), name=name, **static))
         return {sample_op: sample}
 
     def ret(self, state, result):
-        counts, log_det_total = state
+        counts, log_det_total, per_site = state
+        per_site = {name: per_site[i] for name, i in self._index.items()}
         for name, count in counts.items():
             site = self._sites.get(name)
             if site is None or site.type != "sample" or not site.conditional or not site.bounded \
@@ -95,13 +107,40 @@ class _Unconstrain(Handler):
             occurrence = jnp.arange(rows.shape[0])
             unread = jnp.zeros(rows.shape[0], bool).at[site.row(occurrence)].set(
                 occurrence >= count)
-            aux = jnp.where(unread[:, None], _std_normal(rows), 0.0)
-            log_det_total = log_det_total + jnp.sum(aux).astype(log_det_total.dtype)
-        return result, log_det_total
+            aux = jnp.sum(jnp.where(unread[:, None], _std_normal(rows), 0.0))
+            log_det_total = log_det_total + aux.astype(log_det_total.dtype)
+            per_site = dict(per_site, **{name: per_site[name] + aux.astype(log_det_total.dtype)})
+        return result, log_det_total, per_site
+
+
+def _check_call(api, model_args, model_kwargs, params):
+    """`TypeError` naming the argument of `effppl.handlers.<api>(model, model_args, model_kwargs,
+    params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
+    for arg, value, ok, expected in (
+            ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
+            ("model_kwargs", model_kwargs,
+             model_kwargs is None or isinstance(model_kwargs, Mapping), "a dict"),
+            ("params", params, params is None or isinstance(params, Mapping),
+             "a dict site name -> value")):
+        if not ok:
+            raise TypeError(f"effppl.handlers.{api}(model, model_args, model_kwargs, params) "
+                            f"expected `{arg}` to be {expected}, but got {type(value).__name__} "
+                            f"{value!r:.60}" + (" (for one argument: `(y,)`)."
+                                                if arg == "model_args" else "."))
 
 
 def _std_normal(u):
     return -0.5 * (jnp.square(u) + jnp.log(2 * jnp.pi))
+
+
+def _marginal(fn, args, kwargs):
+    """`(result, log joint, trace)` of `fn` (handlers that give latent values around
+    `enum(model)`) with the model's sites marked for enumeration summed out (`_contract`)."""
+    tracer = trace(fn)
+    tracer.scale_log_prob = True
+    result, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return result, _contract.log_joint(tr, loops), tr
 
 
 def log_density(model, model_args=(), model_kwargs=None, params=None):
@@ -111,23 +150,43 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     `params`: dict site name -> constrained value (stacked rows for sites inside loops).
 
     **Returns:** `(log_joint, trace)`: a scalar (float of JAX's default float dtype), and the trace
-    (`effppl.handlers.trace`'s dict).
+    (`effppl.handlers.trace`'s dict). Sites marked `infer={"enumerate": "parallel"}` (see
+    `effppl.infer.config_enumerate`) are summed out exactly, as NumPyro's funsor-based
+    `log_density` does; in the trace they hold their enumerated support.
 
-    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch.
+    **Raises:** `SiteError` naming a latent site with no value, or a shape mismatch;
+    `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
 
-    **References:** NumPyro's `numpyro.infer.util.log_density`.
+    **References:** NumPyro's `numpyro.infer.util.log_density`; Obermeyer et al. (2019), "Tensor
+    Variable Elimination for Plated Factor Graphs" (enumeration).
     """
-    given = substitute(model, data=params or {})
+    _check_call("log_density", model_args, model_kwargs, params)
+    model_kwargs = model_kwargs or {}
+    enumerated = enumerated_sites(model, model_args, model_kwargs)
+    given = substitute(enum(model) if enumerated else model, data=params or {})
     given.entry_point = "log_density"
+    if enumerated:
+        _, log_joint, tr = _marginal(given, model_args, model_kwargs)
+        return log_joint, tr
     joint = _LogJoint(given)
     (_, log_joint), tr = trace(joint)._run(*model_args, **(model_kwargs or {}))
     return log_joint, tr
 
 
 def unconstrained_log_density(model, model_args, model_kwargs, params):
-    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar)."""
+    """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
+    the sites marked for enumeration summed out."""
+    _check_call("unconstrained_log_density", model_args, model_kwargs, params)
+    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
+    if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
+        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+                                               model_kwargs or {})
+        return log_joint + log_det
+    if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
+        model = enum(model)
     joint = _LogJoint(_Unconstrain(model, params))
-    (_, log_det), log_joint = run_outermost(joint.handled, *model_args, **(model_kwargs or {}))
+    (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
+                                               **(model_kwargs or {}))
     return log_joint + log_det
 
 
@@ -137,9 +196,10 @@ def potential_energy(model, model_args, model_kwargs, params):
     **Arguments:** `params`: dict latent site name -> unconstrained array (stacked along loop
     axes for sites inside loops).
 
-    **Returns:** a scalar. **References:** Stan Reference Manual, "Variable transforms";
-    NumPyro's `numpyro.infer.util.potential_energy`.
+    **Returns:** a scalar. **Raises:** as `log_density`. **References:** Stan Reference Manual,
+    "Variable transforms"; NumPyro's `numpyro.infer.util.potential_energy`.
     """
+    _check_call("potential_energy", model_args, model_kwargs, params)
     return -unconstrained_log_density(model, model_args, model_kwargs, params)
 
 
@@ -147,14 +207,20 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    tr = trace(_Unconstrain(model, params, "constrain_fn")).get_trace(*model_args,
-                                                                      **(model_kwargs or {}))
+    _check_call("constrain_fn", model_args, model_kwargs, params)
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
+    fn = _Unconstrain(model, params, "constrain_fn")
+    tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
+    _check_call("unconstrain_fn", model_args, model_kwargs, params)
+    if enumerated_sites(model, model_args, model_kwargs or {}):
+        model = enum(model)
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)

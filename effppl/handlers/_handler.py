@@ -19,7 +19,7 @@ import numpyro.primitives
 
 from .. import effects as fx
 from ..effects import _compat
-from ..primitives import SiteError, deterministic_op, message_contexts, sample_op
+from ..primitives import SiteError, deterministic_op, message_contexts, param_op, sample_op
 from ._sites import analyze
 
 _depth = threading.local()
@@ -45,14 +45,24 @@ def _nesting():
     return getattr(_depth, "n", 0)
 
 
+def handler_traces() -> list:
+    """The JAX traces of the handler bodies being traced, outermost first: code traced in one of
+    them runs at a model's top level, not inside a loop, branch or `jit` of the model."""
+    if not hasattr(_depth, "traces"):
+        _depth.traces = []
+    return _depth.traces
+
+
 @contextlib.contextmanager
 def _inside():
     _depth.n = _nesting() + 1
+    handler_traces().append(_compat.current_trace())
     try:
         with _NoNumPyroPrimitives():
             yield
     finally:
         _depth.n -= 1
+        handler_traces().pop()
 
 
 def _base_sample(params, msg, *, resume, name, **static):
@@ -66,12 +76,28 @@ def _base_sample(params, msg, *, resume, name, **static):
     return resume(params, value)
 
 
-_BASE = {sample_op: _base_sample,
+def _base_param(params, msg, *, resume, name, **static):
+    if msg["value"] is None:
+        raise SiteError(f"The param site `{name}` has a function as `init_value`, which needs a "
+                        f"PRNG key: run the model under `effppl.handlers.seed(model, rng_seed)`, "
+                        f"or `substitute` the param's value.")
+    return resume(params, msg["value"])
+
+
+_BASE = {sample_op: _base_sample, param_op: _base_param,
          deterministic_op: lambda params, value, *, resume, **static: resume(params, value)}
 
 
+def forward_param(msg, **static):
+    """Re-perform the param operation for the handlers outside the current one."""
+    return param_op(msg, **static)
+
+
 def model_name(fn) -> str:
-    """A model's name for messages: its `__name__`, else its type's (partials, callable objects)."""
+    """A model's name for messages: its `__name__`, else its type's (partials, callable objects);
+    for a handler's bound method, the name of the model the handler wraps."""
+    if isinstance(getattr(fn, "__self__", None), Handler):
+        return model_name(fn.__self__)
     inner = getattr(fn, "func", fn)  # functools.partial
     return getattr(inner, "__name__", None) or type(inner).__name__
 

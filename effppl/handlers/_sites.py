@@ -17,14 +17,14 @@ from numpyro.distributions.transforms import biject_to
 
 from ..effects import _compat
 from ..effects._primitives import handle_p, perform_p, site_key
-from ..primitives import SiteError, deterministic_op, sample_op
+from ..primitives import SiteError, deterministic_op, param_op, sample_op
 
 
 class Site(NamedTuple):
     """One sample or deterministic site as seen from outside the model."""
 
     name: str
-    type: str               # "sample" | "deterministic"
+    type: str               # "sample" | "deterministic" | "param"
     aval: object            # ShapedArray of one occurrence's value
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
@@ -62,7 +62,8 @@ class Site(NamedTuple):
         return row
 
 
-_WHERE = {"sample": sample_op, "deterministic": deterministic_op}
+_SITE_OPS = (sample_op, deterministic_op, param_op)
+_KIND = {sample_op: "sample", deterministic_op: "deterministic", param_op: "param"}
 
 
 def bijector(name, fn):
@@ -83,7 +84,7 @@ def _walk(jaxpr, loops, branch, out, origin=None):
     perform a nested handler's clause re-performs (its source location names the site)."""
     for eqn in jaxpr.eqns:
         prim, p = eqn.primitive, eqn.params
-        if prim is perform_p and p["op"] in (sample_op, deterministic_op):
+        if prim is perform_p and p["op"] in _SITE_OPS:
             out.append((eqn, loops, branch, origin or eqn))
         elif prim is handle_p:
             inner = []
@@ -126,12 +127,17 @@ def analyze(jaxpr) -> dict:
     _walk(jaxpr, (), (), found)
     sites, seen = {}, {}
     for eqn, loops_reverse, branch, origin in found:
+        kind = _KIND[eqn.params["op"]]
+        if kind == "param":  # one value, however often it is read (also inside loops)
+            loops_reverse = ()
         loops = tuple(length for length, _ in loops_reverse)
         reverse = tuple(rev for _, rev in loops_reverse)
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
-        kind = "sample" if eqn.params["op"] is sample_op else "deterministic"
         where = _compat.summarize_source(origin.source_info)
-        for other_branch, other_where in seen.get(name, []):
+        if name in sites and (sites[name].type == "param") != (kind == "param"):
+            raise SiteError(f"Site name `{name}` is used by a param site and by a {kind} or "
+                            f"sample site (at {where}); names must be unique.")
+        for other_branch, other_where in ([] if kind == "param" else seen.get(name, [])):
             if not _exclusive(branch, other_branch):
                 raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
                                 f"at {where}. Site names must be unique (inside a loop, one "

@@ -9,9 +9,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..primitives import SiteError, deterministic_op, promote_batch_shape, sample_op
-from ._handler import Handler, forward, run_outermost
+from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
+from ._handler import Handler, forward, forward_param, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
+
+
+def is_enumerated(infer) -> bool:
+    """Whether a site whose `infer` (dict or sorted items) is this is marked for enumeration."""
+    return dict(infer).get("enumerate") is not None
 
 
 def _log_prob_type(value_aval, fn_avals):
@@ -51,10 +56,12 @@ def recorded(sites: dict) -> dict:
 
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
-    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "infer",
+    `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "scale", "infer",
     "cond_indep_stack"}}`; `log_prob` is the elementwise log density of each occurrence's value
     under that occurrence's distribution, zero where an enclosing `mask` is false (NumPyro's masked
-    `fn`), not scaled; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
+    `fn`), not scaled; `scale` the factor an enclosing `scale` handler puts on it (broadcast to
+    `log_prob`'s shape; None outside any); a `param` site (`type: "param"`) records its value and
+    `kwargs` `{"constraint", "event_dim"}`, as NumPyro's; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
     `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them; empty for a
     site that different `cond` branches put in different plates).
 
@@ -70,6 +77,7 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+    scale_log_prob = False  # record `log_prob` times the site's scale (enumerated densities)
 
     def _sites(self, *args, **kwargs):
         return recorded(self.analysis())
@@ -80,14 +88,20 @@ class trace(Handler):
         for name, site in self._recorded.items():
             lead = site.count if site.in_loop else None
             fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
+            msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+            if site.type == "param":
+                fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
+                                        jax.tree_util.tree_leaves(msg_avals["constraint"])]
             if site.type == "sample":
-                msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
                 if site.one_family:
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
                                     for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
                 lp = _log_prob_type(site.aval, msg_avals["fn"])
                 fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
-                if self.record_unconstrained and not site.is_observed:
+                if msg_avals["scale"] is not None:
+                    fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+                if self.record_unconstrained and not site.is_observed and not is_enumerated(
+                        dict(site.key.static).get("infer", ())):
                     shape, dtype = unconstrained_type(site)
                     fields["unconstrained"] = self._layout.add(shape, dtype, lead)
             if site.in_loop:
@@ -96,13 +110,15 @@ class trace(Handler):
         return self._layout.buffers()
 
     def clauses(self):
-        def record(bufs, name, value, fn=None, mask=None):
+        def record(bufs, name, value, fn=None, mask=None, scale=None, constraint=None):
             if name not in self._layout.fields:
                 return bufs
             fields, site = self._layout.fields[name], self._recorded[name]
             if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
             updates = [(fields["value"], value)]
+            if constraint is not None and "constraint" in fields:
+                updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
             if fn is not None:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
                 if "fn" in fields:
@@ -112,8 +128,12 @@ class trace(Handler):
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
+                if scale is not None and self.scale_log_prob:
+                    lp = lp * scale
                 if jnp.shape(lp) == fields["log_prob"].shape:
                     updates.append((fields["log_prob"], lp))
+                if "scale" in fields:
+                    updates.append((fields["scale"], scale))
                 if "unconstrained" in fields:
                     shape = fields["unconstrained"].shape
                     updates.append((fields["unconstrained"],
@@ -129,13 +149,17 @@ class trace(Handler):
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            return resume(record(bufs, name, value, msg["fn"], msg["mask"]), value)
+            return resume(record(bufs, name, value, msg["fn"], msg["mask"], msg["scale"]), value)
+
+        def param(bufs, msg, *, resume, name, **static):
+            value = forward_param(msg, name=name, **static)
+            return resume(record(bufs, name, value, constraint=msg["constraint"]), value)
 
         def deterministic(bufs, value, *, resume, name, **static):
             value = deterministic_op(value, name=name, **static)
             return resume(record(bufs, name, value), value)
 
-        return {sample_op: sample, deterministic_op: deterministic}
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
 
     @staticmethod
     def _fn_tree(site):
@@ -181,6 +205,13 @@ class trace(Handler):
                                                       [read(f) for f in fields["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
                 rec["log_prob"] = read(fields["log_prob"])
+                rec["scale"] = read(fields["scale"]) if "scale" in fields else None
+            if site.type == "param":
+                msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+                constraint = jax.tree_util.tree_unflatten(
+                    jax.tree_util.tree_structure(msg["constraint"]),
+                    [self._layout.read(bufs, f) for f in fields["constraint"]])
+                rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in fields:
                 rec["unconstrained"] = read(fields["unconstrained"])
             out[name] = rec

@@ -6,7 +6,10 @@ blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` 
 arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
+from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
+from ._arguments import ModelArgumentError
 from ._cache import UnhashableArgumentError, clear_cache
+from ._fns import StaticArgumentWarning
 from ._init import (
     InitializationError,
     InitStrategy,
@@ -14,20 +17,37 @@ from ._init import (
     init_to_uniform,
     init_to_value,
 )
+from ._init_site import init_to_feasible, init_to_mean, init_to_sample
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
+from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceMeanField_ELBO
+from ._optim import OptimizerError
+from ._svi import SVI, SVIError, SVIRunResult, SVIState
+from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",
     "NUTS",
     "HMC",
     "Predictive",
+    "SVI",
+    "SVIState",
+    "SVIRunResult",
+    "Trace_ELBO",
+    "TraceMeanField_ELBO",
+    "RenyiELBO",
+    "SVIError",
+    "ELBOError",
+    "OptimizerError",
     "log_likelihood",
     "init_to_uniform",
     "init_to_median",
     "init_to_value",
+    "init_to_feasible",
+    "init_to_mean",
+    "init_to_sample",
     "InitStrategy",
     "MCMCState",
     "InitializationError",
@@ -35,7 +55,12 @@ __all__ = [
     "KernelSettingsError",
     "PredictiveError",
     "UnhashableArgumentError",
+    "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StaticArgumentWarning",
     "clear_cache",
+    "config_enumerate",
+    "infer_discrete",
+    "InferDiscreteError",
 ]

@@ -14,7 +14,8 @@ def to_inference_data(results: dict):
 
     Groups: `posterior` (constrained latent and deterministic sites, `[chain, draw, ...]`),
     `sample_stats` (`diverging`, `acceptance_rate`, `energy`, `n_steps`, `tree_depth` for NUTS,
-    `lp`, `step_size`), `log_likelihood` (pointwise `log p(y_i | theta)` per observed site) and
+    `lp`, `step_size`), `log_likelihood` (pointwise `log p(y_i | theta)` per observed site; left
+    out for a model with enumerated sites, whose pointwise likelihood is not defined here) and
     `observed_data`. A site's axes that an enclosing `plate` spans are named after the plate (in
     every group; the other axes get arviz's default `<site>_dim_<i>`), as arviz's `from_numpyro`
     does.
@@ -26,7 +27,7 @@ def to_inference_data(results: dict):
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     latent = {n: samples[n] for n in info.latent}
     flat = jax.tree.map(lambda x: x.reshape((num_chains * num_draws,) + x.shape[2:]), latent)
-    loglik = fns.log_likelihood(flat, dynamic)
+    loglik = fns.log_likelihood(flat, dynamic) if not info.enumerated else {}
     loglik = {
         n: np.asarray(v).reshape((num_chains, num_draws) + v.shape[1:]) for n, v in loglik.items()
     }

@@ -27,7 +27,8 @@ import numpy as np
 
 from .._errors import EffpplError
 
-__all__ = ["ArgsStructure", "split_args", "cached", "clear_cache"]
+__all__ = ["UnhashableArgumentError", "ArgsStructure", "StaticArray", "split_args", "cached",
+           "clear_cache"]
 
 
 class UnhashableArgumentError(EffpplError, TypeError):
@@ -60,13 +61,32 @@ class ArgsStructure:
         return jax.tree.unflatten(self.treedef, leaves)
 
 
-def split_args(api: str, args: tuple, kwargs: dict) -> tuple[ArgsStructure, tuple]:
+class StaticArray:
+    """An array argument the model needs the value of while traced (`len(np.unique(group))`, a
+    Python `if`, a shape): a static leaf, hashed and compared by value (shape, dtype, contents).
+    It stays wrapped through the handlers (which trace every array argument) and is unwrapped
+    only when the model is called (`with_static_arrays`)."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+        self._key = (self.array.shape, str(self.array.dtype), self.array.tobytes())
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, StaticArray) and self._key == other._key
+
+
+def split_args(api: str, args: tuple, kwargs: dict,
+               static_arrays: frozenset = frozenset()) -> tuple[ArgsStructure, tuple]:
     """Split model arguments into their hashable structure and their array leaves.
 
     **Arguments:**
 
     - `api`: the public API name, for error messages.
     - `args`, `kwargs`: the model's positional and keyword arguments.
+    - `static_arrays`: indices of array leaves (of `(args, kwargs)`) to treat as static values.
 
     **Returns:** `(structure, dynamic)`: an `ArgsStructure` and the tuple of array leaves.
 
@@ -75,6 +95,9 @@ def split_args(api: str, args: tuple, kwargs: dict) -> tuple[ArgsStructure, tupl
     leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
     static, dynamic = [], []
     for i, leaf in enumerate(leaves):
+        if _is_array(leaf) and i in static_arrays:
+            static.append((i, StaticArray(leaf)))
+            continue
         if _is_array(leaf):
             dynamic.append(leaf)
             continue
@@ -124,3 +147,20 @@ def clear_cache() -> None:
     """Drop every cached compiled function (the next call compiles anew)."""
     with _lock:
         _entries.clear()
+
+
+def has_static_arrays(structure: ArgsStructure) -> bool:
+    return any(isinstance(v, StaticArray) for _, v in structure.static_leaves)
+
+
+def with_static_arrays(model: Callable) -> Callable:
+    """`model`, called with every `StaticArray` argument leaf unwrapped to its numpy array."""
+    import functools
+
+    @functools.wraps(model)
+    def unwrapped(*args, **kwargs):
+        args, kwargs = jax.tree.map(lambda x: x.array if isinstance(x, StaticArray) else x,
+                                    (args, kwargs))
+        return model(*args, **kwargs)
+
+    return unwrapped

@@ -6,6 +6,9 @@ and `jax.jit`'s cache (keyed by the shapes of the array arguments) is hit on eve
 long as the model's own program and the values it closes over stay the same.
 """
 
+import inspect
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -16,12 +19,12 @@ import numpy as np
 from ..effects import _compat
 from . import _model
 from ._arviz import plate_dims
-from ._cache import ArgsStructure, cached
+from ._cache import ArgsStructure, cached, has_static_arrays, split_args, with_static_arrays
 from ._chains import over_chains
 from ._init import ModelContext
 from ._persistent import with_persistent_cache
 
-__all__ = ["SiteInfo", "ModelFns", "model_fns"]
+__all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
 
 def _compiled(fn: Callable) -> Callable:
@@ -37,7 +40,8 @@ class SiteInfo(NamedTuple):
     `unrecorded`: observed sites inside a `while_loop`, which count in the log density but are
     not recorded in traces (no static number of occurrences); `dims`: `(site, axis names)` pairs
     for the sites inside a `plate`, naming the axes of a value's batch part (`None` where no plate
-    sits, `plate_dims`).
+    sits, `plate_dims`); `enumerated`: the latent sites marked for enumeration, summed out of the
+    log density (not in `latent` nor `discrete_latent`).
     """
 
     latent: tuple
@@ -46,6 +50,7 @@ class SiteInfo(NamedTuple):
     discrete_latent: tuple
     unrecorded: tuple = ()
     dims: tuple = ()
+    enumerated: tuple = ()
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -65,7 +70,7 @@ class ModelFns:
     """
 
     def __init__(self, model: Callable, structure: ArgsStructure):
-        self.model = model
+        self.model = with_static_arrays(model) if has_static_arrays(structure) else model
         self.structure = structure
         self.programs: dict = {}  # shape signature -> _Program the functions were built from
         self._site_info: dict = {}
@@ -131,9 +136,10 @@ class ModelFns:
 
             def record(sites, static):
                 for name, site in sites.items():
-                    found[name] = (site.kind, site.is_observed, _is_discrete(site.fn))
+                    found[name] = (site.kind, site.is_observed, _is_discrete(site.fn),
+                                   site.enumerated)
                     loop_ndim = len(static[name].loops) if name in static else 0
-                    if (names := plate_dims(site, loop_ndim)) is not None:
+                    if not site.enumerated and (names := plate_dims(site, loop_ndim)) is not None:
                         dims.append((name, names))
                 # observed sites inside a `while_loop`: no static number of occurrences
                 unrecorded.extend(n for n, s in static.items()
@@ -144,14 +150,18 @@ class ModelFns:
                 record(sites, static)
             else:
                 jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
-            latent = tuple(n for n, (k, obs, _) in found.items() if k == "sample" and not obs)
+            hidden = tuple(n for n, (k, obs, _, enum) in found.items()
+                           if k == "sample" and not obs and enum)
+            latent = tuple(n for n, (k, obs, _, enum) in found.items()
+                           if k == "sample" and not obs and not enum)
             self._site_info[sig] = SiteInfo(
                 latent=latent,
-                observed=tuple(n for n, (k, obs, _) in found.items() if k == "sample" and obs),
-                deterministic=tuple(n for n, (k, _, _) in found.items() if k == "deterministic"),
+                observed=tuple(n for n, (k, obs, *_) in found.items() if k == "sample" and obs),
+                deterministic=tuple(n for n, (k, *_) in found.items() if k == "deterministic"),
                 discrete_latent=tuple(n for n in latent if found[n][2]),
                 unrecorded=tuple(unrecorded),
                 dims=tuple(dims),
+                enumerated=hidden,
             )
         return self._site_info[sig]
 
@@ -164,7 +174,8 @@ class ModelFns:
     def _observed_values(self, dynamic):
         args, kwargs = self.args(dynamic)
         key = jax.random.key_data(jax.random.key(0))
-        sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
+        with _model.initialising():  # latent sites are drawn only to reach the observed ones,
+            sites = _model.get_trace(self.model, args, kwargs, rng_key=key)  # flat ones too
         return {n: s.value for n, s in sites.items() if s.kind == "sample" and s.is_observed}
 
     def _log_likelihood(self, samples, dynamic):
@@ -191,20 +202,29 @@ class ModelFns:
             self._proposers[key] = _compiled(over_chains(propose, (0, None, None)))
         return self._proposers[key]
 
-    def predictor(self, return_sites: tuple) -> Callable:
-        """Compiled `(keys[n], samples[n], dynamic) -> {site: value[n]}` for `return_sites`."""
-        if return_sites not in self._predictors:
+    def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
+        """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
+        `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
+        are substituted. With `infer_discrete`, the enumerated sites are drawn from their
+        conditional given each draw in `samples` (`effppl.infer.infer_discrete`), not from the
+        prior."""
+        if (return_sites, infer_discrete) not in self._predictors:
 
-            def predict(rng_key, samples, dynamic):
+            def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
+                model = self.model
+                if infer_discrete:
+                    rng_key, discrete_key = jax.random.split(rng_key)
+                    model = _model.infer_discrete(model, samples, discrete_key)
                 sites = _model.get_trace(
-                    self.model, args, kwargs,
-                    rng_key=jax.random.key_data(rng_key), substitutions=samples,
+                    model, args, kwargs,
+                    rng_key=jax.random.key_data(rng_key), substitutions={**params, **samples},
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites] = _compiled(jax.vmap(predict, in_axes=(0, 0, None)))
-        return self._predictors[return_sites]
+            self._predictors[return_sites, infer_discrete] = _compiled(
+                jax.vmap(predict, in_axes=(0, 0, None, None)))
+        return self._predictors[return_sites, infer_discrete]
 
 
 class _Program(NamedTuple):
@@ -234,12 +254,16 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def _program(model: Callable, structure: ArgsStructure, dynamic: tuple) -> _Program:
+    if has_static_arrays(structure):
+        model = with_static_arrays(model)
+
     def flat(*leaves):
         args, kwargs = structure.rebuild(leaves)
         return _model.run_unhandled(model, args, kwargs)
 
     closed, consts, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in dynamic],
                                                _model.model_name(model))
+    _compat.check_no_leaked_tracers(consts, _model.model_name(model))
     # Without dead equations (a first-use cache may stage some into the first trace only).
     jaxpr, _ = _compat.pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars),
                                     instantiate=True)
@@ -268,3 +292,87 @@ def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> Mode
         return fns
 
     return cached(("model_fns", model, structure), build, valid)
+
+
+class StaticArgumentWarning(UserWarning):
+    """A model needs the value of an array argument while traced; effppl treats it as static."""
+
+
+_NEEDS_VALUE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+_warned: set = set()
+
+
+def _argument_name(model: Callable, args: tuple, kwargs: dict, index: int) -> str:
+    """The name of leaf `index` of `(args, kwargs)` as the user wrote it: `group`, `data['x']`."""
+    path = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))[0][index][0]
+    if path[0].idx == 1:
+        return f"{path[1].key}{jax.tree_util.keystr(path[2:])}"
+    position = path[1].idx
+    try:
+        params = [p for p in inspect.signature(model).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    name = params[position].name if position < len(params) else f"args[{position}]"
+    return f"{name}{jax.tree_util.keystr(path[2:])}"
+
+
+def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[ModelFns, tuple]:
+    """`(model_fns(...), dynamic)` for `model(*args, **kwargs)`: `split_args` and `model_fns`,
+    except that an array argument whose *value* the model needs while traced (`n =
+    len(np.unique(group))`, a Python `if` on it, a shape) becomes a static argument, hashed by
+    value and part of the cache key (each new value compiles anew), with a `StaticArgumentWarning`
+    naming it, once per model and argument. (`jax.jit` asks for `static_argnames`; here the
+    model's own trace says which.)
+
+    **Raises:** the JAX error, unchanged, when no argument explains it (a value closed over).
+    """
+    static: set = set()
+    while True:
+        structure, dynamic = split_args(api, args, kwargs, frozenset(static))
+        try:
+            return model_fns(model, structure, dynamic), dynamic
+        except _NEEDS_VALUE as err:
+            found = _culprits(err, model, structure, dynamic)
+            if not found:
+                raise
+            array_leaves = [i for i, leaf in enumerate(jax.tree.leaves((tuple(args), dict(kwargs))))
+                            if i not in static and i not in dict(structure.static_leaves)]
+            for j in found:
+                index = array_leaves[j]
+                static.add(index)
+                name = _argument_name(model, args, kwargs, index)
+                if (model, name) not in _warned:
+                    _warned.add((model, name))
+                    warnings.warn(
+                        f"{api}: model `{_model.model_name(model)}` needs the value of its array "
+                        f"argument `{name}`, not only its shape, while it is traced (e.g. "
+                        f"`len(np.unique({name}))`, a Python `if`, a shape), so effppl treats "
+                        f"`{name}` as static: it keys the compiled functions, and each new value "
+                        f"of it compiles anew. To silence this, pass it as a tuple or compute "
+                        f"the value it needs outside the model and pass that as an int.",
+                        StaticArgumentWarning, stacklevel=3)
+
+
+def _culprits(err: Exception, model: Callable, structure: ArgsStructure, dynamic: tuple) -> list:
+    """The indices into `dynamic` of the leaves whose value the model's trace needed: those
+    JAX's message names, else the first one that, made concrete, lets the trace go further."""
+    named = sorted({int(i) for i in re.findall(r"leaves\[(\d+)\]", str(err))
+                    if int(i) < len(dynamic)})
+    if named:
+        return named
+    for j, leaf in enumerate(dynamic):
+        def flat(*leaves, j=j):
+            args, kwargs = structure.rebuild(leaves[:j] + (leaf,) + leaves[j:])
+            return _model.run_unhandled(with_static_arrays(model), args, kwargs)
+        rest = [_compat.abstractify(x) for k, x in enumerate(dynamic) if k != j]
+        try:
+            _compat.trace_to_jaxpr(flat, rest, _model.model_name(model))
+        except _NEEDS_VALUE as other:
+            if str(other) == str(err):
+                continue
+        except Exception:  # noqa: BLE001  (another failure: this leaf got the trace further)
+            pass
+        return [j]
+    return []

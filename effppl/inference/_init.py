@@ -6,15 +6,18 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 """
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.infer
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
+from ..effects._values import describe_non_array
 from . import _model
 
 __all__ = [
@@ -51,6 +54,16 @@ class InitStrategy:
         fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
         return f"{type(self).__name__.lstrip('_')}({fields})"
 
+    def __call__(self, site=None):
+        """NumPyro's protocol: the constrained initial value of `site` (a site dict), or None."""
+        if site is None:
+            return self
+        return self.site_fn()(site)
+
+    def site_fn(self):
+        """NumPyro's function of a site message doing what this strategy does."""
+        raise NotImplementedError
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelContext:
@@ -61,10 +74,13 @@ class ModelContext:
     kwargs: dict
     latent: tuple
 
-    def prior(self, rng_key, substitutions=None) -> dict:
+    def prior(self, rng_key, substitutions=None, substitute_fn=None) -> dict:
+        """Constrained latent values: prior draws, except those in `substitutions` or given by
+        `substitute_fn(site)` (a NumPyro-style site dict; `None`: draw)."""
         sites = _model.get_trace(
             self.model, self.args, self.kwargs,
             rng_key=jax.random.key_data(rng_key), substitutions=substitutions,
+            substitute_fn=substitute_fn,
         )
         return {name: sites[name].value for name in self.latent}
 
@@ -97,6 +113,9 @@ class _InitToUniform(InitStrategy):
     def propose(self, rng_key, ctx, dynamic):
         k_prior, k_uniform = jax.random.split(rng_key)
         return _uniform_like(k_uniform, ctx.unconstrained_types(k_prior), self.radius)
+
+    def site_fn(self):
+        return functools.partial(numpyro.infer.init_to_uniform, radius=self.radius)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +155,9 @@ class _InitToMedian(InitStrategy):
         _, _, medians = jax.lax.while_loop(cond, body, (0, jnp.asarray(True), start))
         return ctx.unconstrain(medians)
 
+    def site_fn(self):
+        return functools.partial(numpyro.infer.init_to_median, num_samples=self.num_samples)
+
 
 @dataclasses.dataclass(frozen=True)
 class _InitToValue(InitStrategy):
@@ -156,12 +178,23 @@ class _InitToValue(InitStrategy):
     def describe(self):
         return f"init_to_value(values={{{', '.join(self.names)}}})"
 
+    def site_fn(self):
+        return functools.partial(numpyro.infer.init_to_value,
+                                 values=dict(zip(self.names, self.values)))
 
-def init_to_uniform(radius: float = 2.0) -> InitStrategy:
+
+def is_site(site) -> bool:
+    """Whether `site` is a site message (a strategy is being asked for a site's value)."""
+    return isinstance(site, Mapping) and "fn" in site and "name" in site
+
+
+def init_to_uniform(site=None, radius: float = 2.0) -> InitStrategy:
     """Initialise each latent site uniformly in `(-radius, radius)` in unconstrained space.
 
     **Arguments:**
 
+    - `site`: as in NumPyro, a site message to return the initial value of (leave it out to
+      get the strategy).
     - `radius`: half-width of the interval, in unconstrained units. Stan and NumPyro use 2.
 
     **Returns:** an `InitStrategy` for `NUTS(..., init_strategy=...)` / `HMC`.
@@ -170,10 +203,10 @@ def init_to_uniform(radius: float = 2.0) -> InitStrategy:
     """
     if not radius > 0:
         raise ValueError(f"`effppl.infer.init_to_uniform(radius=...)` expected radius > 0, but got {radius}.")
-    return _InitToUniform(radius=float(radius))
+    return _InitToUniform(radius=float(radius))(site)
 
 
-def init_to_median(num_samples: int = 15) -> InitStrategy:
+def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
     """Initialise each latent site to its prior median, estimated from `num_samples` draws.
 
     The median of a site is taken given the medians of the sites it depends on (as NumPyro does),
@@ -181,6 +214,7 @@ def init_to_median(num_samples: int = 15) -> InitStrategy:
 
     **Arguments:**
 
+    - `site`: as in NumPyro, a site message to return the initial value of.
     - `num_samples`: number of prior draws per site used to estimate the median.
 
     **Returns:** an `InitStrategy`.
@@ -189,10 +223,10 @@ def init_to_median(num_samples: int = 15) -> InitStrategy:
         raise ValueError(
             f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples}."
         )
-    return _InitToMedian(num_samples=int(num_samples))
+    return _InitToMedian(num_samples=int(num_samples))(site)
 
 
-def init_to_value(values: dict | None = None, radius: float = 2.0) -> InitStrategy:
+def init_to_value(site=None, values: dict | None = None, radius: float = 2.0) -> InitStrategy:
     """Initialise the latent sites in `values` to the given *constrained* values.
 
     Sites not in `values` are initialised as by `init_to_uniform(radius)`; names in `values` that
@@ -200,11 +234,14 @@ def init_to_value(values: dict | None = None, radius: float = 2.0) -> InitStrate
 
     **Arguments:**
 
+    - `site`: as in NumPyro, a site message to return the initial value of.
     - `values`: dict site name -> constrained value (array-like, the site's shape).
     - `radius`: for the sites not in `values`, see `init_to_uniform`.
 
     **Returns:** an `InitStrategy`.
     """
+    if site is not None and not is_site(site) and values is None:
+        site, values = None, site  # `init_to_value({...})`, values given first
     if values is not None and not isinstance(values, Mapping):
         raise InitializationError(
             f"`effppl.infer.init_to_value(values=...)` expected a dict site name -> constrained "
@@ -213,7 +250,7 @@ def init_to_value(values: dict | None = None, radius: float = 2.0) -> InitStrate
     names = tuple(sorted(values))
     return _InitToValue(
         names=names, values=tuple(jnp.asarray(values[n]) for n in names), radius=float(radius)
-    )
+    )(site)
 
 
 @jax.jit
@@ -327,6 +364,11 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
             "or to give only some sites, use init_strategy=init_to_value(values={...}).")
     params = {}
     for site, spec in template.items():
+        problem = describe_non_array(init_params[site])
+        if problem is not None:
+            raise InitializationError(
+                f"`{api}(init_params=...)`: the value of site `{site}` of model `{name}` must be "
+                f"an array of numbers (unconstrained), but is {problem}.")
         value = jnp.asarray(init_params[site], spec.dtype)
         if value.shape == spec.shape[1:]:
             value = jnp.broadcast_to(value, spec.shape)

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 import blackjax
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._errors import EffpplError
 from ._init import InitStrategy, init_to_uniform
+from ._init_site import as_strategy
 
 __all__ = ["NUTS", "HMC"]
 
@@ -27,6 +30,21 @@ def _check(api: str, name: str, value: Any, ok: bool, expected: str) -> None:
         )
 
 
+def _real(value: Any) -> bool:
+    """Whether `value` is a real number (a Python or NumPy int or float, or a 0-d array of one),
+    so that `float(value)` means what it says: not a str, None or bool."""
+    if isinstance(value, (bool, np.bool_)) or \
+            not isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
+        return False
+    dtype = jnp.result_type(value)
+    return jnp.ndim(value) == 0 and (jnp.issubdtype(dtype, jnp.integer)
+                                     or jnp.issubdtype(dtype, jnp.floating))
+
+
+def _positive(value: Any) -> bool:
+    return _real(value) and float(value) > 0
+
+
 class _HMCFamily:
     _api = "HMC"
     _algorithm = blackjax.hmc
@@ -35,22 +53,24 @@ class _HMCFamily:
                  dense_mass, target_accept_prob, init_strategy, divergence_threshold):
         api = self._api
         _check(api, "model", model, callable(model), "a callable model")
-        _check(api, "step_size", step_size, float(step_size) > 0, "a positive float")
+        _check(api, "step_size", step_size, _positive(step_size), "a positive float")
         _check(api, "dense_mass", dense_mass, isinstance(dense_mass, bool),
                "a bool (block-structured mass matrices are not supported)")
         _check(api, "target_accept_prob", target_accept_prob,
-               0 < float(target_accept_prob) < 1, "a float in (0, 1)")
-        _check(api, "init_strategy", init_strategy, isinstance(init_strategy, InitStrategy),
-               "an effppl.infer init strategy such as init_to_uniform()")
+               _real(target_accept_prob) and 0 < float(target_accept_prob) < 1,
+               "a float in (0, 1)")
+        _check(api, "init_strategy", init_strategy, callable(init_strategy),
+               "an effppl.infer init strategy such as init_to_uniform(), or a function of a "
+               "site message as in NumPyro")
         _check(api, "divergence_threshold", divergence_threshold,
-               float(divergence_threshold) > 0, "a positive float")
+               _positive(divergence_threshold), "a positive float")
         self.model = model
         self.step_size = float(step_size)
         self.adapt_step_size = bool(adapt_step_size)
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
         self.dense_mass = dense_mass
         self.target_accept_prob = float(target_accept_prob)
-        self.init_strategy = init_strategy
+        self.init_strategy = as_strategy(init_strategy)
         self.divergence_threshold = float(divergence_threshold)
 
     def settings(self) -> tuple:

@@ -17,9 +17,10 @@ import tqdm.auto as tqdm
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
-from ._cache import split_args
-from ._fns import model_fns
+from ._arguments import model_arguments
+from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
+from ._model import site_errors
 from ._kernels import _HMCFamily
 from ._persistent import persistent_cache
 from ._sampler import sampler_for, warmup_schedule
@@ -156,6 +157,7 @@ class MCMC:
               f"an int in [1, num_samples={num_samples}]")
         check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
               f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
+        check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")
         self.kernel = kernel
         self.num_warmup, self.num_samples = int(num_warmup), int(num_samples)
         self.num_chains, self.thinning = int(num_chains), int(thinning)
@@ -189,9 +191,9 @@ class MCMC:
     def _prepare(self, rng_key, args, kwargs, api):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.kernel.model, structure, dynamic)
-        info = fns.site_info(dynamic)
+        with model_arguments(api, self.kernel.model, args, kwargs):
+            fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
+            info = fns.site_info(dynamic)
         if not info.latent:
             raise MCMCError(
                 f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "
@@ -200,8 +202,9 @@ class MCMC:
         if info.discrete_latent:
             raise MCMCError(
                 f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
-                f"model `{fns.name}` has a discrete support. Marginalise it out of the model "
-                "(enumeration is not supported) or observe it."
+                f"model `{fns.name}` has a discrete support and is not marked for enumeration. "
+                "Sum it out exactly: mark it with `infer={'enumerate': 'parallel'}`, or every "
+                "discrete site with `effppl.infer.config_enumerate(model)`; or observe it."
             )
         mesh = self._mesh() if self.chain_method == "sharded" else None
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
@@ -317,8 +320,9 @@ class MCMC:
 
         **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
         """
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
-                      init_params=init_params)
+        with site_errors():
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
+                          init_params=init_params)
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
@@ -342,14 +346,16 @@ class MCMC:
         **Raises:** `InitializationError` when a chain finds no finite starting point, or
         `init_params` misses a site, has a wrong shape or a non-finite log density;
         `MCMCError` for a model without continuous latent sites, or `init_params` given while
-        `post_warmup_state` is set.
+        `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
+        data; `SiteError` naming a site whose explicit `validate_args=True` check fails.
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
-        self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
-                      init_params=init_params)
+        with site_errors():
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
+                          init_params=init_params)
         stats = self._results["stats"]
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 

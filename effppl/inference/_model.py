@@ -58,6 +58,7 @@ class Site(NamedTuple):
     fn: Any
     log_prob: Any = None  # elementwise log density, when the trace records it
     plates: tuple = ()    # the enclosing plates' CondIndepStackFrame(name, dim, size), innermost first
+    enumerated: bool = False  # marked `infer={"enumerate": ...}`: summed out, never sampled by HMC
 
 
 def model_name(model: Callable) -> str:
@@ -102,6 +103,8 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
     analysis = analyze_sites(model, args, kwargs)
     sites = {}
     for name, site in recorded(analysis).items():
+        if site.type not in ("sample", "deterministic"):
+            continue
         fn = None
         if site.type == "sample" and site.one_family:
             msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
@@ -113,7 +116,9 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
             kind=site.type,
             value=jax.ShapeDtypeStruct(site.loops + site.aval.shape, site.aval.dtype),
             is_observed=site.is_observed, fn=fn,
-            plates=tuple(stacks.pop()) if len(stacks) == 1 else ())
+            plates=tuple(stacks.pop()) if len(stacks) == 1 else (),
+            enumerated=site.type == "sample"
+            and dict(dict(site.key.static).get("infer", ())).get("enumerate") is not None)
     return sites, analysis
 
 
@@ -131,6 +136,15 @@ def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tupl
         shape, dtype = unconstrained_type(sites[name])
         out[name] = jax.ShapeDtypeStruct(sites[name].loops + tuple(shape), dtype)
     return out
+
+
+def site_errors():
+    """A context in which a `SiteError` raised by a run-time check inside compiled code (explicit
+    `validate_args=True` on traced parameters) comes out as itself, not as XLA's
+    `JaxRuntimeError`."""
+    from effppl.primitives import callback_site_errors
+
+    return callback_site_errors()
 
 
 def potential_energy(model: Callable, args: tuple, kwargs: dict, params: dict) -> Any:
@@ -177,6 +191,23 @@ def initialising():
         _init_state.active = previous
 
 
+def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
+    """`model` with its enumerated sites drawn from their conditional given the latent values
+    `samples` (`effppl.handlers.infer_discrete` of the conditioned model, temperature 1)."""
+    h = _handlers()
+    return h.infer_discrete(h.substitute(model, samples), rng_key=jax.random.key_data(rng_key))
+
+
+def numpyro_site(msg: dict) -> dict:
+    """A sample site's message with the fields NumPyro's site functions read (`type`, `kwargs`
+    with the site's `rng_key` and `sample_shape`, `infer` as a dict)."""
+    site = dict(msg)
+    site.setdefault("type", "sample")
+    site["infer"] = dict(site.get("infer") or ())
+    site.setdefault("kwargs", {"rng_key": msg.get("rng_key"), "sample_shape": ()})
+    return site
+
+
 def get_trace(
     model: Callable,
     args: tuple,
@@ -184,6 +215,7 @@ def get_trace(
     *,
     rng_key: Any = None,
     substitutions: dict | None = None,
+    substitute_fn: Callable | None = None,
 ) -> dict[str, Site]:
     """Run `model(*args, **kwargs)` and return its sites, in execution order.
 
@@ -192,6 +224,8 @@ def get_trace(
     - `rng_key`: a raw `uint32[2]` key; when given, latent sites without a value are drawn from
       their prior (`seed`). Without it, every latent site must be in `substitutions`.
     - `substitutions`: dict site -> constrained value, fixed before the model runs (`substitute`).
+    - `substitute_fn`: a function of a NumPyro-style site dict giving a latent site's constrained
+      value, or None to draw it (an init strategy); it sees the site's key from `seed`.
 
     **Returns:** dict site name -> `Site`, sample and deterministic sites only.
     """
@@ -201,6 +235,8 @@ def get_trace(
         fn = h.substitute(fn, substitutions)
     if rng_key is not None:
         fn = h.seed(fn, rng_key)
+    if substitute_fn is not None:
+        fn = h.substitute(fn, substitute_fn=lambda msg: substitute_fn(numpyro_site(msg)))
     raw = h.trace(fn).get_trace(*args, **kwargs)
     sites = {}
     for name, site in raw.items():
@@ -214,5 +250,6 @@ def get_trace(
             fn=site.get("fn") if kind == "sample" else None,
             log_prob=site.get("log_prob") if kind == "sample" else None,
             plates=tuple(site.get("cond_indep_stack", ())),
+            enumerated=kind == "sample" and site.get("infer", {}).get("enumerate") is not None,
         )
     return sites

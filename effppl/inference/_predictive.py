@@ -8,10 +8,12 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
+from ..effects._values import describe_non_array
 from ..primitives import SiteError
-from ._cache import split_args
-from ._fns import model_fns
+from ._arguments import model_arguments
+from ._fns import model_fns, prepare
 from ._mcmc import _as_key
+from ._model import site_errors
 
 __all__ = ["Predictive", "log_likelihood"]
 
@@ -36,6 +38,27 @@ def _batch_shape(api, samples: dict, batch_ndims: int):
             )
         shape = s
     return shape
+
+
+def _check_batch_ndims(api, batch_ndims):
+    if isinstance(batch_ndims, bool) or not isinstance(batch_ndims, (int, np.integer)) \
+            or batch_ndims < 0:
+        raise PredictiveError(f"`{api}(..., batch_ndims=...)` expected an int >= 0 (the leading "
+                              f"batch axes of `posterior_samples`), but got {batch_ndims!r}.")
+    return int(batch_ndims)
+
+
+def _draws(api, posterior_samples):
+    """`posterior_samples` as a dict of arrays (lists converted), or a `PredictiveError` naming
+    the site whose draws are not an array of numbers."""
+    out = {}
+    for name, value in posterior_samples.items():
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise PredictiveError(f"`{api}`: the draws of site `{name}` in `posterior_samples` "
+                                  f"must be an array of numbers, but are {problem}.")
+        out[name] = value if hasattr(value, "shape") else np.asarray(value)
+    return out
 
 
 def _flatten(tree, batch_ndims):
@@ -65,10 +88,21 @@ class Predictive:
     - `num_samples`: number of prior draws (required without `posterior_samples`).
     - `return_sites`: names to return; by default the sample sites not in `posterior_samples`, and
       the deterministic sites.
+    - `parallel`: accepted for NumPyro's signature; effppl always draws in parallel (`jax.vmap`
+      over the draws, in one compiled function).
     - `batch_ndims`: leading batch dimensions of `posterior_samples` (2 for
       `get_samples(group_by_chain=True)`).
     - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
-      (by default they are recomputed).
+      (by default they are recomputed). `exclude_deterministic` is NumPyro's deprecated alias
+      (`exclude_deterministic=True` is `condition_deterministic=False`).
+    - `guide`: draw the latent sites from this guide (e.g. an autoguide after `SVI`) instead of
+      `posterior_samples`: `num_samples` draws, each running the guide with `params`.
+    - `params`: dict param name -> constrained value (`SVI.get_params`, `SVIRunResult.params`),
+      substituted into the guide and the model (and into `model` alone without a guide:
+      `Predictive(guide, params=params, num_samples=n)` draws from a guide, as in NumPyro).
+    - `infer_discrete`: draw the sites marked for enumeration from their conditional given each
+      posterior draw (`effppl.infer.infer_discrete`, temperature 1), as NumPyro's; by default
+      they are drawn from their prior, like every latent site not in `posterior_samples`.
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -82,8 +116,32 @@ class Predictive:
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
-                 batch_ndims: int = 1, condition_deterministic: bool = False):
+                 parallel: bool = False, batch_ndims: int = 1,
+                 condition_deterministic: bool | None = None,
+                 exclude_deterministic: bool | None = None, guide: Callable | None = None,
+                 params: dict | None = None, infer_discrete: bool = False):
         api = "effppl.infer.Predictive"
+        if not callable(model):
+            raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
+                                  f"{type(model).__name__} {model!r:.60}.")
+        if exclude_deterministic is not None:  # NumPyro's deprecated alias
+            if condition_deterministic is not None:
+                raise PredictiveError(f"`{api}` takes `condition_deterministic` or its deprecated "
+                                      f"alias `exclude_deterministic`, not both.")
+            warnings.warn("`exclude_deterministic` is deprecated, use `condition_deterministic` "
+                          "(`exclude_deterministic=True` is `condition_deterministic=False`).",
+                          FutureWarning, stacklevel=2)
+            condition_deterministic = not exclude_deterministic
+        if guide is not None and posterior_samples is not None:
+            raise PredictiveError(f"`{api}` got both `posterior_samples` and `guide`: the latent "
+                                  f"draws come from one of them; pass only one.")
+        if guide is not None and num_samples is None:
+            raise PredictiveError(f"`{api}(model, guide=...)` needs `num_samples`, the number of "
+                                  f"draws from the guide.")
+        if params is not None and not isinstance(params, Mapping):
+            raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
+                                  f"value, but got {type(params).__name__}.")
+        self.guide, self.params = guide, dict(params or {})
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
@@ -97,10 +155,12 @@ class Predictive:
             raise PredictiveError(f"`{api}(..., num_samples={num_samples!r})` expected a positive "
                                   f"int.")
         self.model = model
-        self.posterior_samples = dict(posterior_samples or {})
+        self.posterior_samples = _draws(api, posterior_samples or {})
         self.return_sites = None if return_sites is None else tuple(return_sites)
-        self.batch_ndims = int(batch_ndims)
+        self.batch_ndims = _check_batch_ndims(api, batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
+        self.parallel = bool(parallel)
+        self.infer_discrete = bool(infer_discrete)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -121,10 +181,10 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
-        structure, dynamic = split_args(api, args, kwargs)
-        fns = model_fns(self.model, structure, dynamic)
-        info = fns.site_info(dynamic)
-        sample_sites = set(info.latent) | set(info.observed)
+        with model_arguments(api, self.model, args, kwargs):
+            fns, dynamic = prepare(api, self.model, args, kwargs)
+            info = fns.site_info(dynamic)
+        sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
         if unknown:
@@ -144,9 +204,17 @@ class Predictive:
                 )
             sites = set(self.return_sites)
         keys = jax.random.split(key, self.num_samples)
+        samples = _flatten(samples, self.batch_ndims)
+        if self.guide is not None:
+            guide_key, key = jax.random.split(key)
+            samples = self._guide_draws(guide_key, fns.structure, dynamic, sample_sites)
+            keys = jax.random.split(key, self.num_samples)
+            if self.return_sites is None:
+                sites -= set(samples)
         try:
-            out = fns.predictor(tuple(sorted(sites)))(keys, _flatten(samples, self.batch_ndims),
-                                                      dynamic)
+            with site_errors():
+                out = jax.block_until_ready(fns.predictor(
+                    tuple(sorted(sites)), self.infer_discrete)(keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -155,6 +223,14 @@ class Predictive:
                 "`posterior_samples`; draws grouped by chain, from "
                 "`get_samples(group_by_chain=True)`, need `batch_ndims=2`).") from err
         return _unflatten(out, self._batch_shape)
+
+    def _guide_draws(self, key, structure, dynamic, model_sites):
+        """`num_samples` draws of the guide's sample sites that are sample sites of the model."""
+        guide_fns = model_fns(self.guide, structure, dynamic)
+        info = guide_fns.site_info(dynamic)
+        names = tuple(sorted(n for n in info.latent if n in model_sites))
+        draw = guide_fns.predictor(names)
+        return draw(jax.random.split(key, self.num_samples), {}, self.params, dynamic)
 
 
 def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims: int = 1,
@@ -178,9 +254,20 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
     leave-one-out cross-validation and WAIC" (the input of `arviz.loo` / `arviz.waic`).
     """
     api = "effppl.infer.log_likelihood"
-    structure, dynamic = split_args(api, args, kwargs)
-    fns = model_fns(model, structure, dynamic)
-    info = fns.site_info(dynamic)
+    if not isinstance(posterior_samples, Mapping):
+        raise PredictiveError(f"`{api}(model, posterior_samples, ...)` expected a dict site name "
+                              f"-> draws, but got {type(posterior_samples).__name__}.")
+    batch_ndims = _check_batch_ndims(api, batch_ndims)
+    posterior_samples = _draws(api, posterior_samples)
+    with model_arguments(api, model, args, kwargs):
+        fns, dynamic = prepare(api, model, args, kwargs)
+        info = fns.site_info(dynamic)
+    if info.enumerated:
+        raise PredictiveError(
+            f"`{api}`: model `{fns.name}` has sites marked for enumeration "
+            f"({list(info.enumerated)}), whose pointwise log likelihood effppl does not define. "
+            "Draw them first (`effppl.infer.infer_discrete` or `Predictive`) and pass them in "
+            "`posterior_samples` of the model without the enumeration marks.")
     missing = [n for n in info.latent if n not in posterior_samples]
     if missing:
         raise PredictiveError(
@@ -200,5 +287,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
         batch_shape = ()
     else:
         batch_shape = _batch_shape(api, samples, batch_ndims)
-    out = fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)), dynamic)
+    with site_errors():
+        out = jax.block_until_ready(fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)),
+                                                       dynamic))
     return jax.tree.map(lambda x: x.reshape(tuple(batch_shape) + x.shape[1:]), out)

@@ -156,3 +156,17 @@ def test_nested_plates_on_one_dim_are_an_error_naming_both():
 
     with pytest.raises(effppl.SiteError, match=r"plate\('b', 3, dim=-1\).*enclosing plate 'a'"):
         trace(seed(model, 0)).get_trace()
+
+
+def test_to_arviz_with_an_improper_uniform_latent():
+    def model(y):
+        mu = effppl.sample("mu", dist.ImproperUniform(dist.constraints.real, (), ()))
+        effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    y = jnp.array([0.5, 1.0, 2.0])
+    mcmc = MCMC(NUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), y)
+    idata = mcmc.to_arviz()
+    np.testing.assert_allclose(idata.observed_data["y"].values, y)
+    expected = -0.5 * (y - mcmc.get_samples()["mu"][:, None]) ** 2 - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values[0], expected, rtol=1e-6)

@@ -7,10 +7,15 @@ from effppl.inference import (
     MCMC,
     NUTS,
     InitializationError,
+    init_to_feasible,
+    init_to_mean,
     init_to_median,
+    init_to_sample,
     init_to_uniform,
     init_to_value,
 )
+
+from effppl import distributions as dist
 
 from . import _models as m
 
@@ -83,3 +88,52 @@ def test_invalid_strategy_settings_raise():
 def test_site_without_sampler_gets_an_initial_point(strategy):
     point = _initial_point(m.improper_ordered, strategy, jnp.asarray(3.0))
     assert point["mu"].shape == (CHAINS, 2) and np.all(np.isfinite(point["mu"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPyro's further strategies, and strategies as functions of a site message
+
+def test_init_to_feasible_starts_at_unconstrained_zero():
+    point = _initial_point(m.scale_model, init_to_feasible(), jnp.arange(5.0))
+    for value in point.values():
+        np.testing.assert_allclose(value, 0.0)
+
+
+def test_init_to_mean_starts_at_the_prior_mean_given_earlier_sites():
+    point = _initial_point(m.hierarchical, init_to_mean(), jnp.asarray(3.0))
+    np.testing.assert_allclose(point["mu"], 3.0, atol=1e-12)  # mu ~ Normal(3, 1)
+    np.testing.assert_allclose(point["theta"], point["mu"], atol=1e-12)  # theta ~ Normal(mu, .)
+
+
+def test_init_to_sample_draws_each_chain_from_the_prior():
+    point = _initial_point(m.hierarchical, init_to_sample(), jnp.asarray(3.0))
+    assert len(np.unique(point["mu"])) == CHAINS
+
+
+def test_a_function_of_a_site_message_is_a_strategy_as_in_numpyro():
+    calls = []
+
+    def strategy(site=None):
+        calls.append(site["name"])
+        if site["name"] == "mu":
+            return 1.5
+        return init_to_median(site, num_samples=31)
+
+    point = _initial_point(m.hierarchical, strategy, jnp.asarray(3.0))
+    np.testing.assert_allclose(point["mu"], 1.5)
+    np.testing.assert_allclose(point["theta"], 1.5, atol=0.01)  # the median of N(1.5, 0.01)
+    assert "mu" in calls and "theta" in calls
+    import numpyro.infer  # NumPyro's own strategies run unchanged
+    point = _initial_point(m.scale_model, numpyro.infer.init_to_feasible(), jnp.arange(5.0))
+    np.testing.assert_allclose(point["sigma"], 0.0)
+
+
+def test_strategies_are_callable_on_a_site_message():
+    site = {"type": "sample", "name": "s", "fn": dist.LogNormal(0.0, 1.0), "value": None,
+            "is_observed": False, "infer": {},
+            "kwargs": {"rng_key": jax.random.PRNGKey(0), "sample_shape": ()}}
+    np.testing.assert_allclose(init_to_feasible(site), 1.0)
+    np.testing.assert_allclose(init_to_mean(site), np.exp(0.5), rtol=1e-6)
+    np.testing.assert_allclose(init_to_value(site, values={"s": 2.0}), 2.0)
+    assert 0 < float(init_to_uniform(radius=1.0)(site)) < np.e
+    assert float(init_to_sample(site)) > 0

@@ -1,26 +1,23 @@
 import hashlib
 import importlib
-import time
+import pathlib
 
 import numpy as np
 import pytest
 
 import models._data as data
 from effppl import EffpplError
-from models._data import DataFormatError, DataNotFoundError, SizeError, Source
+from models._data import DataFormatError, DataNotFoundError, SizeError
 
 
 @pytest.fixture
 def places(tmp_path, monkeypatch):
-    """Empty env, shared and cache folders; a bogus URL that fails at once (nothing on port 9)."""
-    dirs = {k: tmp_path / k for k in ("env", "shared", "cache")}
+    """An empty EFFPPL_DATA_DIR and an empty stand-in for the shipped data folder."""
+    dirs = {k: tmp_path / k for k in ("env", "shipped")}
     for d in dirs.values():
         d.mkdir()
     monkeypatch.setenv("EFFPPL_DATA_DIR", str(dirs["env"]))
-    monkeypatch.setattr(data, "SHARED_DATA_DIR", dirs["shared"])
-    monkeypatch.setenv("XDG_CACHE_HOME", str(dirs["cache"]))
-    monkeypatch.setitem(data.SOURCES, "UCBadmit.csv", Source("http://127.0.0.1:9/x.csv", "0"))
-    monkeypatch.setattr(data, "DOWNLOAD_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(data, "DATA_DIR", dirs["shipped"])
     return dirs
 
 
@@ -29,12 +26,9 @@ def _put(folder, text="x"):
     return folder / "UCBadmit.csv"
 
 
-def test_lookup_prefers_env_dir_then_shared_then_cache(places):
-    (places["cache"] / "effppl").mkdir()
-    cached = _put(places["cache"] / "effppl")
-    assert data.data_path("UCBadmit.csv") == cached
-    shared = _put(places["shared"])
-    assert data.data_path("UCBadmit.csv") == shared
+def test_lookup_prefers_env_dir_then_the_shipped_copy(places):
+    shipped = _put(places["shipped"])
+    assert data.data_path("UCBadmit.csv") == shipped
     env = _put(places["env"])
     assert data.data_path("UCBadmit.csv") == env
 
@@ -42,40 +36,27 @@ def test_lookup_prefers_env_dir_then_shared_then_cache(places):
 def test_lookup_skips_env_dir_when_unset(places, monkeypatch):
     monkeypatch.delenv("EFFPPL_DATA_DIR")
     _put(places["env"])
-    shared = _put(places["shared"])
-    assert data.data_path("UCBadmit.csv") == shared
+    shipped = _put(places["shipped"])
+    assert data.data_path("UCBadmit.csv") == shipped
 
 
-def test_default_cache_is_under_home(places, monkeypatch, tmp_path):
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert data.cache_dir() == tmp_path / "home" / ".cache" / "effppl"
+def test_data_ship_inside_the_project_with_their_source_notes():
+    """The known files are in `models/data/` beside the loader, byte for byte (sha256), so a
+    clone or install with nothing beside it finds them."""
+    assert data.DATA_DIR == pathlib.Path(data.__file__).parent / "data"
+    for name, source in data.SOURCES.items():
+        path = data.DATA_DIR / name
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == source.sha256, name
+        note = (data.DATA_DIR / name.replace(".csv", ".SOURCE.txt")).read_text()
+        assert source.sha256 in note, name
 
 
-def test_download_into_cache_checks_sha256(places, monkeypatch, tmp_path):
-    payload = b"dept;gender\n"
-    remote = tmp_path / "remote.csv"
-    remote.write_bytes(payload)
-    good = Source(remote.as_uri(), hashlib.sha256(payload).hexdigest())
-    monkeypatch.setitem(data.SOURCES, "UCBadmit.csv", good._replace(sha256="0" * 64))
-    with pytest.raises(DataNotFoundError, match="sha256"):
-        data.data_path("UCBadmit.csv")
-    monkeypatch.setitem(data.SOURCES, "UCBadmit.csv", good)
-    path = data.data_path("UCBadmit.csv")
-    assert path == places["cache"] / "effppl" / "UCBadmit.csv"
-    assert path.read_bytes() == payload
-    remote.unlink()  # a second lookup finds the cached copy
-    assert data.data_path("UCBadmit.csv") == path
-
-
-def test_offline_error_names_file_places_and_url(places):
-    start = time.monotonic()
+def test_missing_file_error_names_file_and_places(places):
     with pytest.raises(DataNotFoundError) as info:
         data.data_path("UCBadmit.csv")
-    assert time.monotonic() - start < 10
     assert isinstance(info.value, EffpplError) and isinstance(info.value, FileNotFoundError)
     message = str(info.value)
-    assert "UCBadmit.csv" in message and "http://127.0.0.1:9/x.csv" in message
+    assert "UCBadmit.csv" in message and "EFFPPL_DATA_DIR" in message
     for folder in places.values():
         assert str(folder) in message
 

@@ -1,0 +1,170 @@
+"""SVI: `effppl.infer.SVI` against NumPyro's, first run and steady steps per second.
+
+Two models, the same guide (`AutoNormal`), loss (`Trace_ELBO()`, one particle) and optimiser
+(`optax.adam(0.01)`) in both frameworks, `progress_bar=False` (each `run` is one compiled loop):
+
+- logistic regression, N = 10,000 rows, 10 covariates;
+- a local-level state space model, T = 200 latent states in a scan (plain `lax.scan` in effppl,
+  `numpyro.contrib.control_flow.scan` in NumPyro, which its autoguides support).
+
+Per framework and model, in one process, print:
+- first run: wall time of `svi.run(key, num_steps, ...)` on a fresh SVI object, tracing,
+  handler elimination and XLA compilation included;
+- repeat run: the same `svi.run` on new data of the same shapes, its time and its number of XLA
+  compilations (effppl caches its compiled loop by structure; NumPyro's `run` re-traces its
+  `lax.scan` of updates);
+- steady steps/s: `num_steps` calls of the framework's own `svi.update` in one compiled
+  `lax.scan`, compilation excluded (best of three, the frameworks timed in alternation);
+- the final loss (mean of the last 100 steps) of the first run, as a sanity check.
+
+Usage: `python -m benchmarks.svi_bench [--steps 5000] [--models logistic,ssm] [--json out.json]`.
+"""
+
+import argparse
+import contextlib
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def _count_compilations():
+    count = [0]
+
+    def listener(event, duration, **kwargs):
+        if event == _COMPILE_EVENT:
+            count[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def _models(sample, plate, scan, dist):
+    def logistic(X, y):
+        alpha = sample("alpha", dist.Normal(0.0, 1.0))
+        beta = sample("beta", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+        with plate("n", X.shape[0]):
+            sample("y", dist.Bernoulli(logits=alpha + X @ beta), obs=y)
+
+    def ssm(y):
+        sigma = sample("sigma", dist.HalfNormal(1.0))
+
+        def step(x_prev, y_t):
+            x = sample("x", dist.Normal(x_prev, sigma))
+            sample("y", dist.Normal(x, 0.5), obs=y_t)
+            return x, None
+
+        scan(step, 0.0, y)
+
+    return {"logistic": logistic, "ssm": ssm}
+
+
+def _data(name, seed):
+    rng = np.random.RandomState(seed)
+    if name == "logistic":
+        X = rng.randn(10_000, 10)
+        logits = 0.3 + X @ rng.randn(10) * 0.5
+        y = (rng.rand(10_000) < 1 / (1 + np.exp(-logits))).astype(np.float64)
+        return (jnp.asarray(X), jnp.asarray(y))
+    x = np.cumsum(0.3 * rng.randn(200))
+    return (jnp.asarray(x + 0.5 * rng.randn(200)),)
+
+
+def _frameworks():
+    import numpyro
+    import numpyro.distributions as ndist
+    from numpyro.contrib.control_flow import scan as numpyro_scan
+    from numpyro.infer import SVI as NSVI, Trace_ELBO as NTrace_ELBO
+    from numpyro.infer.autoguide import AutoNormal as NAutoNormal
+
+    import effppl
+    from effppl.infer import SVI, Trace_ELBO
+    from effppl.infer.autoguide import AutoNormal
+
+    return {
+        "effppl": (_models(effppl.sample, effppl.plate, jax.lax.scan, effppl.distributions),
+                   SVI, Trace_ELBO, AutoNormal),
+        "numpyro": (_models(numpyro.sample, numpyro.plate, numpyro_scan, ndist),
+                    NSVI, NTrace_ELBO, NAutoNormal),
+    }
+
+
+def _timed_run(svi, steps, args, seed):
+    start = time.perf_counter()
+    result = svi.run(jax.random.PRNGKey(seed), steps, *args, progress_bar=False)
+    jax.block_until_ready(result.losses)
+    return time.perf_counter() - start, result
+
+
+def _step_loop(svi, state, steps, args):
+    """`steps` calls of the framework's own `svi.update` in one compiled `lax.scan` (compiled
+    here, ahead of timing)."""
+    def many(state, *args):
+        return jax.lax.scan(lambda s, _: svi.update(s, *args), state, None, length=steps)
+
+    compiled = jax.jit(many).lower(state, *args).compile()
+    return lambda: jax.block_until_ready(compiled(state, *args))
+
+
+def bench(framework, name, steps):
+    """First and repeat run of one framework; returns the row and its compiled step loop."""
+    models, svi_cls, loss_cls, guide_cls = _frameworks()[framework]
+    model = models[name]
+    svi = svi_cls(model, guide_cls(model), optax.adam(0.01), loss_cls())
+    first, result = _timed_run(svi, steps, _data(name, 0), 0)
+    final_loss = float(np.mean(np.asarray(result.losses)[-100:]))
+    with _count_compilations() as count:
+        repeat, _ = _timed_run(svi, steps, _data(name, 1), 1)
+    row = {"framework": framework, "model": name, "steps": steps, "first_run_s": first,
+           "repeat_run_s": repeat, "repeat_compilations": count[0], "final_loss": final_loss}
+    return row, _step_loop(svi, result.state, steps, _data(name, 2))
+
+
+def _steady_rates(loops, steps, rounds=3):
+    """Steps per second of each compiled loop, timed in alternation (best of `rounds`), so both
+    frameworks see the same load on a shared machine."""
+    best = [np.inf] * len(loops)
+    for _ in range(rounds):
+        for i, loop in enumerate(loops):
+            start = time.perf_counter()
+            loop()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [steps / b for b in best]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.svi_bench")
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--models", default="logistic,ssm")
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args(argv)
+    jax.jit(lambda x: x + 1)(jnp.ones(3)).block_until_ready()  # JAX's own start-up, for neither
+    rows = []
+    for name in opts.models.split(","):
+        pairs = [bench(framework, name, opts.steps) for framework in ("effppl", "numpyro")]
+        rates = _steady_rates([loop for _, loop in pairs], opts.steps)
+        for (row, _), rate in zip(pairs, rates):
+            row["steps_per_s"] = rate
+            rows.append(row)
+            print(f"{name:9s} {row['framework']:8s} first run {row['first_run_s']:7.2f} s | "
+                  f"steady {rate:9.0f} steps/s | repeat {row['repeat_run_s']:6.2f} s, "
+                  f"{row['repeat_compilations']} compilations | loss {row['final_loss']:.2f}",
+                  flush=True)
+    if opts.json:
+        meta = {"jax": jax.__version__, "backend": jax.default_backend(),
+                "device": str(jax.devices()[0])}
+        with open(opts.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""`effppl.contrib`: NumPyro's `numpyro.contrib` names that effppl models need."""

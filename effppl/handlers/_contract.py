@@ -1,0 +1,124 @@
+"""Sum out enumerated sites: the log joint of an enumerated trace by tensor variable elimination
+(Obermeyer et al., "Tensor Variable Elimination for Plated Factor Graphs", ICML 2019), with
+funsor's `sum_product` (the contraction library NumPyro's enumeration uses)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import jax.numpy as jnp
+
+
+def _funsor():
+    import funsor
+
+    if funsor.get_backend() != "jax":
+        funsor.set_backend("jax")
+    return funsor
+
+
+def _named(lp, enum_dims, frames):
+    """`(array, inputs)`: `lp` with its dims named (enumerated sites' and plates'), the
+    others summed out (batch dims no plate declares, independent) or squeezed (size 1)."""
+    plates = {frame.dim: frame.name for frame in frames}
+    keep, names, drop = [], [], []
+    for axis in range(lp.ndim):
+        dim = axis - lp.ndim
+        if lp.shape[axis] == 1:
+            drop.append(axis)
+        elif dim in enum_dims:
+            keep.append(axis)
+            names.append(enum_dims[dim])
+        elif dim in plates:
+            keep.append(axis)
+            names.append(plates[dim])
+        else:
+            drop.append(axis)
+    lp = jnp.sum(lp, axis=tuple(drop)) if drop else lp
+    return lp, names
+
+
+def _factors(tr, loops):
+    """`(total, factors, enum_dims, plates, own)`: the sum of the factors without enumerated
+    dims, the others as funsor Tensors, the enumerated dims' names, the plates' names, and each
+    enumerated site's own factor."""
+    enum_dims = {}
+    for name, site in tr.items():
+        dim = site.get("infer", {}).get("_enumerate_dim")
+        if site["type"] == "sample" and dim is not None:
+            enum_dims[dim] = f"_enum_{name}"
+    total, factors, plates, own = 0.0, [], set(), {}
+    for name, site in tr.items():
+        if site["type"] != "sample":
+            continue
+        lp = site["log_prob"]
+        if loops.get(name):
+            lp = jnp.sum(lp, axis=tuple(range(loops[name])))
+        lp, names = _named(lp, enum_dims, site["cond_indep_stack"])
+        if not any(n in enum_dims.values() for n in names):
+            total = total + jnp.sum(lp)  # no enumerated site in it: a plain sum over its plates
+            continue
+        funsor = _funsor()
+        inputs = OrderedDict((n, funsor.Bint[size]) for n, size in zip(names, lp.shape))
+        factors.append(funsor.Tensor(lp, inputs))
+        plates |= set(names) - set(enum_dims.values())
+        if f"_enum_{name}" in enum_dims.values():
+            own[name] = factors[-1]
+    return total, factors, enum_dims, plates, own
+
+
+def log_joint(tr, loops) -> jnp.ndarray:
+    """The log joint of the enumerated trace `tr` (`effppl.handlers.trace`'s dict, with scaled
+    `log_prob`s) with its enumerated sites summed out, in log space.
+
+    **Arguments:** `tr`: the trace; `loops`: dict site -> number of leading loop axes of its
+    stacked `log_prob` (summed first: no enumerated site sits in such a loop here).
+
+    **Returns:** a scalar.
+    """
+    total, factors, enum_dims, plates, _ = _factors(tr, loops)
+    if not factors:
+        return total
+    funsor = _funsor()
+    eliminate = frozenset(enum_dims.values()) | frozenset(plates)
+    marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
+                                              eliminate=eliminate, plates=frozenset(plates))
+    return total + marginal.data
+
+
+def sample(tr, loops, temperature, rng_key) -> dict:
+    """Values of the enumerated sites of the trace `tr` drawn from their exact conditional given
+    the rest (temperature 1) or their most likely joint assignment (temperature 0), by funsor's
+    adjoint of the sum-product (as NumPyro's `infer_discrete`).
+
+    **Returns:** dict site -> value, its enumerated dim gone and its plate dims where the site's
+    batch shape has them (a site in a plate at dim -1 of size N: shape `(N,)`).
+    """
+    funsor = _funsor()
+    _, factors, enum_dims, plates, own = _factors(tr, loops)
+    if not factors:
+        return {}
+    if temperature == 0:
+        sum_op, approx = funsor.ops.max, funsor.approximations.argmax_approximate
+    else:
+        sum_op, approx = funsor.ops.logaddexp, funsor.montecarlo.MonteCarlo(rng_key=rng_key)
+    eliminate = frozenset(enum_dims.values()) | frozenset(plates)
+    with funsor.interpretations.lazy:
+        log_z = funsor.sum_product.sum_product(sum_op, funsor.ops.add, factors,
+                                               eliminate=eliminate, plates=frozenset(plates))
+    with approx:
+        marginals = funsor.adjoint.adjoint(sum_op, funsor.ops.add, log_z)
+    out = {}
+    for name, factor in own.items():
+        value = _delta_value(funsor, marginals[factor], f"_enum_{name}")
+        frames = {frame.name: frame.dim for frame in tr[name]["cond_indep_stack"]}
+        out[name] = funsor.to_data(value, name_to_dim=frames)
+    return out
+
+
+def _delta_value(funsor, term, name):
+    """The point a (lazy) funsor term of Deltas puts on the variable `name`."""
+    if isinstance(term, funsor.delta.Delta):
+        return dict(term.terms)[name][0]
+    deltas = [t for t in term.terms if isinstance(t, funsor.delta.Delta) and name in t.fresh]
+    return _delta_value(funsor, deltas[0], name)

@@ -1,0 +1,220 @@
+"""Parallel enumeration of discrete latent sites: `config_enumerate` marks sites, `enum` gives each
+marked site its whole support in a fresh batch dimension (Pyro's and NumPyro's semantics).
+
+Both act while the model is traced, through `primitives.site_contexts`: a marked site at the
+model's top level (not inside a loop, branch or `jit` of the model) is performed with the value
+`fn.enumerate_support(expand=False)`, moved to its own dimension left of the model's plates, so
+everything downstream broadcasts over it and each site's `log_prob` holds one entry per value of
+the enumerated sites it depends on (`_contract.py` then sums them out). A marked site inside a
+`lax.scan` is left to the scan rewrite (`_markov.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+
+import jax
+
+from ..effects import _compat
+from ..primitives import SiteError, _plate_frames, site_contexts
+from . import _markov
+from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
+from ._sites import analyze
+from ._trace import is_enumerated
+
+_state = threading.local()
+
+
+def _active():
+    return getattr(_state, "context", None)
+
+
+def config_enumerate(fn=None, default="parallel"):
+    """Mark every latent discrete site of `fn` with finite support for enumeration.
+
+    Sets `infer={"enumerate": default}` on each unobserved sample site whose distribution has
+    `has_enumerate_support` and whose `infer` does not say otherwise (NumPyro's
+    `config_enumerate`). Usable as a decorator, with or without arguments.
+
+    **Arguments:** `fn`: the model; `default`: `"parallel"` (the only strategy effppl has) or
+    `None` (leave the sites unmarked).
+
+    **Returns:** the model with its discrete sites marked.
+
+    **Raises:** `ValueError` for another `default` (Pyro's `"sequential"` is not supported).
+
+    **Example:**
+    ```python
+    @config_enumerate
+    def mixture(y):
+        ...
+    ```
+    """
+    if default not in ("parallel", None):
+        raise SiteError(f"effppl.infer.config_enumerate(fn, default={default!r}) expected "
+                        f"'parallel' or None: effppl enumerates in parallel only.")
+    if fn is None:
+        return functools.partial(config_enumerate, default=default)
+
+    def configure(name, msg, infer, is_observed):
+        if (default is not None and not is_observed and "enumerate" not in infer
+                and getattr(msg["fn"], "has_enumerate_support", False)):
+            infer = dict(infer, enumerate=default)
+        return msg, infer
+
+    @_named_like(fn)
+    def configured(*args, **kwargs):
+        site_contexts().append(configure)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            site_contexts().remove(configure)
+
+    return configured
+
+
+class _Context:
+    """One `enum` being traced: where the model's top level runs, and the dims given out."""
+
+    def __init__(self, first_available_dim, top):
+        self.first = self.next_dim = first_available_dim
+        self.dims = {}          # site name -> its enumeration dim (stable across re-traces)
+        self.top = top          # index into handler_traces(): the traces at the model's top level
+
+    def at_top_level(self):
+        traces = handler_traces()[self.top:]
+        return any(t is _compat.current_trace() for t in traces)
+
+    def configure(self, name, msg, infer, is_observed):
+        if is_observed or msg["value"] is not None or not is_enumerated(infer):
+            return msg, infer
+        fn = msg["fn"]
+        if infer["enumerate"] != "parallel":
+            raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
+                            f"effppl enumerates in parallel only: use 'parallel'.")
+        if not getattr(fn, "has_enumerate_support", False):
+            raise SiteError(f"Site `{name}` is marked for enumeration, but its distribution "
+                            f"{type(fn).__name__} has no finite support to enumerate "
+                            f"(`has_enumerate_support` is False). Remove `infer={{'enumerate': "
+                            f"...}}` from it, or give it a distribution with finite support.")
+        if not self.at_top_level():
+            return msg, infer  # inside a loop, branch or `jit`: the scan rewrite's business
+        dim = self.dims.get(name)
+        if dim is None:
+            dim = self.dims[name] = self.next_dim
+            self.next_dim -= 1
+        batch = tuple(fn.batch_shape)
+        if len(batch) > -dim - 1:
+            raise SiteError(f"effppl.handlers.enum: site `{name}` has batch shape {batch}, which "
+                            f"reaches dim {-len(batch)}, but it was given enumeration dim {dim}. "
+                            f"Pass a smaller `first_available_dim` (at most {-len(batch) - 1}).")
+        plates = {frame.dim for frame in _plate_frames()}
+        loose = [d for d in range(-len(batch), 0)
+                 if d > self.first and batch[d] > 1 and d not in plates]
+        if loose:
+            raise SiteError(f"Site `{name}` is enumerated, but its batch dim {loose[0]} (of batch "
+                            f"shape {batch}) is not declared by a `plate`: declare it with "
+                            f"`effppl.plate(..., dim={loose[0]})` so that its values are "
+                            f"enumerated independently.")
+        support = fn.enumerate_support(expand=False)
+        value = support.reshape((support.shape[0],) + (1,) * (-dim - 1) + tuple(fn.event_shape))
+        return dict(msg, value=value), dict(infer, _enumerate_dim=dim)
+
+
+def _max_batch_ndim(fn, args, kwargs) -> int:
+    """The most batch dims any sample site of `fn` has (its plates included)."""
+    deepest = 0
+    for site in analyze(trace_model(fn, *args, **kwargs)).values():
+        for key in site.keys or (site.key,):
+            if site.type != "sample":
+                continue
+            msg = jax.tree_util.tree_unflatten(key.in_tree, key.in_avals)[0]
+            frames = dict(key.static).get("cond_indep_stack", ())
+            deepest = max(deepest, len(msg["fn"].batch_shape),
+                          *(-frame.dim for frame in frames))
+    return deepest
+
+
+class enum:
+    """Enumerate the discrete latent sites marked `infer={"enumerate": "parallel"}` in parallel
+    (NumPyro's `enum`, Pyro's parallel enumeration).
+
+    Each marked site at the model's top level takes the value `fn.enumerate_support(expand=False)`
+    (shape `(K, 1, ..., 1) + event_shape`) with its K values along a fresh batch dimension left of
+    the model's plates; the next site gets the dimension left of that. The values broadcast through
+    the model, and the log density entry points sum them out exactly (`log_density`,
+    `potential_energy`, and so `MCMC`). A marked site inside a plain `lax.scan` whose carry
+    depends on it is marginalised by the forward algorithm instead.
+
+    **Arguments:**
+    - `fn`: the model.
+    - `first_available_dim`: the rightmost dimension to enumerate in (a negative int), left of
+      every plate; `None` takes the dimension left of the model's deepest batch shape.
+
+    **Raises:** `SiteError` naming the site for a marked site with infinite support, a batch
+    dimension of an enumerated site not declared by a plate, or a `first_available_dim` that
+    overlaps the site's batch shape.
+
+    **Example:** `trace(enum(config_enumerate(model))).get_trace(data)["z"]["value"]` is
+    `[[0], [1], [2]]` for a `Categorical` of 3 values inside a plate at dim -1.
+    """
+
+    discrete = None  # (temperature, rng_key) when `infer_discrete` draws the sites
+
+    def __init__(self, fn, first_available_dim=None):
+        if not callable(fn):
+            raise TypeError(f"effppl.handlers.enum(fn, ...) expected a callable model, but got "
+                            f"{fn!r}.")
+        if first_available_dim is not None and (not isinstance(first_available_dim, int)
+                                                or first_available_dim >= 0):
+            raise SiteError(f"effppl.handlers.enum(fn, first_available_dim="
+                            f"{first_available_dim!r}) expected a negative int or None.")
+        self.fn = fn
+        self.first_available_dim = first_available_dim
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args, **kwargs):
+        return run_outermost(self._enumerated, *args, **kwargs)
+
+    def _enumerated(self, *args, **kwargs):
+        if _active() is not None:  # an enclosing `enum` already decides
+            return self.fn(*args, **kwargs)
+        first = self.first_available_dim
+        if first is None:
+            first = -_max_batch_ndim(self.fn, args, kwargs) - 1
+        context = _Context(first, max(len(handler_traces()) - 1, 0))
+        _state.context = context
+        site_contexts().append(context.configure)
+        try:
+            return _innermost(self.fn, self._rewritten)(*args, **kwargs)
+        finally:
+            site_contexts().remove(context.configure)
+            _state.context = None
+
+
+    def _rewritten(self, model):
+        """`model` with its enumerated scans rewritten into their forward algorithm."""
+        @_named_like(model)
+        def rewritten(*args, **kwargs):
+            return _markov.run(model, args, kwargs, self.discrete)
+        return rewritten
+
+
+def _innermost(fn, wrap):
+    """`fn` with `wrap` applied to the model inside the effppl handlers that wrap it (copies of
+    them; `fn` is not changed): the scan rewrite reads the model's own program."""
+    if isinstance(fn, Handler) and fn.fn is not None:
+        outer = copy.copy(fn)
+        outer.fn = _innermost(fn.fn, wrap)
+        return outer
+    return wrap(fn)
+
+
+def enumerated_sites(fn, args, kwargs) -> dict:
+    """`{name: in a loop}` for `fn`'s latent sample sites marked for enumeration (static
+    analysis)."""
+    return {name: site.in_loop for name, site in analyze(trace_model(fn, *args, **kwargs)).items()
+            if site.type == "sample" and not site.is_observed
+            and is_enumerated(dict(site.key.static).get("infer", ()))}

@@ -1,0 +1,427 @@
+"""Enumerated sites inside a plain `lax.scan`: the forward algorithm, derived from the model.
+
+`enum` traces the model to its effectful jaxpr and evaluates it equation by equation (re-binding
+each one, so the handlers around `enum` see every perform as before). A `scan` whose body holds
+sites marked for enumeration is replaced by a scan carrying the forward message: with the body's
+enumerated sites taking one joint state `i` of K (the product of their supports) and the part of
+the carry that depends on them (the *Markov carry*) being the value it had after state `j` of the
+previous step, the body's log density is `lp[j, i]` and
+
+    alpha_t[i] = logsumexp_j(alpha_{t-1}[j] + lp_t[j, i]),   log Z = logsumexp_i(alpha_T[i]),
+
+which the rewritten scan adds to the log density as one factor site, `_enumerated_<site>`. Cost:
+O(T K^2) time, O(K^2) memory per step; `lp` comes from the body traced once and evaluated under
+`jax.vmap` over `(t, j, i)` (see `forward_scan`).
+
+The body runs once per step performing its sites for the handlers outside (their values:
+`substitute`, HMC's unconstrained values, `seed`; masked so that no log density outside counts
+them, the enumerated sites at their first value), then as a pure function of `(t, j, i)` that
+computes every site's `log_prob` at those values. A first-order chain is required: the Markov
+carry must depend on the enumerated sites of the same step only, and no other carry on it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from ..effects import _compat
+from ..effects._primitives import perform_p
+from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
+from ._handler import call_unhandled, model_name
+from ._trace import is_enumerated
+
+
+def _name(eqn):
+    """The site name of a perform equation."""
+    return dict(eqn.params["static"]).get("name")
+
+
+def _deferred(eqn) -> bool:
+    """Whether `eqn` performs a sample site marked for enumeration that still has no value."""
+    if eqn.primitive is not perform_p or eqn.params["op"] is not sample_op:
+        return False
+    static = dict(eqn.params["static"])
+    if static.get("is_observed") or not is_enumerated(static.get("infer", ())):
+        return False
+    msg = jax.tree_util.tree_unflatten(eqn.params["in_tree"], list(eqn.invars))[0]
+    return msg["value"] is None
+
+
+def _is_enumerated_at_top(eqn) -> bool:
+    return (eqn.primitive is perform_p and eqn.params["op"] is sample_op
+            and "_enumerate_dim" in dict(dict(eqn.params["static"]).get("infer", ())))
+
+
+def _deferred_inside(jaxpr) -> list:
+    """The names of the deferred enumerated sites anywhere inside `jaxpr`."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if _deferred(eqn):
+            found.append(_name(eqn))
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            found.extend(_deferred_inside(sub))
+    return found
+
+
+def _read(env, v):
+    return v.val if isinstance(v, _compat.Literal) else env[v]
+
+
+def _evaluate(jaxpr, consts, args, on_eqn):
+    """Evaluate `jaxpr`; `on_eqn(index, eqn, ins)` returns an equation's outputs, or None to
+    re-bind it unchanged."""
+    env = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for index, eqn in enumerate(jaxpr.eqns):
+        ins = [_read(env, v) for v in eqn.invars]
+        outs = on_eqn(index, eqn, ins)
+        if outs is None:
+            outs = _compat.bind_eqn(eqn, ins)
+        env.update(zip(eqn.outvars, outs))
+    return [_read(env, v) for v in jaxpr.outvars]
+
+
+def _dependence(jaxpr, sources):
+    """`{var: frozenset of sources}` for every variable of `jaxpr` (its own level), where
+    `sources` maps invars and equation indices (for performs: their value) to source labels."""
+    deps = {v: frozenset([sources[v]]) if v in sources else frozenset() for v in jaxpr.invars}
+    for index, eqn in enumerate(jaxpr.eqns):
+        ins = frozenset().union(*(deps.get(v, frozenset()) for v in eqn.invars
+                                  if not isinstance(v, _compat.Literal)))
+        if eqn.primitive is perform_p and eqn.params["op"] is sample_op:
+            ins = frozenset([sources[index]]) if index in sources else frozenset()
+        for v in eqn.outvars:
+            deps[v] = ins
+    return deps
+
+
+def run(fn, args, kwargs, discrete=None):
+    """Run `fn(*args, **kwargs)` (inside `enum`'s context), with every `scan` that holds
+    enumerated sites replaced by its forward algorithm. With `discrete=(temperature, rng_key)`
+    (`infer_discrete`), each such scan also draws its enumerated sites from their conditional
+    given everything else (temperature 1: forward filtering, backward sampling) or takes their
+    most likely joint path (temperature 0: Viterbi), recorded as deterministic sites
+    `_infer_discrete_<site>` of the sites' stacked shape."""
+    leaves, rebuild = _compat.split_args(args, kwargs)
+
+    def flat(*xs):
+        a, kw = rebuild(xs)
+        return call_unhandled(fn, *a, **kw)
+
+    closed, consts, out_tree = _compat.trace_to_jaxpr(
+        flat, [_compat.abstractify(x) for x in leaves], model_name(fn))
+    jaxpr = closed.jaxpr
+    if not _deferred_inside(jaxpr):
+        return fn(*args, **kwargs)
+    poisoned = {}   # variable -> the enumerated site it depends on (a dummy value)
+    scans = []      # the enumerated scans rewritten so far (each draws with its own key)
+    global_enum = {}  # variable -> a top-level enumerated site it depends on (broadcast dims)
+
+    def on_eqn(index, eqn, ins):
+        used = [v for v in eqn.invars if not isinstance(v, _compat.Literal)]
+        bad = next((poisoned[v] for v in used if v in poisoned), None)
+        if bad is not None:
+            raise SiteError(
+                f"effppl.handlers.enum: a value computed from the enumerated site `{bad}` inside "
+                f"a `lax.scan` (the scan's final carry or stacked outputs) is used after the "
+                f"scan ({eqn.primitive.name} at {_compat.summarize_source(eqn.source_info)}). "
+                f"Enumerated values exist only inside the scan: use them there.")
+        outer = next((global_enum[v] for v in used if v in global_enum), None)
+        if _is_enumerated_at_top(eqn):
+            outer = _name(eqn)
+        names = _deferred_inside_eqn(eqn)
+        if names and eqn.primitive.name == "handle":
+            raise SiteError(
+                f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
+                f"`lax.scan` under a handler inside the model; put `enum` around the model "
+                f"itself, not inside it.")
+        if names and eqn.primitive is not _compat.scan_p:
+            raise SiteError(
+                f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
+                f"`{eqn.primitive.name}` of the model; effppl enumerates sites at the model's top "
+                f"level (and in plates) and inside a plain `lax.scan` only. Move it out of the "
+                f"`{eqn.primitive.name}`.")
+        if names and outer is not None:
+            raise SiteError(
+                f"effppl.handlers.enum: the `lax.scan` holding enumerated site `{names[0]}` also "
+                f"uses the enumerated site `{outer}` from outside the scan; enumerating both is "
+                f"not supported. Mark only one of them for enumeration.")
+        if names:
+            key = None
+            if discrete is not None and discrete[0] != 0:
+                key = jax.random.fold_in(discrete[1], len(scans))
+            scans.append(eqn)
+            outs, bad_outs = forward_scan(eqn, ins, names, discrete and (discrete[0], key))
+            for v, out_bad in zip(eqn.outvars, bad_outs):
+                if out_bad:
+                    poisoned[v] = names[0]
+            return outs
+        if outer is not None:
+            for v in eqn.outvars:
+                global_enum[v] = outer
+        return None
+
+    outs = _evaluate(jaxpr, [], list(consts) + list(leaves), on_eqn)
+    return jax.tree_util.tree_unflatten(out_tree, outs)
+
+
+def _deferred_inside_eqn(eqn):
+    names = []
+    for sub in _compat.jaxprs_in_params(eqn.params):
+        names.extend(_deferred_inside(sub))
+    return names
+
+
+def _no_nested_sites(body, names):
+    for eqn in body.eqns:
+        if eqn.primitive is perform_p:
+            if eqn.params["op"] not in (sample_op, deterministic_op):
+                raise SiteError(f"effppl.handlers.enum: the `lax.scan` holding enumerated site "
+                                f"`{names[0]}` performs `{eqn.params['op'].name}`, which its "
+                                f"forward algorithm cannot evaluate.")
+            continue
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            if any(e.primitive is perform_p for e in _all_eqns(sub)) or sub.effects:
+                raise SiteError(
+                    f"effppl.handlers.enum: the `lax.scan` holding enumerated site `{names[0]}` "
+                    f"has sites (or handlers) inside a nested `{eqn.primitive.name}` "
+                    f"({_compat.summarize_source(eqn.source_info)}); its forward algorithm "
+                    f"needs every site of the body at the body's top level.")
+
+
+def _all_eqns(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            yield from _all_eqns(sub)
+
+
+def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
+    """`(markov, poisoned_ys, fixed)`: which carry outputs depend on the enumerated sites (the
+    Markov carry), which stacked outputs do, and whether the Markov carry depends on nothing
+    else (no input of the step, no other site: the same function of the state at every step).
+    **Raises:** `SiteError` for a history longer than one step (a carry depending on the Markov
+    carry of the step before)."""
+    carry_in = body.invars[n_consts:n_consts + n_carry]
+    sources = {i: ("v", i) for i, e in enumerate(body.eqns)
+               if e.primitive is perform_p and e.params["op"] is sample_op}
+    sources.update({i: ("z", i) for i in enum_eqns})
+    sources.update({v: ("c", k) for k, v in enumerate(carry_in)})
+    sources.update({v: ("x", k) for k, v in enumerate(body.invars[n_consts + n_carry:])})
+    deps = _dependence(body, sources)
+
+    def of(v):
+        return frozenset() if isinstance(v, _compat.Literal) else deps.get(v, frozenset())
+
+    carry_out = body.outvars[:n_carry]
+    markov = [any(s[0] == "z" for s in of(v)) for v in carry_out]
+    for k, v in enumerate(carry_out):
+        history = [c for kind, c in of(v) if kind == "c" and markov[c]]
+        if history:
+            raise SiteError(
+                f"effppl.handlers.enum: in the `lax.scan` holding enumerated site "
+                f"`{names[0]}`, carry element {k} depends on the carry element {history[0]} that "
+                f"holds an earlier step's enumerated value: a history longer than one step. "
+                f"effppl marginalises first-order chains only (the carry may hold the enumerated "
+                f"value of the current step, or functions of it); enumerate by hand otherwise.")
+    ys = body.outvars[n_carry:]
+    poisoned = [any(s[0] == "z" or (s[0] == "c" and markov[s[1]]) for s in of(v)) for v in ys]
+    fixed = all(kind == "z" for v, m in zip(carry_out, markov) if m for kind, _ in of(v))
+    return markov, poisoned, fixed
+
+
+def _log_prob(msg, value):
+    lp = msg["fn"].log_prob(value)
+    if msg["mask"] is not None:
+        lp = jnp.where(msg["mask"], lp, 0.0)
+    if msg["scale"] is not None:
+        lp = lp * msg["scale"]
+    return jnp.sum(lp)
+
+
+def forward_scan(eqn, ins, names, discrete=None):
+    """The outputs of the scan `eqn` on `ins` with its enumerated sites summed out by the
+    forward algorithm, and which outputs are dummies (depend on the enumerated sites).
+    `discrete=(temperature, key)`: also draw the sites (see `run`); temperature 0 runs the
+    max-product recursion instead.
+
+    Three passes: (1) the scan itself, performing the body's sites for the handlers outside
+    (the Markov carry held at its initial value, the enumerated sites at their first value),
+    recording every site's value; (2) every step's table `lp[t, j, i]`, vectorised over
+    `(t, j, i)`; (3) the recursion over `t`, a scan as light as a hand-written one."""
+    params = eqn.params
+    n_consts, n_carry = _compat.scan_counts(params)
+    closed = params["jaxpr"]
+    body = closed.jaxpr
+    _no_nested_sites(body, names)
+    enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
+    sites = [i for i, e in enumerate(body.eqns)
+             if e.primitive is perform_p and e.params["op"] is sample_op]
+    markov, poisoned_ys, fixed = _markov_structure(body, n_consts, n_carry, enum_eqns, names)
+    consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+    supports = _supports(body, enum_eqns)
+    sizes = [s.shape[0] for s in supports]
+    num_states = math.prod(sizes)
+    states = jnp.stack(jnp.unravel_index(jnp.arange(num_states), sizes), -1)  # (K, n_sites)
+    markov_init = [c for c, m in zip(init, markov) if m]
+    length, reverse = params["length"], params["reverse"]
+
+    def merged(markov_values, carry):
+        rows = iter(markov_values)
+        return [next(rows) if m else c for m, c in zip(markov, carry)]
+
+    def body_fn(perform, carry, x):
+        return _evaluate(body, closed.consts, list(consts) + list(carry) + list(x), perform)
+
+    def step(carry, x):  # pass 1: the sites' values, from the handlers outside
+        values = {}
+
+        def perform(index, e, e_ins):
+            if e.primitive is not perform_p or e.params["op"] is not sample_op:
+                return None
+            msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
+            msg = dict(msg, mask=jnp.zeros((), bool))  # counted in pass 2, not outside
+            if index in enum_eqns:
+                msg["value"] = supports[enum_eqns.index(index)][0]
+            values[index] = sample_op(msg, **dict(e.params["static"]))
+            return [values[index]]
+
+        outs = body_fn(perform, merged(markov_init, carry), x)
+        new_carry = merged(markov_init, outs[:n_carry])
+        return new_carry, (outs[n_carry:], carry, [values[i] for i in sites])
+
+    carry, (ys, carries, values) = jax.lax.scan(step, list(init), list(xs), length=length,
+                                                reverse=reverse)
+    if discrete is not None:
+        _record_states(discrete, body, enum_eqns, supports, states, length, reverse, None)
+    if length == 0:
+        return list(carry) + list(ys), list(markov) + list(poisoned_ys)
+    steps = (carries, list(xs), values)
+    if reverse:  # processing order
+        steps = jax.tree.map(lambda a: a[::-1], steps)
+
+    def log_density(step_inputs, markov_values, i):  # pass 2: one entry of lp[t, j, i]
+        carry_t, x_t, values_t = step_inputs
+        given = dict(zip(sites, values_t))
+        total = []
+
+        def perform(index, e, e_ins):
+            if e.primitive is not perform_p:
+                return None
+            if e.params["op"] is deterministic_op:
+                return list(e_ins)
+            msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
+            if index in enum_eqns:
+                k = enum_eqns.index(index)
+                value = supports[k][states[i, k]]
+            else:
+                value = given[index]
+            total.append(_log_prob(msg, value))
+            return [value]
+
+        outs = body_fn(perform, merged(markov_values, carry_t), x_t)
+        return sum(total), [o for o, m in zip(outs[:n_carry], markov) if m]
+
+    every_state = jnp.arange(num_states)
+    over_states = jax.vmap(log_density, (None, None, 0))
+    if any(markov) and fixed:  # the Markov carry after state i is the same at every step
+        first = jax.tree.map(lambda a: a[0], steps)
+        lp0, after = over_states(first, markov_init, every_state)
+        rest = jax.tree.map(lambda a: a[1:], steps)
+        lp = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
+            rest, after, every_state)[0]
+        lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, num_states)), lp])
+    elif any(markov):  # the Markov carry after each state of each step; it ignores the one before
+        after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, markov_init, every_state)[1]
+        table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])
+                 for c, a in zip(markov_init, after)]
+        lp = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
+                      (0, 0, None))(steps, table, every_state)[0]
+    else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
+        lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, [], every_state)[0][:, None, :]
+
+    viterbi = discrete is not None and discrete[0] == 0
+    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
+
+    def forward(alpha, lp_t):  # pass 3
+        alpha = reduce(alpha[:, None] + lp_t, axis=0).astype(alpha.dtype)
+        return alpha, (alpha if discrete is not None else None)
+
+    alpha0 = lp[0, 0].astype(jnp.result_type(float))  # every row of the first table is the same
+    alpha, alphas = jax.lax.scan(forward, alpha0, lp[1:])
+    if discrete is not None:
+        alphas = jnp.concatenate([alpha0[None], alphas])
+        path = _backward(alphas, lp, *discrete)
+        _record_states(discrete, body, enum_eqns, supports, states, length, reverse,
+                       path[::-1] if reverse else path)
+    factor(f"_enumerated_{names[0]}", reduce(alpha, axis=0))
+    return list(carry) + list(ys), list(markov) + list(poisoned_ys)
+
+
+def _record_states(discrete, body, enum_eqns, supports, states, length, reverse, path):
+    """Record the enumerated sites' values along `path` (joint state per step, index order) as
+    deterministic sites `_infer_discrete_<site>`; zeros of that shape when `path` is None (the
+    empty scan; for the analysis of a scan of length 0 the sites must exist either way)."""
+    if path is None and length:
+        return
+    for k, index in enumerate(enum_eqns):
+        name = dict(body.eqns[index].params["static"])["name"]
+        values = supports[k][states[path, k]] if path is not None else \
+            jnp.zeros((0, *supports[k].shape[1:]), supports[k].dtype)
+        deterministic(f"_infer_discrete_{name}", values)
+
+
+def _backward(alphas, lp, temperature, key):
+    """The joint state of every step `(T,)`, in processing order: the last from `alphas[-1]`,
+    then backwards `p(s_t = j | s_{t+1}) ~ exp(alphas[t][j] + lp[t + 1][j, s_{t+1}])`, drawn
+    (temperature 1) or maximised (0). `alphas[t]`: the message after step t; `lp[t]`: the
+    table of step t (its first axis of size 1 when it does not depend on the state before)."""
+    def choose(key, logits):
+        if temperature == 0:
+            return jnp.argmax(logits)
+        return jax.random.categorical(key, logits)
+
+    num_steps = lp.shape[0]
+    keys = (jax.random.split(key, num_steps) if key is not None
+            else jnp.zeros((num_steps, 2), jnp.uint32))
+    last = choose(keys[-1], alphas[-1])
+
+    def back(s_next, inputs):
+        key, alpha_t, lp_next = inputs
+        s = choose(key, alpha_t + lp_next[:, s_next])
+        return s, s
+
+    _, earlier = jax.lax.scan(back, last, (keys[:-1], alphas[:-1], lp[1:]), reverse=True)
+    return jnp.concatenate([earlier, last[None]])
+
+
+def _supports(body, enum_eqns):
+    """Each enumerated site's support, `(K, *event_shape)`, from its distribution's type."""
+    out = []
+    for index in enum_eqns:
+        e = body.eqns[index]
+        msg = jax.tree_util.tree_unflatten(e.params["in_tree"], [v.aval for v in e.invars])[0]
+        fn = msg["fn"]
+        name = dict(e.params["static"])["name"]
+        if tuple(fn.batch_shape):
+            raise SiteError(
+                f"effppl.handlers.enum: site `{name}` is enumerated inside a `lax.scan` with "
+                f"batch shape {tuple(fn.batch_shape)}; inside a scan, effppl enumerates sites "
+                f"with an empty batch shape (no plate around them inside the scan).")
+        support = _support_of(fn)
+        out.append(support.reshape((support.shape[0],) + tuple(fn.event_shape)))
+    return out
+
+
+def _support_of(fn_avals):
+    """`enumerate_support(expand=False)` of a distribution whose leaves are avals: its values do
+    not depend on the parameters' values (e.g. `arange(K)`), so evaluate it on zeros."""
+    leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    zeros = [jnp.zeros(a.shape, a.dtype) for a in leaves]
+    return jax.tree_util.tree_unflatten(tree, zeros).enumerate_support(expand=False)

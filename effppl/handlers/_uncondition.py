@@ -1,0 +1,25 @@
+"""`uncondition`: observed sites become latent, drawn from their distribution (NumPyro's)."""
+
+from __future__ import annotations
+
+from ..primitives import sample_op
+from ._handler import Handler, forward
+
+
+class uncondition(Handler):
+    """Make every observed sample site of `fn` latent again, ignoring its observation (given by
+    `obs=` or an inner `condition`): under `seed` it is drawn from its distribution, and it is
+    a latent site for the handlers outside (as NumPyro's `uncondition`, its `infer` records
+    `was_observed=True`).
+
+    **Example:** `trace(seed(uncondition(model), 0)).get_trace(y)["y"]["value"]` is a prior
+    predictive draw of `y`.
+    """
+
+    def clauses(self):
+        def sample(params, msg, *, resume, is_observed, infer, **static):
+            if is_observed:
+                msg = dict(msg, value=None)
+                infer = tuple(sorted(dict(infer, was_observed=True).items()))
+            return resume(params, forward(msg, is_observed=False, infer=infer, **static))
+        return {sample_op: sample}

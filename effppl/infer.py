@@ -1,4 +1,0 @@
-"""`effppl.infer`: the inference API (an alias of `effppl.inference`, as in `numpyro.infer`)."""
-
-from .inference import *  # noqa: F401,F403
-from .inference import __all__  # noqa: F401

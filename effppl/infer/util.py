@@ -1,0 +1,9 @@
+"""`effppl.infer.util`: NumPyro's `numpyro.infer.util` entry points for effppl models."""
+
+from ..handlers import constrain_fn, log_density, potential_energy, unconstrain_fn
+from ..inference import Predictive, init_to_uniform, init_to_value, log_likelihood
+from ..inference._util import ModelInfo, ParamInfo, compute_log_probs, initialize_model
+
+__all__ = ["initialize_model", "ModelInfo", "ParamInfo", "compute_log_probs", "log_density",
+           "potential_energy", "constrain_fn", "unconstrain_fn", "Predictive", "log_likelihood",
+           "init_to_uniform", "init_to_value"]

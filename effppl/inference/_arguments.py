@@ -1,0 +1,101 @@
+"""Model arguments at the inference entry points (`MCMC.run`, `Predictive`, `log_likelihood`):
+checked once, and named (by position and parameter name) when they cannot be data.
+
+Arrays of strings or objects and ragged nested lists can never be data: they raise at once. A str
+or another object may be a static option the model branches on, so it passes; only when tracing
+the model then fails is the error re-raised naming that argument (JAX's own message names
+neither the argument nor the model).
+"""
+
+import contextlib
+import inspect
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from .._errors import EffpplError
+from ..effects._values import describe_non_array
+
+__all__ = ["ModelArgumentError", "model_arguments"]
+
+
+class ModelArgumentError(EffpplError, TypeError):
+    """A model argument given to an inference entry point cannot be data (a string, an object,
+    a ragged list, an array of strings or objects); the message names the argument by position
+    and name."""
+
+
+def _labelled(model: Callable, args: tuple, kwargs: dict):
+    """`(label, value)` per argument: "argument 0 (`y`)", "keyword argument `y`"."""
+    try:
+        names = [p.name for p in inspect.signature(model).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    for i, value in enumerate(args):
+        yield (f"argument {i} (`{names[i]}`)" if i < len(names) else f"argument {i}"), value
+    for name, value in kwargs.items():
+        yield f"keyword argument `{name}`", value
+
+
+def _never_data(value) -> str | None:
+    """What `value` is, when no model can use it as data: an array of strings or objects, or a
+    ragged nested list of numbers (anywhere in the argument's pytree)."""
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(x, (int, float, complex, np.number)) for x in jax.tree.leaves(value)):
+        try:
+            np.asarray(value)
+        except ValueError:
+            return f"a ragged nested {type(value).__name__} (rows of different lengths)"
+    for leaf in jax.tree.leaves(value):
+        if isinstance(leaf, np.ndarray) and describe_non_array(leaf):
+            return describe_non_array(leaf)
+    return None
+
+
+def _maybe_not_data(value) -> tuple | None:
+    """`(what it is, the leaf)` for a leaf of `value` that is not an array or a number (a str, an
+    object), or None."""
+    for leaf in jax.tree.leaves(value):
+        if leaf is not None and not callable(leaf) and describe_non_array(leaf):
+            return describe_non_array(leaf), leaf
+    return None
+
+
+def _message(api, model, label, problem):
+    from ._model import model_name
+    return (f"`{api}`: {label} of model `{model_name(model)}` is {problem}, which cannot be "
+            f"data: pass data as jax or numpy arrays of numbers (or Python numbers, or rectangular "
+            f"lists of numbers).")
+
+
+@contextlib.contextmanager
+def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
+    """Check the model arguments `args`, `kwargs` of `api`, and name them in errors raised while
+    the block (which traces the model) runs.
+
+    **Raises:** `ModelArgumentError` naming the argument: at once for an array of strings or
+    objects or a ragged list; for a str or another object, when the block raises a `TypeError`
+    or `ValueError` (re-raised from it).
+    """
+    labelled = list(_labelled(model, args, kwargs))
+    for label, value in labelled:
+        problem = _never_data(value)
+        if problem:
+            raise ModelArgumentError(_message(api, model, label, problem))
+    try:
+        yield
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ModelArgumentError):
+            raise
+        suspects = [(label, found) for label, value in labelled
+                    if (found := _maybe_not_data(value))]
+        if isinstance(err, EffpplError):  # effppl's own error: only if it is about that value
+            suspects = [(label, (problem, leaf)) for label, (problem, leaf) in suspects
+                        if repr(leaf)[:30] in str(err)]
+        if not suspects:
+            raise
+        label, (problem, _) = suspects[0]
+        raise ModelArgumentError(f"{_message(api, model, label, problem)} Tracing the model "
+                                 f"failed with {type(err).__name__}: {err}") from err

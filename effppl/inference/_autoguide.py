@@ -1,0 +1,259 @@
+"""The base of the automatic guides (`autoguide.py`): the model's latent sites, their initial
+values, and the map from unconstrained values to the model's supports.
+
+An autoguide reads the model's *site analysis* (the one MCMC uses, `effppl.handlers._sites`):
+each latent site with its loops, so a site inside a plain `lax.scan` (nested scans, `cond`
+branches, `jax.vmap`) gets stacked guide parameters of shape `(T, ...)` with no special case.
+
+The guide draws each site's unconstrained value `u` and maps it to the support with the model's
+own `biject_to(fn.support)`, built from the site's *current* distribution: the guide runs the
+model (hidden by `block`) with `u` substituted in unconstrained space, exactly as HMC's potential
+does, so supports that depend on other latent sites are right for every draw. Each latent site
+of the model is then a `Delta` site of the guide whose log density is the guide's density of the
+constrained value (`log q(u) - log|det J(u)|`), as NumPyro's `AutoContinuous` emits them.
+Only what feeds the values is kept by XLA, so the extra model run costs little at run time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import biject_to
+
+from .. import primitives
+from .._errors import EffpplError
+from ..primitives import SiteError, prng_key_op
+from ._cache import cached, split_args
+from ._init import InitStrategy, ModelContext, init_to_uniform
+from ._model import initialising
+
+__all__ = ["AutoGuide", "AutoGuideError"]
+
+
+class AutoGuideError(EffpplError, ValueError):
+    """An autoguide cannot cover the model (a discrete latent site, a site in a `while_loop`),
+    or was asked for something before it has seen the model's arguments."""
+
+
+def _strategy(init_loc_fn, name):
+    if isinstance(init_loc_fn, InitStrategy):
+        return init_loc_fn
+    if callable(init_loc_fn):  # NumPyro style: the function itself, `init_loc_fn=init_to_median`
+        made = init_loc_fn()
+        if isinstance(made, InitStrategy):
+            return made
+    raise AutoGuideError(f"effppl.infer.autoguide.{name}(model, init_loc_fn=...) expected an "
+                         f"init strategy (`init_to_uniform()`, `init_to_median()`, "
+                         f"`init_to_value(values=...)`), but got {init_loc_fn!r}.")
+
+
+def _fixed_supports(sites) -> dict | None:
+    """`{name: support}` when every site's support is a constraint without parameters (so it
+    cannot depend on other sites or data), and the site has one distribution and sits in no
+    `cond` branch (whose rows may go unread, see `_Unconstrain`); else None."""
+    out = {}
+    for name, (site, _, _) in sites.items():
+        if len(site.keys) > 1 or site.conditional:
+            return None
+        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        try:
+            support = fn.support
+        except Exception:  # noqa: BLE001 (a support computed from the parameters' values)
+            return None
+        if not isinstance(support, constraints.Constraint) or jax.tree_util.tree_leaves(support):
+            return None
+        out[name] = support
+    return out
+
+
+class AutoGuide:
+    """Base class of the autoguides: the model's latent sites, their initial values, and the map
+    from unconstrained values to the model's supports.
+
+    **Arguments:** `model`; `prefix` (str, names of the params: `{site}_{prefix}_loc`, ...);
+    `init_loc_fn`: an init strategy (`effppl.infer.init_to_uniform()`, ...), giving the initial
+    unconstrained locations.
+    """
+
+    def __init__(self, model, *, prefix: str = "auto", init_loc_fn=init_to_uniform,
+                 create_plates=None):
+        if create_plates is not None:
+            raise AutoGuideError("effppl's autoguides do not take `create_plates` (no "
+                                 "subsampling plates); leave it None.")
+        self.model = model
+        self.prefix = prefix
+        self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
+        self._prototype_args = None
+        self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
+        self.__name__ = type(self).__name__
+
+    def _key(self):
+        settings = {k: v for k, v in vars(self).items() if k not in ("_prototype_args", "model")}
+        if jax.tree_util.tree_leaves(self.init_loc_fn.dynamic()):  # values baked into its code
+            settings["init_loc_fn"] = id(self.init_loc_fn)
+        return type(self), self.model, tuple(sorted(settings.items()))
+
+    def __eq__(self, other):
+        """Equal guides (same type, model, settings and latent sites) share compiled functions,
+        so a new `SVI(model, AutoNormal(model), ...)` on new data compiles nothing."""
+        return isinstance(other, AutoGuide) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash((type(self), self.model, self.prefix))
+
+    # -- the model's sites -------------------------------------------------------------------
+
+    def _setup_prototype(self, *args, **kwargs):
+        """Keep the model's (concrete) arguments for `median`, `quantiles`, `get_posterior` and
+        `sample_posterior`, and which sites are latent: later calls (`Predictive(model,
+        guide=...)` with `y=None`) guide those sites only, as NumPyro's prototype trace does.
+        Called by `SVI.init`."""
+        self._prototype_args = None
+        self._latent_names = tuple(self._latent_sites(args, kwargs))
+        self._prototype_args = (args, kwargs)
+
+    def _latent_sites(self, args, kwargs) -> dict:
+        """`{name: (Site, unconstrained stacked shape, dtype)}` of the model's latent sites."""
+        from effppl.handlers._basic import _analyzed
+        from effppl.handlers._sites import unconstrained_type
+
+        out = {}
+        for name, site in _analyzed(self.model, args, kwargs).items():
+            if site.type != "sample" or site.is_observed:
+                continue
+            if self._prototype_args is not None and name not in self._latent_names:
+                continue  # e.g. `y=None` for predictions: `y` was observed when SVI ran
+            if not site.bounded:
+                raise AutoGuideError(
+                    f"effppl.infer.autoguide.{type(self).__name__}: latent site `{name}` sits "
+                    f"inside a `while_loop` (no static number of occurrences to give guide "
+                    f"parameters for). Use `lax.scan`/`fori_loop` with a static length.")
+            try:
+                shape, dtype = unconstrained_type(site)
+            except SiteError as err:
+                raise AutoGuideError(
+                    f"effppl.infer.autoguide.{type(self).__name__} covers continuous latent "
+                    f"sites only: {err}") from None
+            out[name] = (site, tuple(site.loops) + tuple(shape), dtype)
+        if not out:
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}: the model has "
+                                 f"no latent sample site to guide.")
+        return out
+
+    def _init_locs(self, args, kwargs, sites) -> dict:
+        """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
+        the model hidden by `block`, with a key from the enclosing `seed`; when SVI substitutes
+        the params this is dead code, which XLA removes."""
+        from effppl import handlers
+
+        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init"))
+
+        def propose():
+            with initialising():
+                ctx = ModelContext(model=self.model, args=args, kwargs=kwargs,
+                                   latent=tuple(sites))
+                return self.init_loc_fn.propose(key, ctx, self.init_loc_fn.dynamic())
+
+        locs = handlers.block(propose)()
+        return {n: jnp.asarray(locs[n], sites[n][2]).reshape(sites[n][1]) for n in sites}
+
+    def _constrain(self, args, kwargs, unconstrained: dict, sites: dict | None = None):
+        """`(values, log_dets, fns)`: the model's latent values at the unconstrained values
+        `unconstrained` (each site mapped with the support of its current distribution), each
+        site's `sum log|det J|`, and its (stacked) distribution. The model runs hidden by
+        `block`; when `sites` (`_latent_sites`) show that no support depends on anything (a
+        parameter-free constraint such as `real`, `positive`, `simplex`, one distribution per
+        site), the values are mapped directly instead, and `fns` is None."""
+        from effppl import handlers
+        from effppl.handlers._density import _Unconstrain
+
+        supports = _fixed_supports(sites) if sites is not None else None
+        if supports is not None:
+            values, log_dets = {}, {}
+            for name, u in unconstrained.items():
+                t = biject_to(supports[name])
+                values[name] = t(u)
+                log_dets[name] = jnp.sum(t.log_abs_det_jacobian(u, values[name]))
+            return values, log_dets, None
+
+        def run():
+            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide"))
+            (_, _, log_dets), tr = tracer._run(*args, **kwargs)
+            return ({n: tr[n]["value"] for n in unconstrained}, log_dets,
+                    {n: tr[n]["fn"] for n in unconstrained})
+
+        return handlers.block(run)()
+
+    def _emit(self, values, log_densities):
+        """The guide's sample sites: one `Delta` per latent site of the model, carrying the
+        guide's log density of that value."""
+        out = {}
+        for name, value in values.items():
+            out[name] = primitives.sample(
+                name, dist.Delta(value, log_density=log_densities[name], event_dim=jnp.ndim(value)))
+        return out
+
+    # -- after fitting -----------------------------------------------------------------------
+
+    def _args(self, api, args=(), kwargs=None):
+        if args or kwargs:
+            return tuple(args), dict(kwargs or {})
+        if self._prototype_args is None:
+            raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments: "
+                                 f"run `SVI.init`/`SVI.run` with this guide first (or pass them).")
+        return self._prototype_args
+
+    def _compiled(self, what, build, args, kwargs):
+        structure, dynamic = split_args(f"effppl.infer.autoguide.{type(self).__name__}", args,
+                                        kwargs)
+        fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
+        return fn, dynamic
+
+    def _postprocess(self, unconstrained: dict, batch_ndim: int = 0) -> dict:
+        """Constrained values of the model's latent sites at `unconstrained` (with `batch_ndim`
+        leading batch axes)."""
+        args, kwargs = self._args("median")
+
+        def build(structure):
+            def constrain(u, dynamic):
+                a, kw = structure.rebuild(dynamic)
+                one = lambda v: self._constrain(a, kw, v)[0]  # noqa: E731
+                for _ in range(batch_ndim):
+                    one = jax.vmap(one)
+                return one(u)
+            return constrain
+
+        fn, dynamic = self._compiled(("postprocess", batch_ndim), build, args, kwargs)
+        return fn(unconstrained, dynamic)
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
+        """Draws of the model's latent sites from the guide at `params`: dict name -> array
+        `(*sample_shape, *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). The model's
+        arguments default to those `SVI.init` saw."""
+        from effppl import handlers
+
+        args, kwargs = self._args("sample_posterior", args, kwargs)
+        sample_shape = tuple(sample_shape)
+        n = math.prod(sample_shape)
+
+        def build(structure):
+            def draw(keys, params, dynamic):
+                a, kw = structure.rebuild(dynamic)
+
+                def one(key):
+                    guide = handlers.seed(handlers.substitute(self, data=params), key)
+                    tr = handlers.trace(guide).get_trace(*a, **kw)
+                    return {name: s["value"] for name, s in tr.items()
+                            if s["type"] == "sample" and not name.startswith("_")}
+                return jax.vmap(one)(keys)
+            return draw
+
+        fn, dynamic = self._compiled("sample_posterior", build, args, kwargs)
+        key = jax.random.key_data(rng_key) if jax.dtypes.issubdtype(
+            getattr(rng_key, "dtype", None), jax.dtypes.prng_key) else rng_key
+        out = fn(jax.random.split(key, max(n, 1)), params, dynamic)
+        return jax.tree.map(lambda x: x[:n].reshape(sample_shape + x.shape[1:]), out)

@@ -1,0 +1,366 @@
+"""Stochastic variational inference (DESIGN §6): NumPyro's `SVI` API on optax.
+
+Parameters live in unconstrained space (`biject_to(constraint).inv`), as in NumPyro. The update
+step is compiled once per (model, guide, loss, optimiser, argument structure) and cached like
+MCMC's sampler: the model's arrays are arguments of the compiled function, so a new `SVI` object
+or new data of the same shapes compile nothing. `run` steps in compiled chunks (a `lax.scan` of
+updates) under a tqdm bar, and stops at the first non-finite loss, naming the step and the
+params whose gradient was not finite.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm.auto as tqdm
+from numpyro.distributions.transforms import biject_to
+
+from .._errors import EffpplError
+from ._cache import UnhashableArgumentError, cached, split_args
+from ._mcmc import _advance
+from ._optim import as_optimizer
+
+__all__ = ["SVI", "SVIState", "SVIRunResult", "SVIError"]
+
+
+class SVIError(EffpplError, FloatingPointError):
+    """SVI was misused, or its loss became non-finite (the message names the step and params;
+    `result` holds the `SVIRunResult` up to the last finite step, when `run` raised it)."""
+
+    result = None
+
+
+class SVIState(NamedTuple):
+    """NumPyro's SVI state: the optimiser's state (holding the unconstrained params), the mutable
+    state (always None: `numpyro.mutable` has no effppl twin), and a raw PRNG key."""
+
+    optim_state: Any
+    mutable_state: Any
+    rng_key: Any
+
+
+class SVIRunResult(NamedTuple):
+    """`SVI.run`'s result: constrained `params` (dict), the final `state`, `losses` (one per
+    step, a numpy array)."""
+
+    params: dict
+    state: SVIState
+    losses: Any
+
+
+def _raw_key(rng_key, api):
+    from effppl.handlers._basic import _as_key
+
+    try:
+        return _as_key(rng_key)
+    except TypeError as err:
+        raise SVIError(f"`{api}` expected a PRNG key: {err}") from None
+
+
+def _constrain(params, constraints):
+    return {n: biject_to(constraints[n])(u) for n, u in params.items()}
+
+
+def _all_finite(tree):
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
+
+
+class _Compiled:
+    """SVI's compiled functions for one model, guide, loss, optimiser and argument structure."""
+
+    def __init__(self, model, guide, loss, optimizer, structure, static_kwargs, forward_mode):
+        self.model, self.guide, self.loss, self.optimizer = model, guide, loss, optimizer
+        self.structure, self.static_kwargs = structure, dict(static_kwargs)
+        self.forward_mode = forward_mode
+        self.init = jax.jit(self._init)
+        self.update = jax.jit(self._update, static_argnums=3)
+        self.evaluate = jax.jit(self._evaluate)
+        self._chunks: dict = {}
+
+    def args(self, dynamic):
+        args, kwargs = self.structure.rebuild(dynamic)
+        return args, {**kwargs, **self.static_kwargs}
+
+    def _init(self, rng_key, dynamic, init_params):
+        from effppl import handlers
+
+        args, kwargs = self.args(dynamic)
+        rng_key, k_model, k_guide = jax.random.split(rng_key, 3)
+        guide_tr = handlers.trace(handlers.seed(self.guide, k_guide)).get_trace(*args, **kwargs)
+        latent = {n: s["value"] for n, s in guide_tr.items()
+                  if s["type"] == "sample" and not s["is_observed"]}
+        model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)
+        model_tr = handlers.trace(model).get_trace(*args, **kwargs)
+        sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
+        constraints = {n: s["kwargs"]["constraint"] for n, s in sites.items()}
+        values = {n: init_params.get(n, s["value"]) for n, s in sites.items()}
+        params = {n: biject_to(constraints[n]).inv(jnp.asarray(v, sites[n]["value"].dtype))
+                  for n, v in values.items()}
+        return params, constraints, rng_key
+
+    def _objective(self, rng_key, constraints, args, kwargs):
+        def objective(params):
+            return self.loss.loss(rng_key, _constrain(params, constraints), self.model,
+                                  self.guide, *args, **kwargs)
+        return objective
+
+    def _update(self, state, constraints, dynamic, stable):
+        """One step: `(state, loss, {param: gradient finite})`; with `stable`, a step whose
+        loss or new params are not finite leaves the state as it was (NumPyro)."""
+        args, kwargs = self.args(dynamic)
+        rng_key, sub = jax.random.split(state.rng_key)
+        params = self.optimizer.get_params(state.optim_state)
+        objective = self._objective(sub, constraints, args, kwargs)
+        if self.forward_mode:
+            loss, grads = objective(params), jax.jacfwd(objective)(params)
+        else:
+            loss, grads = jax.value_and_grad(objective)(params)
+        optim_state = self.optimizer.update(grads, state.optim_state)
+        grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grads.items()}
+        if stable:
+            ok = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
+            optim_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old),
+                                       optim_state, state.optim_state)
+        return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok
+
+    def _evaluate(self, state, constraints, dynamic):
+        args, kwargs = self.args(dynamic)
+        _, sub = jax.random.split(state.rng_key)
+        params = self.optimizer.get_params(state.optim_state)
+        return self._objective(sub, constraints, args, kwargs)(params)
+
+    def chunk(self, length: int, stable: bool):
+        """Compiled `(state, constraints, dynamic, num) -> (state, losses[length], grad_ok,
+        failed)`: `num <= length` updates in a `lax.scan`. A non-finite step is not applied;
+        without `stable`, the steps after it are not run (`failed` is set)."""
+        if (length, stable) not in self._chunks:
+            def run(state, constraints, dynamic, num):
+                def body(carry, i):
+                    state, failed = carry
+
+                    def step(state):
+                        new, loss, grad_ok = self._update(state, constraints, dynamic, True)
+                        return new, loss, grad_ok
+
+                    def skip(state):
+                        grad_ok = {n: jnp.asarray(True) for n in constraints}
+                        return state, jnp.asarray(jnp.nan, self._loss_dtype()), grad_ok
+
+                    new, loss, grad_ok = jax.lax.cond((i < num) & ~failed, step, skip, state)
+                    if not stable:
+                        failed = failed | ((i < num) & ~jnp.isfinite(loss))
+                    return (new, failed), (loss, grad_ok)
+
+                (state, failed), (losses, grad_ok) = jax.lax.scan(
+                    body, (state, jnp.asarray(False)), jnp.arange(length))
+                return state, losses, grad_ok, failed
+
+            self._chunks[(length, stable)] = jax.jit(run)
+        return self._chunks[(length, stable)]
+
+    def nonfinite_sites(self, state, constraints, dynamic) -> list:
+        """The sample sites (model's and guide's) whose log density is not finite in some
+        particle of the step that `state` would take next (its key is the state's)."""
+        from ._elbo import run_guide_and_model
+
+        args, kwargs = self.args(dynamic)
+        _, sub = jax.random.split(state.rng_key)
+        params = _constrain(self.optimizer.get_params(state.optim_state), constraints)
+        n = getattr(self.loss, "num_particles", 1)
+        keys = sub[None] if n == 1 else jax.random.split(sub, n)  # the ELBO's particle keys
+
+        def finite(key):
+            _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
+                                                           args, kwargs)
+            return {f"{which} site `{n}`": jnp.all(jnp.isfinite(s["log_prob"]))
+                    for which, tr in (("model", model_tr), ("guide", guide_tr))
+                    for n, s in tr.items() if s["type"] == "sample"}
+
+        flags = jax.jit(jax.vmap(finite))(keys)
+        return sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok)))
+
+    @staticmethod
+    def _loss_dtype():
+        return jnp.result_type(float)
+
+
+class SVI:
+    """Stochastic variational inference: fit the params of `guide` (and `model`) by minimising
+    `loss` with the optimiser `optim`, as NumPyro's `SVI`.
+
+    **Arguments:**
+    - `model`, `guide`: effppl models; the guide's latent sample sites name the model's, and both
+      may have `effppl.param` sites. Autoguides: `effppl.infer.autoguide`.
+    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`) or a `numpyro.optim`
+      optimiser.
+    - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
+    - `**static_kwargs`: keyword arguments passed to the model and guide on every call (hashable;
+      they key the compiled update).
+
+    **Raises:** `SVIError` for calls out of order (`update` before `init`), and from `run` for a
+    non-finite loss; `OptimizerError` for an `optim` that is not an optimiser.
+
+    **References:** Hoffman et al. (2013), "Stochastic variational inference"; Ranganath et al.
+    (2014); NumPyro's `numpyro.infer.SVI`.
+
+    Example:
+        >>> svi = SVI(model, AutoNormal(model), optax.adam(0.01), Trace_ELBO())  # doctest: +SKIP
+        >>> result = svi.run(jax.random.key(0), 2000, x, y)                      # doctest: +SKIP
+        >>> result.params, result.losses                                          # doctest: +SKIP
+    """
+
+    def __init__(self, model, guide, optim, loss, **static_kwargs):
+        self.model, self.guide, self.loss = model, guide, loss
+        self.optim = optim
+        self._optimizer = as_optimizer(optim)
+        if not callable(getattr(loss, "loss", None)):
+            raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO (e.g. "
+                           f"`effppl.infer.Trace_ELBO()`), but got {type(loss).__name__}.")
+        try:
+            self._static = tuple(sorted(static_kwargs.items()))
+            hash(self._static)
+        except TypeError:
+            raise UnhashableArgumentError(
+                "`effppl.infer.SVI(..., **static_kwargs)` expected hashable static keyword "
+                "arguments (they key the compiled update); pass arrays as arguments of "
+                "`init`/`update`/`run` instead.") from None
+        self.static_kwargs = dict(static_kwargs)
+        self._constraints = None
+
+    def _compiled(self, api, args, kwargs, forward_mode=False):
+        structure, dynamic = split_args(api, args, kwargs)
+        key = ("svi", self.model, self.guide, self.loss, self._optimizer, structure, self._static,
+               bool(forward_mode))
+        fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,
+                                            structure, self._static, bool(forward_mode)))
+        return fns, dynamic
+
+    def init(self, rng_key, *args, init_params: dict | None = None, **kwargs) -> SVIState:
+        """The initial state: the params' initial values (the `init_value`s of the model's and
+        guide's param sites, drawn with `rng_key`; `init_params`, constrained values, replace
+        them), unconstrained, and the optimiser's state.
+
+        **Raises:** `SVIError` for a bad key or an `init_params` name that is no param site.
+        """
+        api = "effppl.infer.SVI.init"
+        key = _raw_key(rng_key, api)
+        setup = getattr(self.guide, "_setup_prototype", None)
+        if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
+            setup(*args, **{**kwargs, **self.static_kwargs})
+        fns, dynamic = self._compiled(api, args, kwargs)
+        init_params = dict(init_params or {})
+        params, constraints, key = fns.init(key, dynamic, init_params)
+        unknown = sorted(set(init_params) - set(params))
+        if unknown:
+            raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
+                           f"sites of the model or guide; those are {sorted(params)}.")
+        if not params:
+            raise SVIError(f"`{api}` found no param site in the model or the guide: there is "
+                           f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
+                           f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
+        self._constraints = constraints
+        return SVIState(self._optimizer.init(params), None, key)
+
+    def _check_state(self, svi_state, api):
+        if self._constraints is None:
+            raise SVIError(f"`{api}` needs the params' constraints, which `SVI.init` (or "
+                           f"`SVI.run`) finds: call `svi.init(rng_key, *args)` first.")
+        if not isinstance(svi_state, SVIState):
+            raise SVIError(f"`{api}` expected an SVIState (from `svi.init` or `svi.update`), but "
+                           f"got {type(svi_state).__name__}.")
+
+    def get_params(self, svi_state: SVIState) -> dict:
+        """The current params, constrained (dict name -> array)."""
+        self._check_state(svi_state, "effppl.infer.SVI.get_params")
+        return _constrain(self._optimizer.get_params(svi_state.optim_state), self._constraints)
+
+    def update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
+        """One optimisation step: `(new_state, loss)` (the loss before the step)."""
+        return self._step("effppl.infer.SVI.update", False, svi_state, args, kwargs,
+                          forward_mode_differentiation)
+
+    def stable_update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
+        """`update`, but a step whose loss or new params are not finite is not applied."""
+        return self._step("effppl.infer.SVI.stable_update", True, svi_state, args, kwargs,
+                          forward_mode_differentiation)
+
+    def _step(self, api, stable, svi_state, args, kwargs, forward_mode):
+        self._check_state(svi_state, api)
+        fns, dynamic = self._compiled(api, args, kwargs, forward_mode)
+        state, loss, _ = fns.update(svi_state, self._constraints, dynamic, stable)
+        return state, loss
+
+    def evaluate(self, svi_state, *args, **kwargs):
+        """The loss at the current params (with a key drawn from the state's; no step)."""
+        self._check_state(svi_state, "effppl.infer.SVI.evaluate")
+        fns, dynamic = self._compiled("effppl.infer.SVI.evaluate", args, kwargs)
+        return fns.evaluate(svi_state, self._constraints, dynamic)
+
+    def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True,
+            stable_update: bool = False, forward_mode_differentiation: bool = False,
+            init_state: SVIState | None = None, init_params: dict | None = None,
+            **kwargs) -> SVIRunResult:
+        """Run `num_steps` updates from `init_state` (or a fresh `init`).
+
+        With `progress_bar`, the steps run in about 20 compiled chunks under a tqdm bar showing
+        the rate and the mean loss of the last chunk (its clock starts after the first chunk,
+        which compiles); without, in one compiled call. With `stable_update`, non-finite steps
+        are skipped (a warning counts them).
+
+        **Returns:** `SVIRunResult(params, state, losses)`.
+
+        **Raises:** `SVIError` at the first non-finite loss (without `stable_update`), naming
+        the step and the params whose gradient is not finite; its `result` attribute holds
+        the `SVIRunResult` of the steps before it.
+        """
+        api = "effppl.infer.SVI.run"
+        if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+            raise SVIError(f"`{api}(rng_key, num_steps={num_steps!r}, ...)` expected a positive "
+                           f"int.")
+        if init_state is None:
+            state = self.init(rng_key, *args, init_params=init_params, **kwargs)
+        else:
+            self._check_state(init_state, api)
+            state = init_state
+        fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)
+        length = math.ceil(num_steps / 20) if progress_bar else int(num_steps)
+        chunk = fns.chunk(length, bool(stable_update))
+        losses = []
+        with tqdm.tqdm(total=num_steps, disable=not progress_bar, desc="SVI") as bar:
+            for start in range(0, num_steps, length):
+                num = min(length, num_steps - start)
+                state, chunk_losses, grad_ok, failed = chunk(state, self._constraints, dynamic,
+                                                             np.int32(num))
+                chunk_losses = np.asarray(chunk_losses[:num])
+                if bool(failed):
+                    sites = fns.nonfinite_sites(state, self._constraints, dynamic)
+                    self._raise_nonfinite(api, start, chunk_losses, grad_ok, losses, state, sites)
+                losses.append(chunk_losses)
+                if progress_bar:
+                    _advance(bar, num, f"loss={np.nanmean(chunk_losses):.4g}")
+        losses = np.concatenate(losses)
+        skipped = int(np.sum(~np.isfinite(losses)))
+        if skipped:
+            warnings.warn(f"{api}: {skipped} of {num_steps} steps had a non-finite loss and were "
+                          f"skipped (stable_update=True).", RuntimeWarning, stacklevel=2)
+        return SVIRunResult(self.get_params(state), state, losses)
+
+    def _raise_nonfinite(self, api, start, chunk_losses, grad_ok, losses, state, sites):
+        i = int(np.flatnonzero(~np.isfinite(chunk_losses))[0])
+        bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
+        losses = np.concatenate(losses + [chunk_losses[:i]])
+        err = SVIError(
+            f"`{api}`: the loss is {chunk_losses[i]} at step {start + i} (counting from 0)"
+            + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
+            + (f"; the gradient is not finite for params {bad}" if bad else "")
+            + ". The params are those before that step (`err.result`). Check the model's "
+            "density on the guide's support, lower the learning rate, or pass "
+            "`stable_update=True` to skip such steps.")
+        err.result = SVIRunResult(self.get_params(state), state, losses)
+        raise err

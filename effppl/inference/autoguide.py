@@ -1,0 +1,284 @@
+"""Automatic guides (NumPyro's `numpyro.infer.autoguide` names, params and semantics), exported
+as `effppl.infer.autoguide`. What they share (reading the model's site analysis, mapping draws to
+the model's supports) is in `_autoguide.py`; each class here only declares its params and its
+distribution of the unconstrained latent values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from jax.scipy.special import ndtri
+from numpyro.distributions import constraints
+
+from .. import primitives
+from ..primitives import prng_key_op
+from ._autoguide import AutoGuide, AutoGuideError
+from ._init import init_to_median, init_to_uniform
+
+__all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
+           "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
+           "AutoLaplaceApproximation", "AutoGuideError"]
+
+
+class AutoNormal(AutoGuide):
+    """A mean-field normal guide in unconstrained space: each latent site `z` (stacked along its
+    loops) has params `{z}_auto_loc` and `{z}_auto_scale` (softplus-positive, initially
+    `init_scale`) of its unconstrained shape.
+
+    **Arguments:** as `AutoGuide`, and `init_scale` (float > 0).
+
+    **References:** Kucukelbir et al. (2017), "Automatic differentiation variational inference";
+    NumPyro's `AutoNormal`.
+    """
+
+    scale_constraint = constraints.softplus_positive
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
+                 create_plates=None):
+        if not init_scale > 0:
+            raise AutoGuideError(f"effppl.infer.autoguide.AutoNormal(init_scale={init_scale!r}) "
+                                 f"expected a positive number.")
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
+                         create_plates=create_plates)
+        self.init_scale = float(init_scale)
+
+    def _params(self, sites, init):
+        locs, scales = {}, {}
+        for name, (_, shape, dtype) in sites.items():
+            locs[name] = primitives.param(f"{name}_{self.prefix}_loc", init[name])
+            scales[name] = primitives.param(f"{name}_{self.prefix}_scale",
+                                            jnp.full(shape, self.init_scale, dtype),
+                                            constraint=self.scale_constraint)
+        return locs, scales
+
+    def __call__(self, *args, **kwargs):
+        sites = self._latent_sites(args, kwargs)
+        locs, scales = self._params(sites, self._init_locs(args, kwargs, sites))
+        keys = jax.random.split(prng_key_op(name=f"_{self.prefix}_draw"), len(sites))
+        u, log_q = {}, {}
+        for key, (name, (_, shape, dtype)) in zip(keys, sites.items()):
+            u[name] = locs[name] + scales[name] * jax.random.normal(key, shape, dtype)
+            log_q[name] = jnp.sum(dist.Normal(locs[name], scales[name]).log_prob(u[name]))
+        values, log_dets, _ = self._constrain(args, kwargs, u, sites)
+        return self._emit(values, {n: log_q[n] - log_dets[n] for n in values})
+
+    def _locs_scales(self, params):
+        names = [k[:-len(f"_{self.prefix}_loc")] for k in params
+                 if k.endswith(f"_{self.prefix}_loc")]
+        return ({n: params[f"{n}_{self.prefix}_loc"] for n in names},
+                {n: params[f"{n}_{self.prefix}_scale"] for n in names})
+
+    def median(self, params) -> dict:
+        """The posterior median of each latent site (the constrained image of `loc`)."""
+        return self._postprocess(self._locs_scales(params)[0])
+
+    def quantiles(self, params, quantiles) -> dict:
+        """Marginal quantiles: dict site -> array `(len(quantiles), *site_shape)`."""
+        locs, scales = self._locs_scales(params)
+        q = jnp.asarray(quantiles)
+        u = {n: locs[n] + scales[n] * ndtri(q).reshape((-1,) + (1,) * jnp.ndim(locs[n]))
+             for n in locs}
+        return self._postprocess(u, batch_ndim=1)
+
+
+class AutoDelta(AutoGuide):
+    """A point-mass guide (MAP): each latent site `z` has the param `{z}_auto_loc`, constrained
+    to the support of `z`'s distribution at the initial point (NumPyro's "prototype" support),
+    of the site's stacked shape.
+
+    **References:** NumPyro's `AutoDelta`.
+    """
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_median, create_plates=None):
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
+                         create_plates=create_plates)
+
+    def __call__(self, *args, **kwargs):
+        sites = self._latent_sites(args, kwargs)
+        values, _, fns = self._constrain(args, kwargs, self._init_locs(args, kwargs, sites))
+        out = {}
+        for name, value in values.items():
+            if fns[name] is None:
+                raise AutoGuideError(f"effppl.infer.autoguide.AutoDelta: site `{name}` has "
+                                     f"different distributions in different `cond` branches, "
+                                     f"so it has no one support for its param; use AutoNormal.")
+            loc = primitives.param(f"{name}_{self.prefix}_loc", value,
+                                   constraint=fns[name].support)
+            out[name] = primitives.sample(name, dist.Delta(loc, event_dim=jnp.ndim(loc)))
+        return out
+
+    def median(self, params) -> dict:
+        """The point estimates (dict site -> constrained value)."""
+        suffix = f"_{self.prefix}_loc"
+        return {k[:-len(suffix)]: v for k, v in params.items() if k.endswith(suffix)}
+
+
+class AutoContinuous(AutoGuide):
+    """Guides over the flat vector of all latent sites' unconstrained values (site by site, in
+    the model's order, each stacked along its loops and raveled): `_auto_latent` is drawn from
+    `get_base_dist`-like distribution built by `_base`, then each site is mapped to its support.
+    """
+
+    def _layout(self, sites):
+        return [(name, shape, math.prod(shape)) for name, (_, shape, _) in sites.items()]
+
+    def _unpack(self, flat, layout):
+        out, start = {}, 0
+        for name, shape, size in layout:
+            out[name] = flat[..., start:start + size].reshape(flat.shape[:-1] + shape)
+            start += size
+        return out
+
+    def __call__(self, *args, **kwargs):
+        sites = self._latent_sites(args, kwargs)
+        layout = self._layout(sites)
+        init = self._init_locs(args, kwargs, sites)
+        flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
+        latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
+        values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
+        return self._emit(values, {n: -log_dets[n] for n in values})
+
+    def _loc(self, params):
+        return params[f"{self.prefix}_loc"]
+
+    def _layout_now(self):
+        args, kwargs = self._args("median")
+        return self._layout(self._latent_sites(args, kwargs))
+
+    def median(self, params) -> dict:
+        """The posterior median of each latent site (the constrained image of `loc`)."""
+        return self._postprocess(self._unpack(self._loc(params), self._layout_now()))
+
+    def quantiles(self, params, quantiles) -> dict:
+        """Marginal quantiles (normal marginals of `get_posterior`): dict site -> array
+        `(len(quantiles), *site_shape)`."""
+        posterior = self.get_posterior(params)
+        sd = jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2, axis2=-1)) \
+            if not isinstance(posterior, dist.Normal) else posterior.scale
+        q = ndtri(jnp.asarray(quantiles))[:, None]
+        flat = posterior.mean + sd * q
+        return self._postprocess(self._unpack(flat, self._layout_now()), batch_ndim=1)
+
+
+class AutoDiagonalNormal(AutoContinuous):
+    """A normal guide with diagonal covariance over the flat unconstrained latent vector: params
+    `auto_loc`, `auto_scale` (softplus-positive). **References:** NumPyro's
+    `AutoDiagonalNormal`."""
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1):
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+        self.init_scale = float(init_scale)
+
+    def _base(self, flat_init):
+        loc = primitives.param(f"{self.prefix}_loc", flat_init)
+        scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
+                                 constraint=constraints.softplus_positive)
+        return dist.Normal(loc, scale).to_event(1)
+
+    def get_posterior(self, params):
+        """The guide's distribution of the flat unconstrained latent vector: `Normal(loc,
+        scale)`."""
+        return dist.Normal(params[f"{self.prefix}_loc"], params[f"{self.prefix}_scale"])
+
+
+class AutoMultivariateNormal(AutoContinuous):
+    """A full-covariance normal guide over the flat unconstrained latent vector: params
+    `auto_loc`, `auto_scale_tril` (`scaled_unit_lower_cholesky`). **References:** NumPyro's
+    `AutoMultivariateNormal`."""
+
+    scale_tril_constraint = constraints.scaled_unit_lower_cholesky
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1):
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+        self.init_scale = float(init_scale)
+
+    def _base(self, flat_init):
+        loc = primitives.param(f"{self.prefix}_loc", flat_init)
+        scale_tril = primitives.param(f"{self.prefix}_scale_tril",
+                                      jnp.eye(flat_init.shape[0], dtype=flat_init.dtype)
+                                      * self.init_scale, constraint=self.scale_tril_constraint)
+        return dist.MultivariateNormal(loc, scale_tril=scale_tril)
+
+    def get_posterior(self, params):
+        """`MultivariateNormal(loc, scale_tril=scale_tril)` of the flat unconstrained latent."""
+        return dist.MultivariateNormal(params[f"{self.prefix}_loc"],
+                                       scale_tril=params[f"{self.prefix}_scale_tril"])
+
+
+class AutoLowRankMultivariateNormal(AutoContinuous):
+    """A normal guide with low-rank-plus-diagonal covariance `W W^T + diag(scale^2)` over the flat
+    unconstrained latent vector: params `auto_loc`, `auto_cov_factor` (`(D, rank)`, rank
+    `round(sqrt(D))` by default), `auto_scale`. **References:** NumPyro's
+    `AutoLowRankMultivariateNormal`."""
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
+                 rank=None):
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+        self.init_scale, self.rank = float(init_scale), rank
+
+    def _base(self, flat_init):
+        d = flat_init.shape[0]
+        rank = int(round(d ** 0.5)) if self.rank is None else int(self.rank)
+        loc = primitives.param(f"{self.prefix}_loc", flat_init)
+        factor = primitives.param(f"{self.prefix}_cov_factor", jnp.zeros((d, rank),
+                                                                          flat_init.dtype))
+        scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
+                                 constraint=constraints.softplus_positive)
+        return dist.LowRankMultivariateNormal(loc, factor, scale ** 2)
+
+    def get_posterior(self, params):
+        """`LowRankMultivariateNormal(loc, cov_factor, scale**2)` of the flat latent."""
+        p = self.prefix
+        return dist.LowRankMultivariateNormal(params[f"{p}_loc"], params[f"{p}_cov_factor"],
+                                              params[f"{p}_scale"] ** 2)
+
+
+class AutoLaplaceApproximation(AutoContinuous):
+    """MAP in unconstrained space (param `auto_loc`), then a Laplace approximation:
+    `get_posterior` is the normal with covariance the inverse Hessian of the negative log joint
+    (unconstrained, Jacobian included) at `auto_loc`. **References:** NumPyro's
+    `AutoLaplaceApproximation`; MacKay (2003), ch. 27."""
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, create_plates=None,
+                 hessian_fn=None):
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
+                         create_plates=create_plates)
+        self.hessian_fn = hessian_fn
+
+    def _base(self, flat_init):
+        loc = primitives.param(f"{self.prefix}_loc", flat_init)
+        return dist.Delta(loc, event_dim=1)
+
+    def get_posterior(self, params):
+        """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the
+        inverse Hessian of the potential energy at `loc`."""
+        from effppl.handlers import potential_energy
+
+        args, kwargs = self._args("get_posterior")
+        layout = self._layout_now()
+        hessian_fn = self.hessian_fn or (lambda f, x: jax.hessian(f)(x))
+
+        def build(structure):
+            def precision(loc, dynamic):
+                a, kw = structure.rebuild(dynamic)
+                return hessian_fn(
+                    lambda x: potential_energy(self.model, a, kw, self._unpack(x, layout)), loc)
+            return precision
+
+        fn, dynamic = self._compiled("laplace_hessian", build, args, kwargs)
+        loc = params[f"{self.prefix}_loc"]
+        cov = jnp.linalg.inv(fn(loc, dynamic))
+        return dist.MultivariateNormal(loc, scale_tril=jnp.linalg.cholesky(cov))
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
+        """Draws from the Laplace approximation (`get_posterior`), mapped to the supports."""
+        if args or kwargs:
+            self._setup_prototype(*args, **kwargs)
+        sample_shape = tuple(sample_shape)
+        flat = self.get_posterior(params).sample(rng_key, (math.prod(sample_shape),))
+        out = self._postprocess(self._unpack(flat, self._layout_now()), batch_ndim=1)
+        return jax.tree.map(lambda x: x.reshape(sample_shape + x.shape[1:]), out)

@@ -1,0 +1,258 @@
+"""SVI and the ELBOs against oracles: analytic ELBOs, conjugate posteriors, NumPyro's SVI."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.optim
+import optax
+import pytest
+from numpyro.distributions import constraints
+
+import effppl
+from effppl import distributions as dist
+from effppl.infer import (SVI, RenyiELBO, SVIError, SVIState, Trace_ELBO, TraceMeanField_ELBO)
+
+from .test_recompile import count_compilations
+
+TAU, SIGMA = 2.0, 1.0
+
+
+def _normal_model(ppl):
+    def model(y):
+        mu = ppl.sample("mu", dist.Normal(0.0, TAU))
+        with ppl.plate("n", y.shape[0]):
+            ppl.sample("y", dist.Normal(mu, SIGMA), obs=y)
+    return model
+
+
+def _normal_guide(ppl):
+    def guide(y):
+        loc = ppl.param("loc", 0.0)
+        scale = ppl.param("scale", 1.0, constraint=constraints.positive)
+        ppl.sample("mu", dist.Normal(loc, scale))
+    return guide
+
+
+model, guide = _normal_model(effppl), _normal_guide(effppl)
+
+
+def _data(n=20, seed=0):
+    return jnp.asarray(np.random.RandomState(seed).normal(1.0, SIGMA, n))
+
+
+def _posterior(y):
+    precision = 1 / TAU**2 + len(y) / SIGMA**2
+    return float(np.sum(y) / SIGMA**2 / precision), precision**-0.5
+
+
+def _analytic_elbo(y, m, s):
+    """E_q[log p(y | mu) + log p(mu)] + H(q) for q = N(m, s)."""
+    n = len(y)
+    lik = -0.5 * n * np.log(2 * np.pi * SIGMA**2) - (jnp.sum((y - m) ** 2) + n * s**2) / (2 * SIGMA**2)
+    prior = -0.5 * np.log(2 * np.pi * TAU**2) - (m**2 + s**2) / (2 * TAU**2)
+    return lik + prior + 0.5 * jnp.log(2 * np.pi * np.e * s**2)
+
+
+@pytest.mark.parametrize("loss", [Trace_ELBO(num_particles=20_000),
+                                  Trace_ELBO(num_particles=2_000, vectorize_particles=False),
+                                  TraceMeanField_ELBO(num_particles=20_000)])
+def test_loss_is_the_analytic_elbo(loss):
+    y = _data()
+    params = {"loc": jnp.array(0.7), "scale": jnp.array(0.4)}
+    value = loss.loss(jax.random.PRNGKey(0), params, model, guide, y)
+    # Monte Carlo sd of one particle's ELBO here is about n * s * |y - m| / sigma^2 ~ 10.
+    tol = 5 * 12.0 / np.sqrt(loss.num_particles)
+    np.testing.assert_allclose(-value, _analytic_elbo(np.asarray(y), 0.7, 0.4), atol=tol)
+
+
+def test_mean_field_elbo_uses_the_analytic_kl():
+    """With the likelihood term removed (no data), TraceMeanField's ELBO is -KL(q || p) exactly,
+    for any number of particles; Trace_ELBO's is only a noisy estimate of it."""
+    def prior_only(y):  # the model without its likelihood (a plate of size 0 is an error)
+        effppl.sample("mu", dist.Normal(0.0, TAU))
+
+    y = jnp.zeros((3,))
+    params = {"loc": jnp.array(0.7), "scale": jnp.array(0.4)}
+    kl = float(dist.kl_divergence(dist.Normal(0.7, 0.4), dist.Normal(0.0, TAU)))
+    value = TraceMeanField_ELBO().loss(jax.random.PRNGKey(3), params, prior_only, guide, y)
+    np.testing.assert_allclose(value, kl, rtol=1e-12)
+    noisy = Trace_ELBO().loss(jax.random.PRNGKey(3), params, prior_only, guide, y)
+    assert abs(noisy - kl) > 1e-6
+
+
+def test_renyi_elbo_with_exact_guide_is_the_log_evidence():
+    """With q the exact posterior, log p - log q = log p(y) for every draw: Rényi's bound (any
+    alpha) and the ELBO are the log evidence."""
+    y = _data(n=5)
+    m, s = _posterior(np.asarray(y))
+    params = {"loc": jnp.array(m), "scale": jnp.array(s)}
+    cov = SIGMA**2 * np.eye(5) + TAU**2
+    log_evidence = float(dist.MultivariateNormal(jnp.zeros(5), jnp.asarray(cov)).log_prob(y))
+    for loss in (RenyiELBO(alpha=0.5, num_particles=3), RenyiELBO(alpha=0.0), Trace_ELBO()):
+        value = loss.loss(jax.random.PRNGKey(1), params, model, guide, y)
+        np.testing.assert_allclose(-value, log_evidence, rtol=1e-9)
+    with pytest.raises(effppl.infer.ELBOError, match="alpha=1"):
+        RenyiELBO(alpha=1.0)
+
+
+@pytest.mark.parametrize("loss", [Trace_ELBO(num_particles=4), TraceMeanField_ELBO()])
+def test_svi_recovers_the_normal_normal_posterior(loss):
+    y = _data()
+    m, s = _posterior(np.asarray(y))
+    optim = optax.adam(optax.exponential_decay(0.05, 2000, 0.05))
+    result = SVI(model, guide, optim, loss).run(jax.random.PRNGKey(0), 3000, y,
+                                                 progress_bar=False)
+    assert result.losses.shape == (3000,) and np.all(np.isfinite(result.losses))
+    np.testing.assert_allclose(result.params["loc"], m, atol=0.02)
+    np.testing.assert_allclose(result.params["scale"], s, rtol=0.1)
+
+
+def test_svi_recovers_the_beta_binomial_posterior():
+    def bb_model(k, n):
+        p = effppl.sample("p", dist.Beta(2.0, 3.0))
+        effppl.sample("k", dist.Binomial(n, p), obs=k)
+
+    def bb_guide(k, n):
+        a = effppl.param("a", 1.0, constraint=constraints.positive)
+        b = effppl.param("b", 1.0, constraint=constraints.positive)
+        effppl.sample("p", dist.Beta(a, b))
+
+    optim = optax.adam(optax.exponential_decay(0.05, 3000, 0.05))
+    svi = SVI(bb_model, bb_guide, optim, TraceMeanField_ELBO(num_particles=8))
+    result = svi.run(jax.random.PRNGKey(0), 4000, jnp.asarray(7), jnp.asarray(10),
+                     progress_bar=False)
+    mean = result.params["a"] / (result.params["a"] + result.params["b"])
+    np.testing.assert_allclose(mean, 9 / 15, atol=0.02)   # Beta(2 + 7, 3 + 3)
+    np.testing.assert_allclose(result.params["a"] + result.params["b"], 15.0, rtol=0.2)
+
+
+def _numpyro_value_and_grad(loss, params, numpyro_model, numpyro_guide, y, seed):
+    def f(p):
+        return loss.loss(jax.random.PRNGKey(seed), p, numpyro_model, numpyro_guide, y)
+    return jax.value_and_grad(f)(params)
+
+
+def test_loss_and_gradient_equal_numpyros_for_a_deterministic_guide():
+    y = _data()
+
+    def delta_guide(ppl):
+        def g(y):
+            loc = ppl.param("loc", 0.0)
+            ppl.sample("mu", dist.Delta(loc))
+        return g
+
+    params = {"loc": jnp.array(0.3)}
+    ours = jax.value_and_grad(lambda p: Trace_ELBO().loss(
+        jax.random.PRNGKey(0), p, model, delta_guide(effppl), y))(params)
+    theirs = _numpyro_value_and_grad(numpyro.infer.Trace_ELBO(), params,
+                                     _normal_model(numpyro), delta_guide(numpyro), y, 0)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)
+    np.testing.assert_allclose(ours[1]["loc"], theirs[1]["loc"], rtol=1e-12)
+
+
+def test_loss_and_gradient_agree_with_numpyros_over_many_particles():
+    y = _data()
+    params = {"loc": jnp.array(0.5), "scale": jnp.array(0.6)}
+    n = 20_000
+    ours = jax.value_and_grad(lambda p: Trace_ELBO(num_particles=n).loss(
+        jax.random.PRNGKey(0), p, model, guide, y))(params)
+    theirs = _numpyro_value_and_grad(numpyro.infer.Trace_ELBO(num_particles=n), params,
+                                     _normal_model(numpyro), _normal_guide(numpyro), y, 1)
+    np.testing.assert_allclose(ours[0], theirs[0], atol=5 * 15 / np.sqrt(n))
+    for name in params:
+        np.testing.assert_allclose(ours[1][name], theirs[1][name], atol=5 * 25 / np.sqrt(n))
+    # and the exact gradient of the analytic ELBO at these params
+    exact = jax.grad(lambda m, s: -_analytic_elbo(np.asarray(y), m, s), argnums=(0, 1))(0.5, 0.6)
+    np.testing.assert_allclose(ours[1]["loc"], exact[0], atol=5 * 25 / np.sqrt(n))
+
+
+def test_update_stable_update_evaluate_get_params():
+    y = _data()
+    svi = SVI(model, guide, optax.sgd(0.01), Trace_ELBO())
+    state = svi.init(jax.random.PRNGKey(0), y)
+    assert isinstance(state, SVIState)
+    np.testing.assert_allclose(svi.get_params(state)["scale"], 1.0)
+    np.testing.assert_allclose(svi.evaluate(state, y), svi.evaluate(state, y))
+    state2, loss = svi.update(state, y)
+    assert np.isfinite(loss)
+    assert float(svi.get_params(state2)["loc"]) != 0.0
+    state3, _ = svi.stable_update(state2, y)
+    assert float(svi.get_params(state3)["loc"]) != float(svi.get_params(state2)["loc"])
+    init = svi.init(jax.random.PRNGKey(0), y, init_params={"loc": 2.0})
+    np.testing.assert_allclose(svi.get_params(init)["loc"], 2.0)
+    with pytest.raises(SVIError, match="nope"):
+        svi.init(jax.random.PRNGKey(0), y, init_params={"nope": 1.0})
+
+
+def test_numpyro_optimisers_are_accepted_and_match_optax():
+    y = _data()
+    runs = [SVI(model, guide, optim, Trace_ELBO()).run(jax.random.PRNGKey(0), 50, y,
+                                                       progress_bar=False)
+            for optim in (optax.adam(0.05), numpyro.optim.Adam(0.05))]
+    for name in ("loc", "scale"):
+        np.testing.assert_allclose(runs[0].params[name], runs[1].params[name], rtol=1e-6)
+    with pytest.raises(effppl.infer.OptimizerError, match="optax"):
+        SVI(model, guide, "adam", Trace_ELBO())
+
+
+def test_run_in_chunks_equals_one_call():
+    y = _data()
+    svi = SVI(model, guide, optax.adam(0.05), Trace_ELBO())
+    a = svi.run(jax.random.PRNGKey(0), 45, y, progress_bar=False)
+    b = svi.run(jax.random.PRNGKey(0), 45, y, progress_bar=True)
+    np.testing.assert_allclose(a.losses, b.losses, rtol=1e-10)
+    np.testing.assert_allclose(a.params["loc"], b.params["loc"], rtol=1e-10)
+    c = svi.run(jax.random.PRNGKey(0), 20, y, progress_bar=False, init_state=a.state)
+    assert c.losses.shape == (20,)
+
+
+def _log_model(y):
+    mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+    effppl.factor("f", jnp.log(mu))  # NaN for mu < 0
+
+
+def _delta_guide(y):
+    effppl.sample("mu", dist.Delta(effppl.param("mu_loc", 2.0)))
+
+
+def test_nonfinite_loss_names_the_step_and_param():
+    svi = SVI(_log_model, _delta_guide, optax.sgd(5.0), Trace_ELBO())
+    with pytest.raises(SVIError, match=r"step 1 .*model site `f`") as info:
+        svi.run(jax.random.PRNGKey(0), 10, jnp.zeros(()), progress_bar=False)
+    result = info.value.result  # step 0 (finite loss) moved mu from 2 to 2 - 5 * 1.5 = -5.5
+    assert result.losses.shape == (1,)
+    np.testing.assert_allclose(result.params["mu_loc"], -5.5)
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        out = svi.run(jax.random.PRNGKey(0), 10, jnp.zeros(()), progress_bar=False,
+                      stable_update=True)
+    np.testing.assert_allclose(out.params["mu_loc"], -5.5)  # every later step is skipped
+
+
+def test_new_data_of_the_same_shapes_compiles_nothing():
+    y = _data()
+    svi = SVI(model, guide, optax.adam(0.05), Trace_ELBO())
+    first = svi.run(jax.random.PRNGKey(0), 100, y, progress_bar=False)
+    state, _ = svi.update(first.state, y)
+    up, down = y + 5.0, y - 5.0
+    with count_compilations() as count:
+        again = SVI(model, guide, svi.optim, svi.loss).run(jax.random.PRNGKey(1), 100, up,
+                                                          progress_bar=False)
+        state, loss = svi.update(again.state, down)
+        float(loss)
+    assert count[0] == 0
+    assert float(again.params["loc"]) > float(first.params["loc"]) + 2.0  # the new data were used
+
+
+def test_model_params_are_fitted_by_maximum_likelihood():
+    """A model param and an empty guide: the ELBO is the log likelihood, maximised at the MLE."""
+    def scale_model(y):
+        sigma = effppl.param("sigma", 1.0, constraint=constraints.positive)
+        with effppl.plate("n", y.shape[0]):
+            effppl.sample("y", dist.Normal(0.0, sigma), obs=y)
+
+    y = _data(n=200)
+    svi = SVI(scale_model, lambda y: None, optax.adam(0.05), Trace_ELBO())
+    result = svi.run(jax.random.PRNGKey(0), 1500, y, progress_bar=False)
+    np.testing.assert_allclose(result.params["sigma"], np.sqrt(np.mean(np.asarray(y) ** 2)),
+                               rtol=1e-3)
