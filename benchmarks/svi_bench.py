@@ -21,7 +21,6 @@ Usage: `python -m benchmarks.svi_bench [--steps 5000] [--models logistic,ssm] [-
 """
 
 import argparse
-import contextlib
 import json
 import time
 
@@ -30,22 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def _count_compilations():
-    count = [0]
-
-    def listener(event, duration, **kwargs):
-        if event == _COMPILE_EVENT:
-            count[0] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield count
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+from .inference_bench import _count_compilations  # one compile counter for the benchmarks
 
 
 def _models(sample, plate, scan, dist):

@@ -4,14 +4,15 @@ __version__ = "0.1.0"
 
 from ._errors import EffpplError
 from . import effects
-from .primitives import SiteError, deterministic, factor, get_mask, param, plate, prng_key, sample
+from .primitives import (SiteError, deterministic, factor, get_mask, param, plate, plate_stack,
+                         prng_key, sample, subsample)
 from numpyro.util import enable_x64, set_host_device_count, set_platform
 from . import distributions, handlers
 from .handlers import log_density
 
 __all__ = ["__version__", "EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
-           "deterministic", "factor", "param", "plate", "log_density", "prng_key", "get_mask",
-           "enable_x64", "set_host_device_count", "set_platform"]
+           "deterministic", "factor", "param", "plate", "plate_stack", "subsample", "log_density",
+           "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform"]
 
 
 def __getattr__(name):

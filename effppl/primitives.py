@@ -19,12 +19,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
+import numpyro.primitives
 from numpyro.distributions import batch_util
 from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
 from .effects import _compat
-from .effects._values import describe_non_array
+from .effects._values import describe_non_array, describe_non_bool
 from ._errors import EffpplError
 
 
@@ -53,10 +54,15 @@ def _outside_handlers(name, **static):
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
-def _no_key(name):
+def _no_key(name, rows=None):
     if name is None:
         return ("`effppl.prng_key()` was called with no `seed` handler around the model: run it "
                 "under `effppl.handlers.seed(model, rng_seed)`.")
+    if rows is not None:
+        return (f"Site `{name}` is given {rows[0]} rows, but its loop has {rows[1]} occurrences: "
+                f"as with NumPyro's `scan`, the later occurrences are drawn, and no `seed` "
+                f"handler gives a key for that. Run the model under `effppl.handlers.seed`, or "
+                f"give all {rows[1]} rows.")
     return (f"Site `{name}` is hidden by `block` and has no value, and no `seed` handler gives "
             f"it a key: put `seed` inside or outside the `block`.")
 
@@ -96,7 +102,10 @@ def _batch_message(args, dims, in_tree):
 
 def _with_vmap_index(msg):
     """Under a `jax.vmap` inside the model, add the element index to the message, so the
-    operation is batched (one independent draw per element, like a plate)."""
+    operation is batched (one independent draw per element, like a plate). Not in a handler's
+    clause (`in_clause`): a clause is traced outside the model's own `vmap`s."""
+    if getattr(_plates, "in_clause", False):
+        return msg
     index = _compat.vmap_index()
     return msg if index is None else dict(msg, plates=(*msg.get("plates", ()), index))
 
@@ -136,30 +145,67 @@ def _active_plates():
     return _plates.stack
 
 
+class _Subsample(dist.Distribution):
+    """The random indices of a subsampled plate (NumPyro's `_subsample_fn`, so the same key
+    gives NumPyro's indices); a density of 1."""
+
+    pytree_aux_fields = ("size", "subsample_size")
+    support = dist.constraints.nonnegative_integer
+
+    def __init__(self, size, subsample_size):
+        self.size, self.subsample_size = size, subsample_size
+        super().__init__(batch_shape=(), event_shape=(subsample_size,))
+
+    def sample(self, key, sample_shape=()):
+        return numpyro.primitives._subsample_fn(self.size, self.subsample_size, key)
+
+    def log_prob(self, value):
+        return jnp.zeros(())
+
+
 class plate(contextlib.ContextDecorator):
     """Declare conditionally independent draws along a batch dimension, like `numpyro.plate`.
 
-    Inside `with plate(name, size, dim)`, every `sample` site's distribution is expanded so its
-    batch shape has `size` at `dim` (allocated right to left when `dim` is None).
+    Inside `with plate(name, size, subsample_size, dim)`, every `sample` site's distribution is
+    expanded so its batch shape has `subsample_size` at `dim` (allocated right to left when `dim`
+    is None), and, when subsampling, its log density is scaled by `size / subsample_size`.
 
     **Arguments:**
     - `name`: the plate's name (a non-empty str).
     - `size`: the number of independent draws (a static int >= 1, as NumPyro requires; take it
       from a shape, `y.shape[0]`, not from an array's value).
+    - `subsample_size`: draw only this many (int, default `size`): the plate's indices are then
+      a random subset of `range(size)` drawn with a key from `seed` (NumPyro's algorithm), a
+      site of type `"plate"` named `name` that `substitute`/`replay` can set and `trace` records.
     - `dim`: a negative batch dimension, or None to allocate one.
 
+    **Returns** (entering): the indices, int array of shape `(subsample_size,)`.
+
     **Raises:** `SiteError` for a name that is not a str, a size that is not a static int >= 1,
-    a dim that is not negative or is used by an enclosing plate, and when a distribution's batch
-    shape conflicts with the plate.
+    a subsample size above it, a dim that is not negative or is used by an enclosing plate, and
+    when a distribution's batch shape conflicts with the plate.
 
     **Example:** `with plate("data", 100): sample("y", dist.Normal(mu, 1.0), obs=y)`
     """
 
-    def __init__(self, name: str, size: int, dim: int | None = None):
+    def __init__(self, name: str, size: int, subsample_size: int | None = None,
+                 dim: int | None = None):
         check_name("plate", name)
-        if dim is not None and dim >= 0:
-            raise SiteError(f"effppl.plate({name!r}, ..., dim={dim}) expected a negative dim.")
+        if dim is not None and not (_is_int(dim) and dim < 0):
+            raise SiteError(f"effppl.plate({name!r}, ..., dim={dim!r}) expected a negative int dim "
+                            f"(or None to allocate one).")
         self.name, self.size, self.dim = name, _plate_size(name, size), dim
+        self.subsample_size = self.size if subsample_size is None else \
+            _plate_size(name, subsample_size)
+        if self.subsample_size > self.size:
+            raise SiteError(f"effppl.plate({name!r}, {size}, subsample_size={subsample_size}) "
+                            f"expected a subsample size no larger than the size {size}.")
+        self.indices = jnp.arange(self.size)
+        if self.subsample_size < self.size:  # drawn once, as NumPyro's: re-entering reuses them
+            msg = {"fn": _Subsample(self.size, self.subsample_size), "value": None,
+                   "scale": None, "mask": None, "rng_key": None}
+            self.indices = _perform(sample_op, msg, name=self.name, is_observed=False,
+                                    infer=(), cond_indep_stack=_plate_frames(), site_type="plate")
 
     def __enter__(self):
         stack = _active_plates()
@@ -173,7 +219,7 @@ class plate(contextlib.ContextDecorator):
             self.dim = next(d for d in range(-1, -100, -1) if d not in used)
             self._allocated = True
         stack.append(self)
-        return jnp.arange(self.size)
+        return self.indices
 
     def __exit__(self, *exc):
         _active_plates().remove(self)
@@ -182,20 +228,70 @@ class plate(contextlib.ContextDecorator):
         return False
 
 
+@contextlib.contextmanager
+def plate_stack(prefix: str, sizes, rightmost_dim: int = -1):
+    """Plates `f"{prefix}_{i}"` for each size in `sizes`, the last size at `rightmost_dim`
+    (NumPyro's `plate_stack`)."""
+    with contextlib.ExitStack() as stack:
+        for i, size in enumerate(reversed(tuple(sizes))):
+            stack.enter_context(plate(f"{prefix}_{i}", size, dim=rightmost_dim - i))
+        yield
+
+
+def subsample(data, event_dim: int):
+    """`data` indexed by the enclosing subsampled plates' indices along their dims (counted
+    left of `event_dim` trailing event dims), as NumPyro's `subsample`; unchanged outside them.
+
+    **Raises:** `SiteError` when `data` has neither the plate's size nor 1 along its dim."""
+    if not isinstance(event_dim, int) or event_dim < 0:
+        raise SiteError(f"effppl.subsample(data, event_dim={event_dim!r}) expected an int >= 0.")
+    for p in _active_plates():
+        if p.subsample_size == p.size:
+            continue
+        data = jnp.asarray(data)
+        dim = p.dim - event_dim
+        if data.ndim < -dim or data.shape[dim] == 1:
+            continue
+        if data.shape[dim] != p.size:
+            raise SiteError(f"effppl.subsample(data, event_dim={event_dim}): data has size "
+                            f"{data.shape[dim]} at dim {dim}, but plate `{p.name}` has size "
+                            f"{p.size}.")
+        data = jnp.take(data, p.indices, axis=dim)
+    return data
+
+
+def _subsample_scale():
+    """The product of `size / subsample_size` over the enclosing subsampled plates, or None."""
+    scale = None
+    for p in _active_plates():
+        if p.subsample_size != p.size:
+            ratio = p.size / p.subsample_size
+            scale = ratio if scale is None else scale * ratio
+    return scale
+
+
 def _plate_size(name, size):
     if isinstance(size, jax.core.Tracer):
         raise SiteError(f"effppl.plate({name!r}, size) expected a static int size, but got a "
                         f"traced value ({size.aval}, e.g. computed from an array argument of the "
                         f"model): a plate's size is a shape. Pass it as a Python int, or take it "
                         f"from a shape (`y.shape[0]`).")
-    try:
-        value = None if isinstance(size, bool) else operator.index(size)
-    except TypeError:
-        value = None
-    if value is None or value < 1:
+    if not _is_int(size) or size < 1:
         raise SiteError(f"effppl.plate({name!r}, size) expected an int size >= 1 (the number of "
                         f"independent draws), but got {type(size).__name__} {size!r}.")
-    return value
+    return operator.index(size)
+
+
+def _is_int(x) -> bool:
+    """Whether `x` is an integer (a Python or NumPy int, or a concrete 0-d integer array), not a
+    bool, float or str."""
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
 
 
 def check_name(api, name):
@@ -214,11 +310,11 @@ def _broadcast_to_plates(name, fn):
     batch = [1] * (width - len(batch)) + batch
     for p in stack:
         have = batch[p.dim]
-        if have not in (1, p.size):
+        if have not in (1, p.subsample_size):
             raise SiteError(f"Site `{name}`: its distribution has batch shape {fn.batch_shape}, "
                             f"size {have} at dim {p.dim}, which conflicts with plate "
-                            f"`{p.name}` of size {p.size}.")
-        batch[p.dim] = p.size
+                            f"`{p.name}` of size {p.subsample_size}.")
+        batch[p.dim] = p.subsample_size
     return fn if tuple(batch) == tuple(fn.batch_shape) else fn.expand(tuple(batch))
 
 
@@ -226,7 +322,19 @@ def _plate_frames():
     """The enclosing plates as NumPyro's `CondIndepStackFrame(name, dim, size)`, innermost first
     (NumPyro's order): a static parameter of each site, which traces record as `cond_indep_stack`
     (NumPyro's field) and `to_arviz` uses to name the site's dimensions."""
-    return tuple(CondIndepStackFrame(p.name, p.dim, p.size) for p in reversed(_active_plates()))
+    return tuple(CondIndepStackFrame(p.name, p.dim, p.subsample_size)
+                 for p in reversed(_active_plates()))
+
+
+@contextlib.contextmanager
+def in_clause():
+    """`sample` called from a handler's clause (a reparameterizer's auxiliary sites)."""
+    before = getattr(_plates, "in_clause", False)
+    _plates.in_clause = True
+    try:
+        yield
+    finally:
+        _plates.in_clause = before
 
 
 def message_contexts():
@@ -234,6 +342,22 @@ def message_contexts():
     if not hasattr(_plates, "contexts"):
         _plates.contexts = []
     return _plates.contexts
+
+
+def eager_blocks():
+    """Handlers of the `with` blocks entered outside any effppl entry point (NumPyro's eager
+    use: `with handlers.seed(rng_seed=0): x = sample(...)`), outermost first."""
+    if not hasattr(_plates, "eager"):
+        _plates.eager = []
+    return _plates.eager
+
+
+def _perform(op, *args, **static):
+    """Perform `op`, through the eager `with` blocks' handlers when there are any."""
+    if eager_blocks():
+        from .handlers._handler import run_eager  # the handlers build on this module
+        return run_eager(lambda: op(*args, **static))
+    return op(*args, **static)
 
 
 def site_contexts():
@@ -270,7 +394,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     **Returns:** the site's value, shape `sample_shape + fn.batch_shape + fn.event_shape`.
 
     **Raises:** `SiteError` naming the site when `name` is not a non-empty str, `fn` is not a
-    distribution, or `obs` is not a real (or integer or bool) array of a compatible shape;
+    distribution, `obs` is not a real (or integer or bool) array of a compatible shape,
+    `sample_shape` is not a tuple of ints >= 0, or `infer` is not a dict of hashable values;
     `UnhandledEffectError` when run outside any handler (use `handlers.seed`).
     """
     check_name("sample", name)
@@ -281,11 +406,15 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
         _validate_at_run_time(name, fn)
+    if not isinstance(sample_shape, (tuple, list)) or not all(
+            _is_int(n) and n >= 0 for n in sample_shape):
+        raise SiteError(f"effppl.sample({name!r}, ..., sample_shape=...) expected a tuple of ints "
+                        f">= 0, but got {sample_shape!r}.")
     if tuple(sample_shape):  # part of the batch shape that plates broadcast against (NumPyro)
         fn = fn.expand(tuple(sample_shape) + tuple(fn.batch_shape))
     fn = _keep_validation(_broadcast_to_plates(name, fn))
     if obs is not None:
-        obs = _observation(name, obs)
+        obs = _numbers(f"effppl.sample({name!r}, ..., obs=...)", obs)
         try:
             jnp.broadcast_shapes(obs.shape, fn.shape())
         except ValueError:
@@ -296,27 +425,49 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
             raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
                             f"match the event shape {fn.event_shape}.")
         fn, obs = _broadcast_observation(fn, obs)
-    msg = {"fn": fn, "value": obs, "scale": None, "mask": None, "rng_key": None}
+    msg = {"fn": fn, "value": obs, "scale": _subsample_scale(), "mask": None, "rng_key": None}
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = dict(infer or {})
+    infer = _infer_dict(name, infer)
     for configure in reversed(site_contexts()):
         msg, infer = configure(name, msg, infer, obs is not None)
-    infer = tuple(sorted(infer.items()))
-    return sample_op(_with_vmap_index(msg), name=name, is_observed=obs is not None, infer=infer,
-                     cond_indep_stack=_plate_frames())
+    infer = _static_infer(name, infer)
+    return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
+                    infer=infer, cond_indep_stack=_plate_frames())
 
 
-def _observation(name, obs):
-    """`obs` as an array, or a `SiteError` naming site `name` for a value that is not one."""
-    problem = describe_non_array(obs)
-    if problem is None and jnp.iscomplexobj(obs):
-        problem = (f"a complex value (dtype {jnp.result_type(obs)}; no distribution has a complex "
-                   f"support)")
+def _numbers(what, value, real=True):
+    """`value` as an array, or a `SiteError` saying `what` (the call, naming the site and the
+    argument) got a value that is not an array of (`real`) numbers."""
+    problem = describe_non_array(value)
+    if problem is None and real and jnp.iscomplexobj(value):
+        problem = (f"a complex value (dtype {jnp.result_type(value)}; no distribution has a "
+                   f"complex support)")
     if problem is not None:
-        raise SiteError(f"effppl.sample({name!r}, ..., obs=...) expected an array of numbers "
-                        f"(real, integer or bool), but got {problem}.")
-    return jnp.asarray(obs)
+        raise SiteError(f"{what} expected an array of numbers (real, integer or bool), but got "
+                        f"{problem}.")
+    return jnp.asarray(value)
+
+
+def _infer_dict(name, infer):
+    """The `infer` argument of site `name` as a (new) dict, or a `SiteError` if it is not one."""
+    if infer is not None and not isinstance(infer, dict):
+        raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected a dict of inference "
+                        f"hints, but got {type(infer).__name__} {infer!r:.60}.")
+    return dict(infer or {})
+
+
+def _static_infer(name, infer):
+    """The `infer` dict of site `name` as a sorted tuple of items (a static, hashable parameter)."""
+    items = tuple(sorted(infer.items()))
+    try:
+        hash(items)
+    except TypeError:
+        raise SiteError(f"effppl.sample({name!r}, ..., infer=...) expected hashable values (they "
+                        f"are static), but got {infer!r:.80}.") from None
+    return items
+
+
 def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
     """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
     from .handlers import mask  # the handlers build on these primitives
@@ -324,6 +475,10 @@ def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
     if obs is None:
         raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
                         f"says which events of `obs` are observed.")
+    problem = describe_non_bool(obs_mask)
+    if problem is not None:
+        raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) expected a bool array (True "
+                        f"where `obs` is observed), but got {problem}.")
     obs_mask = jnp.asarray(obs_mask, bool)
     with mask(mask=obs_mask):
         observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
@@ -408,17 +563,19 @@ def callback_site_errors():
 def deterministic(name: str, value):
     """Record `value` as the deterministic site `name` (in traces and posterior samples).
 
-    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str.
+    **Returns:** `value` unchanged. **Raises:** `SiteError` when `name` is not a non-empty str or
+    `value` is not an array of numbers.
     """
     check_name("deterministic", name)
-    return deterministic_op(jnp.asarray(value), name=name, cond_indep_stack=_plate_frames())
+    value = _numbers(f"effppl.deterministic({name!r}, value)", value, real=False)
+    return _perform(deterministic_op, value, name=name, cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):
     """Add `log_factor` (array; summed) to the log joint density, as the observed site `name`
     of a `Unit` distribution (as `numpyro.factor` does)."""
     check_name("factor", name)
-    unit = dist.Unit(jnp.asarray(log_factor))
+    unit = dist.Unit(_numbers(f"effppl.factor({name!r}, log_factor)", log_factor))
     return sample(name, unit, obs=jnp.zeros(unit.shape()), infer={"is_auxiliary": True})
 
 
@@ -428,7 +585,7 @@ def prng_key():
 
     **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
     and returns None)."""
-    return prng_key_op(name=None)
+    return _perform(prng_key_op, name=None)
 
 
 def mask_scopes():
@@ -452,6 +609,8 @@ def get_mask():
     for m in masks[1:]:
         out = jnp.logical_and(out, m)
     return out
+
+
 # --------------------------------------------------------------------------------------------
 # param: a learnable parameter (SVI), an effect operation like `sample`
 
@@ -485,6 +644,12 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
     value's shape while tracing) or `constraint` is not a constraint.
     """
+    check_name("param", name)
+    if event_dim is not None and not (_is_int(event_dim) and event_dim >= 0):
+        raise SiteError(f"effppl.param({name!r}, ..., event_dim={event_dim!r}) expected an int "
+                        f">= 0, or None.")
+    if init_value is not None and not callable(init_value):
+        _numbers(f"effppl.param({name!r}, init_value)", init_value)
     if init_value is None:
         raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
                         f"of a PRNG key giving one): effppl needs it to know the parameter's shape "
@@ -495,4 +660,4 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     init_fn = init_value if callable(init_value) else None
     value = None if init_fn is not None else jnp.asarray(init_value)
     msg = {"value": value, "constraint": constraint}
-    return param_op(msg, name=name, init_fn=init_fn, event_dim=event_dim)
+    return _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)

@@ -25,7 +25,12 @@ from effppl import distributions as dist
 from effppl import effects as fx
 from effppl import handlers
 from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
-                          Predictive, PredictiveError, init_to_value, log_likelihood)
+                          Predictive, PredictiveError, init_to_median, init_to_uniform,
+                          init_to_value, log_likelihood)
+from effppl.infer import (SVI, ELBOError, InferDiscreteError, OptimizerError, RenyiELBO,
+                          SVIError, Trace_ELBO, autoguide, infer_discrete)
+from effppl.infer.autoguide import AutoGuideError
+from effppl.infer.util import compute_log_probs, initialize_model
 
 _SECONDS = 60  # per case; the whole catalogue runs in well under a minute
 
@@ -68,6 +73,14 @@ def plated(y):
     mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
     with effppl.plate("data", 3):
         effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def masked_obs(obs_mask):
+    def m(y):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        with effppl.plate("data", 3):
+            effppl.sample("y", dist.Normal(mu, 1.0), obs=y, obs_mask=obs_mask)
+    return m
 
 
 def int_site_name(y):
@@ -146,6 +159,11 @@ def _leak_then(call):
         handlers.trace(handlers.seed(_leaky, 0)).get_trace()  # stores a tracer in `_leaked`
         call()
     return run
+
+
+def _with_state(mcmc, state):
+    mcmc.post_warmup_state = state
+    return mcmc
 
 
 def _mcmc(m=plated, **kw):
@@ -238,6 +256,26 @@ PPL = [
                  id="deterministic-name-a-tuple"),
     pytest.param(_traced(int_factor_name), SiteError, ["factor", "site name", "7"],
                  id="factor-name-an-int"),
+    pytest.param(_traced(lambda: effppl.deterministic("d", "abc")), SiteError,
+                 ["deterministic('d'", "str"], id="deterministic-value-a-str"),
+    pytest.param(_traced(lambda: effppl.factor("f", [1.0, [2.0]])), SiteError,
+                 ["factor('f'", "ragged"], id="factor-value-ragged"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), sample_shape=3)),
+                 SiteError, ["'x'", "sample_shape", "3"], id="sample_shape-an-int"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), sample_shape=(-1,))),
+                 SiteError, ["'x'", "sample_shape", "(-1,)"], id="sample_shape-negative"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), infer=["enum"])),
+                 SiteError, ["'x'", "infer", "list"], id="infer-not-a-dict"),
+    pytest.param(_traced(lambda: effppl.sample("x", dist.Normal(0.0, 1.0), infer={"a": [1]})),
+                 SiteError, ["'x'", "infer", "hashable"], id="infer-unhashable-value"),
+    pytest.param(_traced(masked_obs("abc"), Y3), SiteError, ["'y'", "obs_mask", "str"],
+                 id="obs_mask-a-str"),
+    pytest.param(_traced(masked_obs(jnp.ones(3)), Y3), SiteError, ["'y'", "obs_mask", "float"],
+                 id="obs_mask-not-bool"),
+    pytest.param(_traced(masked_obs(jnp.ones(3, bool)), None), SiteError,
+                 ["'y'", "obs_mask", "obs"], id="obs_mask-without-obs"),
+    pytest.param(lambda: effppl.prng_key(), fx.UnhandledEffectError, ["prng_key", "seed"],
+                 id="prng_key-outside-seed"),
     pytest.param(_traced(duplicate_outside_and_in_cond, True), SiteError,
                  ["Duplicate site name `x`"], id="site-name-duplicated-in-a-cond-branch"),
     pytest.param(_traced(cond_branches_of_different_shapes, True), SiteError,
@@ -277,6 +315,8 @@ PPL = [
                  id="plate-name-an-int"),
     pytest.param(_traced(with_plate(2, dim=0)), SiteError, ["plate", "dim=0", "negative"],
                  id="plate-dim-not-negative"),
+    pytest.param(_traced(with_plate(2, dim=-1.5)), SiteError, ["plate", "dim=-1.5", "int"],
+                 id="plate-dim-a-float"),
     pytest.param(_traced(traced_plate_size, jnp.int32(3)), SiteError,
                  ["plate", "'p'", "size", "static"], id="plate-size-traced"),
     pytest.param(_traced(nested_plates_on_one_dim), SiteError, ["'b'", "dim -1", "'a'"],
@@ -313,6 +353,14 @@ HANDLERS = [
                  ["`y`", "complex"], id="condition-value-complex"),
     pytest.param(_seeded(handlers.do(model, {"mu": "a"})), SiteError, ["`mu`", "str"],
                  id="do-value-a-str"),
+    pytest.param(lambda: handlers.replay(model, {"mu": 0.0}), TypeError,
+                 ["replay", "trace", "dict"], id="replay-trace-not-a-trace"),
+    pytest.param(lambda: handlers.condition(model, condition_fn=3), TypeError,
+                 ["condition", "condition_fn"], id="condition_fn-not-callable"),
+    pytest.param(lambda: handlers.unconstrain_fn(model, (1.0,), {}, {"mu": "a"}), SiteError,
+                 ["unconstrain_fn", "`mu`", "str"], id="unconstrain_fn-value-a-str"),
+    pytest.param(lambda: handlers.mask(mask=1.0), TypeError, ["mask", "bool", "float"],
+                 id="mask-context-a-float"),
     pytest.param(lambda: handlers.seed(model, "0"), TypeError, ["seed", "rng_seed", "str"],
                  id="seed-key-a-str"),
     pytest.param(lambda: handlers.seed(model, 1.5), TypeError, ["seed", "rng_seed", "float"],
@@ -455,8 +503,180 @@ INFERENCE = [
                  id="log_likelihood-samples-not-a-dict"),
     pytest.param(lambda: log_likelihood(model, {"mu": jnp.zeros(3)}, 1.0, batch_ndims=5),
                  PredictiveError, ["`mu`", "5 batch"], id="log_likelihood-batch_ndims-too-many"),
+    pytest.param(lambda: initialize_model("0", plated, model_args=(Y3,)), TypeError,
+                 ["initialize_model", "rng_key", "str"], id="initialize_model-key-a-str"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=Y3[:1]), TypeError,
+                 ["initialize_model", "model_args", "tuple"],
+                 id="initialize_model-args-not-a-tuple"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=("abc",)),
+                 effppl.infer.ModelArgumentError, ["initialize_model", "argument 0", "`y`", "str"],
+                 id="initialize_model-data-a-str"),
+    pytest.param(lambda: initialize_model(KEY, 3), TypeError, ["initialize_model", "model"],
+                 id="initialize_model-model-not-callable"),
+    pytest.param(lambda: initialize_model(KEY, plated, model_args=(Y3,), init_strategy="median"),
+                 TypeError, ["initialize_model", "init_strategy", "'median'"],
+                 id="initialize_model-init_strategy-a-str"),
+    pytest.param(lambda: compute_log_probs(model, 1.0, {}, {"mu": 0.0}), TypeError,
+                 ["compute_log_probs", "model_args"], id="compute_log_probs-args-not-a-tuple"),
     pytest.param(lambda: init_to_value(3.0), InitializationError, ["init_to_value", "dict"],
                  id="init_to_value-not-a-dict"),
+    pytest.param(lambda: init_to_value({"mu": "a"}), InitializationError,
+                 ["init_to_value", "`mu`", "str"], id="init_to_value-value-a-str"),
+    pytest.param(lambda: init_to_uniform(radius="a"), ValueError, ["init_to_uniform", "radius",
+                                                                    "'a'"],
+                 id="init_to_uniform-radius-a-str"),
+    pytest.param(lambda: init_to_median(num_samples="a"), ValueError,
+                 ["init_to_median", "num_samples", "'a'"], id="init_to_median-num_samples-a-str"),
+    pytest.param(lambda: log_likelihood(model, {"mu": "abc"}, 1.0), PredictiveError,
+                 ["log_likelihood", "`mu`", "str"], id="log_likelihood-samples-a-str"),
+    pytest.param(lambda: Predictive(model, num_samples=2, return_sites=[3]), PredictiveError,
+                 ["return_sites", "[3]"], id="Predictive-return_sites-not-names"),
+    pytest.param(lambda: _mcmc().to_arviz(), MCMCError, ["to_arviz", "run"],
+                 id="MCMC-to_arviz-before-run"),
+    pytest.param(lambda: _with_state(_mcmc(), 3).run(KEY, Y3), MCMCError,
+                 ["post_warmup_state", "MCMCState", "int"], id="MCMC-post_warmup_state-an-int"),
+]
+
+
+# ------------------------------------------------------------------------------- SVI
+
+def guide(y):
+    loc = effppl.param("loc", 0.0)
+    effppl.sample("mu", dist.Normal(loc, 1.0))
+
+
+def guide_without_params(y):
+    effppl.sample("mu", dist.Normal(0.0, 1.0))
+
+
+def _svi(g=guide, loss=None, **kw):
+    import optax
+    return SVI(plated, g, optax.adam(0.1), Trace_ELBO() if loss is None else loss, **kw)
+
+
+def _param(*args, **kwargs):
+    return _traced(lambda: effppl.param(*args, **kwargs))
+
+
+SVI_CASES = [
+    pytest.param(_param(3, 0.0), SiteError, ["param", "site name", "3"], id="param-name-an-int"),
+    pytest.param(_param("p", "abc"), SiteError, ["param('p'", "init_value", "str"],
+                 id="param-init_value-a-str"),
+    pytest.param(_param("p"), SiteError, ["param('p')", "init_value"],
+                 id="param-without-init_value"),
+    pytest.param(_param("p", 1.0, constraint="positive"), SiteError,
+                 ["param('p'", "constraint", "'positive'"], id="param-constraint-a-str"),
+    pytest.param(_param("p", 1.0, event_dim="a"), SiteError, ["param('p'", "event_dim", "'a'"],
+                 id="param-event_dim-a-str"),
+    pytest.param(lambda: SVI(plated, guide, "adam", Trace_ELBO()), OptimizerError,
+                 ["SVI", "optim", "str"], id="SVI-optim-a-str"),
+    pytest.param(lambda: _svi(loss="elbo"), SVIError, ["SVI", "loss", "ELBO", "str"],
+                 id="SVI-loss-a-str"),
+    pytest.param(lambda: _svi(loss=Trace_ELBO), SVIError, ["SVI", "class", "Trace_ELBO()"],
+                 id="SVI-loss-the-class"),
+    pytest.param(lambda: _svi(g=3), SVIError, ["SVI", "guide", "int"],
+                 id="SVI-guide-not-callable"),
+    pytest.param(lambda: _svi(z=[1]), effppl.infer.UnhashableArgumentError,
+                 ["SVI", "static_kwargs", "hashable"], id="SVI-static-kwarg-unhashable"),
+    pytest.param(lambda: _svi().run(KEY, 0, Y3), SVIError, ["run", "num_steps=0"],
+                 id="SVI-run-num_steps-0"),
+    pytest.param(lambda: _svi().run(KEY, 2.5, Y3), SVIError, ["run", "num_steps=2.5"],
+                 id="SVI-run-num_steps-a-float"),
+    pytest.param(lambda: _svi().run("k", 2, Y3), SVIError, ["SVI", "PRNG key", "str"],
+                 id="SVI-run-key-a-str"),
+    pytest.param(lambda: _svi().run(KEY, 2, "abc", progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "str"],
+                 id="SVI-run-data-a-str"),
+    pytest.param(lambda: _svi().run(KEY, 2, [[1.0], [2.0, 3.0]], progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "ragged"],
+                 id="SVI-run-data-a-ragged-list"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"lox": 0.0}), SVIError,
+                 ["init_params", "lox", "loc"], id="SVI-init_params-unknown-param"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"loc": "a"}), SVIError,
+                 ["init_params", "`loc`", "str"], id="SVI-init_params-a-str"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params={"loc": jnp.zeros(2)}), SVIError,
+                 ["init_params", "`loc`", "(2,)", "()"], id="SVI-init_params-wrong-shape"),
+    pytest.param(lambda: _svi().init(KEY, Y3, init_params=[1.0]), SVIError,
+                 ["init_params", "dict", "list"], id="SVI-init_params-not-a-dict"),
+    pytest.param(lambda: _svi().update(None, Y3), SVIError, ["update", "init"],
+                 id="SVI-update-before-init"),
+    pytest.param(lambda: _svi(g=guide_without_params).run(KEY, 2, Y3, progress_bar=False),
+                 SVIError, ["no param site"], id="SVI-guide-without-params"),
+    pytest.param(lambda: Trace_ELBO(num_particles=0), ELBOError, ["Trace_ELBO", "num_particles"],
+                 id="Trace_ELBO-num_particles-0"),
+    pytest.param(lambda: RenyiELBO(alpha="a"), ELBOError, ["RenyiELBO", "alpha", "'a'"],
+                 id="RenyiELBO-alpha-a-str"),
+    pytest.param(lambda: RenyiELBO(alpha=1.0), ELBOError, ["RenyiELBO", "alpha=1", "Trace_ELBO"],
+                 id="RenyiELBO-alpha-1"),
+    pytest.param(lambda: autoguide.AutoNormal(3), AutoGuideError, ["AutoNormal", "model", "int"],
+                 id="AutoNormal-model-not-callable"),
+    pytest.param(lambda: autoguide.AutoNormal(plated, init_scale="a"), AutoGuideError,
+                 ["AutoNormal", "init_scale", "'a'"], id="AutoNormal-init_scale-a-str"),
+    pytest.param(lambda: autoguide.AutoDiagonalNormal(plated, init_scale=-1.0), AutoGuideError,
+                 ["AutoDiagonalNormal", "init_scale", "-1.0"],
+                 id="AutoDiagonalNormal-init_scale-negative"),
+    pytest.param(lambda: autoguide.AutoNormal(plated, init_loc_fn="median"), AutoGuideError,
+                 ["AutoNormal", "init_loc_fn", "'median'"], id="AutoNormal-init_loc_fn-a-str"),
+    pytest.param(lambda: autoguide.AutoLowRankMultivariateNormal(plated, rank=0),
+                 AutoGuideError, ["AutoLowRankMultivariateNormal", "rank=0"],
+                 id="AutoLowRankMultivariateNormal-rank-0"),
+    pytest.param(lambda: _svi(g=autoguide.AutoNormal(plated)).run(KEY, 2, "abc",
+                                                                  progress_bar=False),
+                 effppl.infer.ModelArgumentError, ["SVI", "argument 0", "`y`", "str"],
+                 id="SVI-autoguide-data-a-str"),
+    pytest.param(lambda: Predictive(plated, guide=3, num_samples=2), PredictiveError,
+                 ["Predictive", "guide", "int"], id="Predictive-guide-not-callable"),
+    pytest.param(lambda: Predictive(plated, guide=guide, params={"loc": "a"}, num_samples=2),
+                 PredictiveError, ["Predictive", "`loc`", "params", "str"],
+                 id="Predictive-params-a-str"),
+]
+
+
+# ------------------------------------------------------------------------------- enumeration
+
+def mixture(y):
+    w = effppl.sample("w", dist.Beta(2.0, 2.0))
+    with effppl.plate("data", 3):
+        z = effppl.sample("z", dist.Bernoulli(w), infer={"enumerate": "parallel"})
+        effppl.sample("y", dist.Normal(jnp.where(z, 1.0, -1.0), 1.0), obs=y)
+
+
+def enumerated_continuous():
+    effppl.sample("x", dist.Normal(0.0, 1.0), infer={"enumerate": "parallel"})
+
+
+def enumerated_sequentially():
+    effppl.sample("z", dist.Bernoulli(0.5), infer={"enumerate": "sequential"})
+
+
+ENUM_CASES = [
+    pytest.param(lambda: handlers.config_enumerate(mixture, default="yes"), SiteError,
+                 ["config_enumerate", "default='yes'", "parallel"],
+                 id="config_enumerate-default-unknown"),
+    pytest.param(lambda: handlers.config_enumerate(3), TypeError,
+                 ["config_enumerate", "callable", "int"], id="config_enumerate-not-callable"),
+    pytest.param(lambda: effppl.log_density(enumerated_continuous, (), {}, {"x": 0.0}),
+                 SiteError, ["`x`", "enumeration", "Normal"], id="enumerate-a-continuous-site"),
+    pytest.param(lambda: effppl.log_density(enumerated_sequentially, (), {}, {}), SiteError,
+                 ["`z`", "'sequential'", "parallel"], id="enumerate-sequential"),
+    pytest.param(lambda: handlers.enum(mixture, first_available_dim=0), SiteError,
+                 ["enum", "first_available_dim=0", "negative"], id="enum-first_available_dim-0"),
+    pytest.param(lambda: handlers.enum(3), TypeError, ["enum", "callable"],
+                 id="enum-not-callable"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=2), InferDiscreteError,
+                 ["infer_discrete", "temperature=2"], id="infer_discrete-temperature-2"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=1), InferDiscreteError,
+                 ["infer_discrete", "rng_key"], id="infer_discrete-draws-without-key"),
+    pytest.param(lambda: infer_discrete(mixture, temperature=1, rng_key="a"), TypeError,
+                 ["infer_discrete", "rng_key", "str"], id="infer_discrete-key-a-str"),
+    pytest.param(lambda: infer_discrete(3, temperature=0), TypeError,
+                 ["infer_discrete", "callable", "int"], id="infer_discrete-not-callable"),
+    pytest.param(lambda: _mcmc(mixture).run(KEY, "abc"), effppl.infer.ModelArgumentError,
+                 ["MCMC.run", "argument 0", "`y`", "str"], id="MCMC-enumerated-data-a-str"),
+    pytest.param(lambda: log_likelihood(mixture, {"w": jnp.full(2, 0.5)}, Y3), PredictiveError,
+                 ["log_likelihood", "enumeration", "z"], id="log_likelihood-enumerated-model"),
+    pytest.param(lambda: _mcmc(lambda: effppl.sample("z", dist.Bernoulli(0.5))).run(KEY),
+                 MCMCError, ["`z`", "discrete", "enumerate"], id="MCMC-discrete-site-unmarked"),
 ]
 
 
@@ -509,7 +729,7 @@ HARNESS = [
 ]
 
 
-CASES = EFFECTS + PPL + HANDLERS + INFERENCE + HARNESS
+CASES = EFFECTS + PPL + HANDLERS + INFERENCE + SVI_CASES + ENUM_CASES + HARNESS
 
 
 def test_the_catalogue_is_large_and_ids_are_unique():

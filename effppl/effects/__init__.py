@@ -7,8 +7,9 @@ programming in it. See DESIGN §1 and the paper "Handling JAX" (§3–§5, App. 
 from ._errors import EffectError, LeakedTracerError, UnhandledEffectError, UnsupportedHandlerError
 from ._primitives import Operation, handle
 from ._api import eliminate, make_jaxpr
+from ._scope import scoped
 from . import rules as _rules  # noqa: F401  (registers the translation rules)
 from . import _batching  # noqa: F401  (vmap of a cond/while that performs: element by element)
 
-__all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "EffectError",
+__all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "scoped", "EffectError",
            "UnhandledEffectError", "UnsupportedHandlerError", "LeakedTracerError"]

@@ -52,15 +52,24 @@ class ResumeEffect(_compat.Effect):
         return "Resume"
 
 
+class ScopeEffect(_compat.Effect):
+    """Marks a jaxpr that still holds a `with`-scoped handler (`_scope.py`) to compile away."""
+
+    def __repr__(self):
+        return "Scope"
+
+
 HANDLE_EFFECT = HandleEffect()
 RESUME_EFFECT = ResumeEffect()
-for _t in (OpEffect, HandleEffect, ResumeEffect):
+SCOPE_EFFECT = ScopeEffect()
+_OUR_EFFECTS = (OpEffect, HandleEffect, ResumeEffect, ScopeEffect)
+for _t in _OUR_EFFECTS:
     _compat.register_effect_type(_t)
 
 
 def in_play(effects) -> bool:
     """Whether a jaxpr with these effects still needs translating."""
-    return any(isinstance(e, (OpEffect, HandleEffect, ResumeEffect)) for e in effects)
+    return any(isinstance(e, _OUR_EFFECTS) for e in effects)
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,22 +369,30 @@ _compat.mlir.register_lowering(handle_p, _handle_lowering)
 def _perform_sites(jaxpr, ops, found):
     """Collect the `SiteKey`s of every perform of `ops` that reaches a handler around `jaxpr`: at
     any depth, except those a nested handler handles, whose clauses are searched instead."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is perform_p and eqn.params["op"] in ops:
-            found.setdefault(site_key(eqn), eqn)
-        elif eqn.primitive is handle_p:
+    from ._scope import split_scopes  # it builds on this module
+    for eqn, block in split_scopes(jaxpr.eqns):
+        if block is not None or eqn.primitive is handle_p:
             spec = eqn.params["spec"]
-            for key in _perform_sites(eqn.params["body"].jaxpr, ops | spec.ops, {}):
+            body = block if block is not None else eqn.params["body"].jaxpr.eqns
+            for key in _perform_sites(_Eqns(body), ops | spec.ops, {}):
                 if key.op in spec.ops:
                     _perform_sites(spec.clauses[key].jaxpr.jaxpr, ops, found)
                 else:
                     found.setdefault(key, None)
             if spec.ret is not None:
                 _perform_sites(spec.ret.jaxpr, ops, found)
+        elif eqn.primitive is perform_p and eqn.params["op"] in ops:
+            found.setdefault(site_key(eqn), eqn)
         else:
             for sub in _compat.jaxprs_in_params(eqn.params):
                 _perform_sites(sub, ops, found)
     return found
+
+
+class _Eqns(NamedTuple):
+    """A list of equations where a jaxpr is expected (the body of a `with` block)."""
+
+    eqns: list
 
 
 def _count_resumes(jaxpr):
@@ -544,7 +561,11 @@ def _safe_cast(x, dtype):
     return np.can_cast(jnp.result_type(x), dtype, casting="same_kind")
 
 
-def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
+def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals, scope_consts=None):
+    """Trace `clause` for the perform signature `key`: a jaxpr `(params..., args...) -> answer`
+    and its closed-over values. With `scope_consts` (a pytree of `ShapeDtypeStruct`s), `clause`
+    is instead a factory `clause(consts)` of the clause, and the jaxpr takes the constants first:
+    `(consts..., params..., args...)` (a `with`-scoped handler, `_scope.py`)."""
     op = key.op
     out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
 
@@ -578,17 +599,26 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals):
         outs = resume_p.bind(*np_leaves, *v_leaves, answer_avals=answer_avals)
         return jax.tree_util.tree_unflatten(answer_tree, outs)
 
-    def clause_flat(p, args):
+    def clause_flat(p, args, consts=None):
+        nonlocal clause
+        if scope_consts is not None:
+            clause = factory(consts)
         _check_signature(clause, f"The clause for operation `{op.name}`",
                          f"`clause(params, *args, resume=..., **static)` with {len(args)} "
                          f"argument(s) and static keyword arguments {sorted(dict(key.static))}",
                          p, *args, resume=resume, **dict(key.static))
         return clause(p, *args, resume=resume, **dict(key.static))
 
+    factory = clause
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)
     a_struct = jax.tree_util.tree_unflatten(key.in_tree, list(key.in_avals))
-    closed, consts, tree = _compat.trace_to_jaxpr(clause_flat, (p_struct, a_struct),
-                                                  f"clause of {op.name}")
+    if scope_consts is None:
+        closed, consts, tree = _compat.trace_to_jaxpr(clause_flat, (p_struct, a_struct),
+                                                      f"clause of {op.name}")
+    else:
+        closed, consts, tree = _compat.trace_to_jaxpr(
+            lambda c, p, args: clause_flat(p, args, c), (scope_consts, p_struct, a_struct),
+            f"clause of {op.name}")
     if not _same_types(tree, closed.out_avals, answer_tree, answer_avals):
         raise TypeError(f"The clause for operation `{op.name}` returned "
                         f"{tree.unflatten(closed.out_avals)}, but the handler's output type is "

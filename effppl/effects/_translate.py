@@ -35,8 +35,9 @@ import jax.numpy as jnp
 
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError
-from ._primitives import (HandleEffect, HandlerSpec, OpEffect, ResumeEffect, handle_p, in_play,
-                          perform_p, resume_p, site_key)
+from ._primitives import (_OUR_EFFECTS, HandlerSpec, handle_p, in_play, perform_p, resume_p,
+                          site_key)
+from ._scope import ScopeSpec, enter_p, exit_p
 
 
 class Frame(NamedTuple):
@@ -199,7 +200,7 @@ def _side_effects(region):
     """Whether a region's jaxpr(s) hold side effects (`debug.print`, `io_callback`, ...) that dead
     code elimination keeps, besides the effect operations and handlers being translated."""
     jaxprs = region if isinstance(region, tuple) else (region,)
-    return any(not isinstance(e, (OpEffect, HandleEffect, ResumeEffect))
+    return any(not isinstance(e, _OUR_EFFECTS)
                for j in jaxprs if hasattr(j, "effects") for e in j.effects)
 
 
@@ -288,6 +289,12 @@ def _perform_rule(eqn, ins, H, K, resume, rest):
             # its resume), this perform never comes back either: abortive for the region.
             top_level = any(e is exc.eqn for e in clause.jaxpr.jaxpr.eqns)
             kind = "abortive" if exc.kind == "abortive" and top_level else "general"
+    scoped = next((f.spec for f in H[i + 1:] if isinstance(f.spec, ScopeSpec)), None)
+    if scoped is not None:
+        raise UnsupportedHandlerError(
+            f"Operation `{op.name}` (performed at {where}) is handled by a clause that is not "
+            f"tail-resumptive, outside the `with`-scoped handler `{scoped.name}` around it; wrap "
+            f"that code in the handler (`handler(fn)`) instead of a `with` block.")
     j = _ret_index(K, len(H) - 1 - i)
     if j is None:
         raise CrossesBarrier(key, kind, where, eqn)
@@ -326,6 +333,29 @@ def _handle_rule(eqn, ins, H, K, resume, rest):
         return run(body.jaxpr, body.consts, [*body_consts, *args], H + (frame,), K + (RET,))
 
     return inline(run_body, H, K, rest, region=body.jaxpr)
+
+
+@register(enter_p)
+def _enter_rule(eqn, ins, H, K, resume, rest):
+    """A `with`-scoped handler's block begins: install its frame (its constants, then params)."""
+    spec, n = eqn.params["spec"], eqn.params["n_consts"]
+    jaxpr, i = rest.args[0], rest.args[1]  # the block: the equations up to the matching exit
+    depth = 0
+    for j in range(i, len(jaxpr.eqns)):
+        depth += (jaxpr.eqns[j].primitive is enter_p) - (jaxpr.eqns[j].primitive is exit_p)
+        if depth == 0:
+            spec.prepare(jaxpr.eqns[i + 1:j])
+            break
+    return (), H + (Frame(spec, tuple(ins[n:]), tuple(ins[:n])),)
+
+
+@register(exit_p)
+def _exit_rule(eqn, ins, H, K, resume, rest):
+    if not H or H[-1].spec is not eqn.params["spec"]:
+        raise UnsupportedHandlerError(
+            f"The `with`-scoped handler `{eqn.params['spec'].name}` ends where it was not the "
+            f"innermost handler (traced at {_compat.summarize_source(eqn.source_info)}).")
+    return (), H[:-1]
 
 
 # --------------------------------------------------------------------------------------------

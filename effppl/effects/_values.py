@@ -36,6 +36,15 @@ def describe_non_array(x: Any) -> str | None:
     return f"an object of type {type(x).__name__} ({x!r:.60})"
 
 
+def describe_non_bool(x: Any) -> str | None:
+    """`None` when `x` is a bool array (or a Python/NumPy bool); else what it is, for an error
+    message, as `describe_non_array`."""
+    problem = describe_non_array(x)
+    if problem is None and jnp.result_type(x) != jnp.bool_:
+        problem = f"an array of dtype {jnp.result_type(x)}"
+    return problem
+
+
 def _numeric(dtype) -> bool:
     return dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)
 

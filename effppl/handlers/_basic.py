@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 
 import jax
 import numpy as np
 import jax.numpy as jnp
 
-from ..effects._values import describe_non_array
+from ..effects._values import describe_non_array, describe_non_bool
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
+from ..effects._primitives import _Eqns
 
 
-def _as_key(rng_seed):
+def _as_key(rng_seed, what="effppl.handlers.seed(fn, rng_seed=...)"):
     """`rng_seed` (an int or 0-d int array, a raw `PRNGKey` or a typed key) as raw key data,
     `uint32[2]`. **Raises:** `TypeError` for anything else, e.g. a batch of keys."""
     if isinstance(rng_seed, (int, np.integer)):
@@ -29,7 +31,7 @@ def _as_key(rng_seed):
         return jax.random.key_data(rng_seed)
     if dtype == jnp.uint32 and shape == (2,):
         return jnp.asarray(rng_seed)
-    raise TypeError(f"effppl.handlers.seed(fn, rng_seed=...) expected an int, a raw key "
+    raise TypeError(f"{what} expected an int, a raw key "
                     f"`jax.random.PRNGKey(...)` (uint32[2]) or a typed key `jax.random.key(...)`, "
                     f"one key (not a batch of keys), but got {type(rng_seed).__name__}"
                     + (f" of dtype {dtype} and shape {shape}." if dtype is not None else "."))
@@ -46,12 +48,15 @@ class seed(Handler):
     **Example:** `trace(seed(model, 0)).get_trace(x)`
     """
 
-    def __init__(self, fn, rng_seed):
+    def __init__(self, fn=None, rng_seed=None):
         super().__init__(fn)
         self.rng_key = _as_key(rng_seed)
 
     def params(self, *args, **kwargs):
         return self.rng_key
+
+    def absorb(self, handled, params):
+        self.rng_key = params  # the next block's site draws a new value
 
     def clauses(self):
         def sample(key, msg, *, resume, **static):
@@ -157,7 +162,7 @@ class _SetValue(Handler):
     sets_deterministic = False
     entry_point = None  # the function the user called, when it is not this handler (errors)
 
-    def __init__(self, fn, data=None, substitute_fn=None):
+    def __init__(self, fn=None, data=None, substitute_fn=None):
         super().__init__(fn)
         api = f"effppl.handlers.{type(self).__name__}"
         if data is None and substitute_fn is None:
@@ -181,12 +186,27 @@ class _SetValue(Handler):
         self._sites = self.analysis()
         return occurrence_counters(self.data, self._sites)
 
+    def scope_params(self):  # a `with` block: which sites sit in loops is known only later
+        return {name: jnp.int32(0) for name in self.data}
+
+    def scope_consts(self):
+        check_values(self.entry_point or type(self).__name__, self.data)
+        return self.data
+
+    def with_scope_consts(self, consts):
+        h = copy.copy(self)
+        h.data = dict(consts)
+        return h
+
+    def scope_setup(self, eqns):
+        return analyze(_Eqns(eqns))
+
     def clauses(self):
         def given(counts, name, shape):
             """The value in `data` for this occurrence of site `name`, and the new counters."""
             value, advance = site_row(self.entry_point or type(self).__name__, name,
                                       self.data[name], shape, counts.get(name, 0),
-                                      self._sites.get(name))
+                                      self._site(name))
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             return value, counts
@@ -195,7 +215,9 @@ class _SetValue(Handler):
             if name not in self.data and self.substitute_fn is None:
                 return resume(counts, forward(msg, name=name, **static))
             shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
-            if name in self.data:
+            if name in self.data and _short_series(self._site(name), self.data[name], shape):
+                value, counts = self._series_head(counts, msg, name)
+            elif name in self.data:
                 value, counts = given(counts, name, shape)
             else:
                 value = self.substitute_fn(dict(msg, name=name, **static))
@@ -235,6 +257,32 @@ class _SetValue(Handler):
             clauses.update({deterministic_op: deterministic, param_op: param})
         return clauses
 
+    def _site(self, name):
+        """The static description (`_sites.Site`) of site `name`, None if unknown (a `with`
+        block's sites come from the block's own analysis)."""
+        return (self._sites if self.fn is not None else self._scope_info or {}).get(name)
+
+    def _series_head(self, counts, msg, name):
+        """As NumPyro's `scan`: a series shorter than the site's loop gives its first rows; later
+        occurrences are drawn (with the key `seed` attached, or one asked of an outer `seed`)."""
+        values = jnp.asarray(self.data[name])
+        i = counts[name]
+        site = self._site(name)
+        key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(
+            name=name, rows=(values.shape[0], site.count))
+        drawn = msg["fn"].sample(key)
+        head = values[jnp.minimum(i, values.shape[0] - 1)].astype(drawn.dtype)
+        return jnp.where(i < values.shape[0], head, drawn), dict(counts, **{name: i + 1})
+
+
+def _short_series(site, values, shape):
+    """Whether `values` is a series of rows of `shape`, shorter than the single, forward loop
+    around `site` (a forecast past the data, NumPyro's `scan`)."""
+    shape = tuple(shape)
+    return (site is not None and len(site.loops) == 1 and site.bounded and not any(site.reverse)
+            and jnp.ndim(values) == len(shape) + 1 and jnp.shape(values)[1:] == shape
+            and 0 < jnp.shape(values)[0] < site.count)
+
 
 class substitute(_SetValue):
     """Set sites' values from `data` (dict name -> array), or from `substitute_fn(msg)` (`None`:
@@ -256,7 +304,7 @@ class condition(_SetValue):
 
     observe = True
 
-    def __init__(self, fn, data=None, condition_fn=None):
+    def __init__(self, fn=None, data=None, condition_fn=None):
         super().__init__(fn, data, substitute_fn=condition_fn)
 
 
@@ -269,40 +317,67 @@ class do(_SetValue):
     intervene = True
 
 
-def replay(fn, trace):
-    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`)."""
+def replay(fn=None, trace=None):
+    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`).
+
+    **Raises:** `TypeError` when `trace` is not a trace (a dict site name -> site dict)."""
+    if not isinstance(trace, Mapping) or not all(
+            isinstance(site, Mapping) and {"type", "value"} <= set(site) for site in trace.values()):
+        raise TypeError(f"effppl.handlers.replay(fn, trace) expected a trace, the dict site name -> "
+                        f"site that `effppl.handlers.trace(...).get_trace(...)` returns, but got "
+                        f"{type(trace).__name__} {trace!r:.60}.")
     return substitute(fn, data={name: site["value"] for name, site in trace.items()
                                 if site["type"] == "sample" and not site["is_observed"]})
 
 
 class block(Handler):
-    """Hide sites from the handlers outside: `hide` (names), `expose` (names), or `hide_fn(msg)`;
-    by default every site is hidden. A hidden latent site with no value is drawn here, from the
-    key an inner `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
+    """Hide sites from the handlers outside, as NumPyro's `block`: `hide_fn(msg)` (a NumPyro
+    message: `type`, `name`, `fn`, `value`, `is_observed`, `infer`, `scale`, `mask`,
+    `cond_indep_stack`, `args`, `kwargs`), `hide` (names), `expose_types` (site types kept),
+    `expose` (names kept), or `hide_types` (site types hidden), the first one given; by default
+    every site is hidden. A hidden latent site with no value is drawn here, from the key an inner
+    `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
 
-    def __init__(self, fn, hide_fn=None, hide=None, expose=None):
+    def __init__(self, fn=None, hide_fn=None, hide=None, expose_types=None, expose=None,
+                 hide_types=None):
         super().__init__(fn)
         if hide_fn is not None and not callable(hide_fn):
             raise TypeError(f"effppl.handlers.block(fn, hide_fn=...) expected a callable "
                             f"`hide_fn(msg) -> bool`, but got {hide_fn!r:.60}.")
-        for arg, names in (("hide", hide), ("expose", expose)):
+        for arg, names in (("hide", hide), ("expose", expose), ("expose_types", expose_types),
+                           ("hide_types", hide_types)):
             if isinstance(names, str) or (names is not None and not all(
                     isinstance(n, str) for n in names)):
                 raise TypeError(f"effppl.handlers.block(fn, {arg}=...) expected a list of site "
                                 f"names, but got {names!r:.60} (for one site: {arg}=[name]).")
         if hide_fn is not None:
-            self.hidden = lambda name, msg: hide_fn(dict(msg, name=name))
+            self.hide_fn = hide_fn
         elif hide is not None:
-            self.hidden = lambda name, msg: name in hide
+            self.hide_fn = lambda msg: msg["name"] in hide
+        elif expose_types is not None:
+            self.hide_fn = lambda msg: msg["type"] not in expose_types
         elif expose is not None:
-            self.hidden = lambda name, msg: name not in expose
+            self.hide_fn = lambda msg: msg["name"] not in expose
+        elif hide_types is not None:
+            self.hide_fn = lambda msg: msg["type"] in hide_types
         else:
-            self.hidden = lambda name, msg: True
+            self.hide_fn = lambda msg: True
+
+    def hidden(self, kind, name, msg, static):
+        """Whether `hide_fn` hides this site, asked with NumPyro's message for it."""
+        msg = {"type": kind, "name": name, "fn": msg.get("fn"), "value": msg.get("value"),
+               "is_observed": bool(static.get("is_observed", False)),
+               "infer": dict(static.get("infer", ())), "scale": msg.get("scale"),
+               "mask": msg.get("mask"),
+               "cond_indep_stack": list(static.get("cond_indep_stack", ())),
+               "args": (), "kwargs": {"rng_key": msg.get("rng_key"), "sample_shape": ()},
+               "intermediates": [], "stop": False, "continuation": None}
+        return bool(self.hide_fn(msg))
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
-            if not self.hidden(name, dict(msg, type="sample")):
-                return resume(params, forward(msg, name=name, **static))
+            if not self.hidden(static.get("site_type", "sample"), name, msg, static):
+                return resume(params, forward(msg, name=name, **self._plates_hidden(static)))
             value = msg["value"]
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
                 key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(name=name)
@@ -310,18 +385,29 @@ class block(Handler):
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):
-            if not self.hidden(name, {"value": value, "type": "deterministic"}):
-                value = deterministic_op(value, name=name, **static)
+            if not self.hidden("deterministic", name, {"value": value}, static):
+                value = deterministic_op(value, name=name, **self._plates_hidden(static))
             return resume(params, value)
 
         def param(params, msg, *, resume, name, init_fn, **static):
-            if not self.hidden(name, dict(msg, type="param")):
+            if not self.hidden("param", name, msg, static):
                 return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
             value = msg["value"]
             if value is None:
                 value = jnp.asarray(init_fn(prng_key_op(name=name)))
             return resume(params, value)
         return {sample_op: sample, deterministic_op: deterministic, param_op: param}
+
+    def _plates_hidden(self, static):
+        """`static` noting, in `hidden_plates`, the enclosing (unsubsampled) plates this block
+        hides: a trace outside then leaves out their entries, as NumPyro's block hides a plate's
+        own message."""
+        hidden = tuple(f.name for f in static.get("cond_indep_stack", ())
+                       if self.hidden("plate", f.name, {}, {}))
+        if not hidden:
+            return static
+        return dict(static, hidden_plates=tuple(sorted(
+            set(static.get("hidden_plates", ())) | set(hidden))))
 
 
 class mask(Handler):
@@ -331,9 +417,7 @@ class mask(Handler):
     (`with mask(mask=m): ...`)."""
 
     def __init__(self, fn=None, mask=True):
-        problem = describe_non_array(mask)
-        if problem is None and jnp.result_type(mask) != jnp.bool_:
-            problem = f"an array of dtype {jnp.result_type(mask)}"
+        problem = describe_non_bool(mask)
         if problem is not None:
             raise TypeError(f"effppl.handlers.mask(fn, mask=...) expected a bool array (as "
                             f"NumPyro's), but got {problem}.")

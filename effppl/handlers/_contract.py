@@ -52,6 +52,8 @@ def _factors(tr, loops):
         if site["type"] != "sample":
             continue
         lp = site["log_prob"]
+        if site.get("scale") is not None:
+            lp = lp * site["scale"]
         if loops.get(name):
             lp = jnp.sum(lp, axis=tuple(range(loops[name])))
         lp, names = _named(lp, enum_dims, site["cond_indep_stack"])
@@ -68,8 +70,8 @@ def _factors(tr, loops):
 
 
 def log_joint(tr, loops) -> jnp.ndarray:
-    """The log joint of the enumerated trace `tr` (`effppl.handlers.trace`'s dict, with scaled
-    `log_prob`s) with its enumerated sites summed out, in log space.
+    """The log joint of the enumerated trace `tr` (`effppl.handlers.trace`'s dict: `log_prob`
+    times `scale`) with its enumerated sites summed out, in log space.
 
     **Arguments:** `tr`: the trace; `loops`: dict site -> number of leading loop axes of its
     stacked `log_prob` (summed first: no enumerated site sits in such a loop here).

@@ -113,9 +113,10 @@ class _Unconstrain(Handler):
         return result, log_det_total, per_site
 
 
-def _check_call(api, model_args, model_kwargs, params):
-    """`TypeError` naming the argument of `effppl.handlers.<api>(model, model_args, model_kwargs,
-    params)` that is not a tuple, dict, dict (NumPyro's order: a model's data go in a tuple)."""
+def check_call(api, model_args, model_kwargs, params=None):
+    """`TypeError` naming the argument of `api` (e.g. "effppl.handlers.log_density") that is not
+    what NumPyro's entry points take: `model_args` a tuple (a model's data go in a tuple),
+    `model_kwargs` and `params` dicts (or None)."""
     for arg, value, ok, expected in (
             ("model_args", model_args, isinstance(model_args, (tuple, list)), "a tuple"),
             ("model_kwargs", model_kwargs,
@@ -123,10 +124,9 @@ def _check_call(api, model_args, model_kwargs, params):
             ("params", params, params is None or isinstance(params, Mapping),
              "a dict site name -> value")):
         if not ok:
-            raise TypeError(f"effppl.handlers.{api}(model, model_args, model_kwargs, params) "
-                            f"expected `{arg}` to be {expected}, but got {type(value).__name__} "
-                            f"{value!r:.60}" + (" (for one argument: `(y,)`)."
-                                                if arg == "model_args" else "."))
+            raise TypeError(f"`{api}(..., {arg}=...)` expected {expected}, but got "
+                            f"{type(value).__name__} {value!r:.60}"
+                            + (" (for one argument: `(y,)`)." if arg == "model_args" else "."))
 
 
 def _std_normal(u):
@@ -137,7 +137,6 @@ def _marginal(fn, args, kwargs):
     """`(result, log joint, trace)` of `fn` (handlers that give latent values around
     `enum(model)`) with the model's sites marked for enumeration summed out (`_contract`)."""
     tracer = trace(fn)
-    tracer.scale_log_prob = True
     result, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
     return result, _contract.log_joint(tr, loops), tr
@@ -160,7 +159,7 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     **References:** NumPyro's `numpyro.infer.util.log_density`; Obermeyer et al. (2019), "Tensor
     Variable Elimination for Plated Factor Graphs" (enumeration).
     """
-    _check_call("log_density", model_args, model_kwargs, params)
+    check_call("effppl.handlers.log_density", model_args, model_kwargs, params)
     model_kwargs = model_kwargs or {}
     enumerated = enumerated_sites(model, model_args, model_kwargs)
     given = substitute(enum(model) if enumerated else model, data=params or {})
@@ -176,10 +175,10 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
 def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
-    _check_call("unconstrained_log_density", model_args, model_kwargs, params)
+    check_call("effppl.handlers.unconstrained_log_density", model_args, model_kwargs, params)
     enumerated = enumerated_sites(model, model_args, model_kwargs or {})
     if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
-        (_, log_det), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+        (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
                                                model_kwargs or {})
         return log_joint + log_det
     if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
@@ -199,7 +198,7 @@ def potential_energy(model, model_args, model_kwargs, params):
     **Returns:** a scalar. **Raises:** as `log_density`. **References:** Stan Reference Manual,
     "Variable transforms"; NumPyro's `numpyro.infer.util.potential_energy`.
     """
-    _check_call("potential_energy", model_args, model_kwargs, params)
+    check_call("effppl.handlers.potential_energy", model_args, model_kwargs, params)
     return -unconstrained_log_density(model, model_args, model_kwargs, params)
 
 
@@ -207,7 +206,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     """Map unconstrained `params` to constrained values, transforming each site with the support
     given by the current values of the others. Returns a dict (plus deterministic sites when
     `return_deterministic`)."""
-    _check_call("constrain_fn", model_args, model_kwargs, params)
+    check_call("effppl.handlers.constrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
     fn = _Unconstrain(model, params, "constrain_fn")
@@ -218,7 +217,7 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
     """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
-    _check_call("unconstrain_fn", model_args, model_kwargs, params)
+    check_call("effppl.handlers.unconstrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)
     given = substitute(model, data=params)

@@ -51,6 +51,9 @@ class infer_discrete:
     """
 
     def __init__(self, fn, first_available_dim=None, temperature=1, rng_key=None):
+        if not callable(fn):
+            raise TypeError(f"effppl.infer.infer_discrete(fn, ...) expected a callable model, but "
+                            f"got {type(fn).__name__} {fn!r:.60}.")
         if temperature not in (0, 1):
             raise InferDiscreteError(f"effppl.infer.infer_discrete(fn, temperature={temperature!r})"
                                      f" expected 0 (most likely values) or 1 (draws).")
@@ -60,7 +63,8 @@ class infer_discrete:
         self.fn = fn
         self.first_available_dim = first_available_dim
         self.temperature = temperature
-        self.rng_key = None if rng_key is None else _as_key(rng_key)
+        self.rng_key = None if rng_key is None else _as_key(
+            rng_key, "effppl.infer.infer_discrete(fn, rng_key=...)")
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
@@ -80,7 +84,6 @@ class infer_discrete:
         enumerated = enum(self.fn, self.first_available_dim)
         enumerated.discrete = (self.temperature, scan_key)
         tracer = trace(enumerated)
-        tracer.scale_log_prob = True
         _, tr = tracer._run(*args, **kwargs)
         loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
         values = sample_plates(tr, loops, self.temperature, plate_key)

@@ -43,7 +43,8 @@ def config_enumerate(fn=None, default="parallel"):
 
     **Returns:** the model with its discrete sites marked.
 
-    **Raises:** `ValueError` for another `default` (Pyro's `"sequential"` is not supported).
+    **Raises:** `ValueError` for another `default` (Pyro's `"sequential"` is not supported);
+    `TypeError` when `fn` is not callable.
 
     **Example:**
     ```python
@@ -57,6 +58,9 @@ def config_enumerate(fn=None, default="parallel"):
                         f"'parallel' or None: effppl enumerates in parallel only.")
     if fn is None:
         return functools.partial(config_enumerate, default=default)
+    if not callable(fn):
+        raise TypeError(f"effppl.infer.config_enumerate(fn, ...) expected a callable model, but "
+                        f"got {type(fn).__name__} {fn!r:.60}.")
 
     def configure(name, msg, infer, is_observed):
         if (default is not None and not is_observed and "enumerate" not in infer

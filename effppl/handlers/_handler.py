@@ -11,6 +11,7 @@ at run time there is no handler stack (DESIGN §2).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import threading
 
@@ -19,7 +20,8 @@ import numpyro.primitives
 
 from .. import effects as fx
 from ..effects import _compat
-from ..primitives import SiteError, deterministic_op, message_contexts, param_op, sample_op
+from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
+                          sample_op)
 from ._sites import analyze
 
 _depth = threading.local()
@@ -68,6 +70,10 @@ def _inside():
 def _base_sample(params, msg, *, resume, name, **static):
     value = msg["value"]
     if value is None:
+        if msg["rng_key"] is None and static.get("site_type") == "plate":
+            raise SiteError(f"The subsampled plate `{name}` needs a random key for its indices: "
+                            f"run the model under `effppl.handlers.seed`, or give the indices "
+                            f"with `substitute`. HMC/NUTS do not support subsampling.")
         if msg["rng_key"] is None:
             raise SiteError(f"The latent site `{name}` has no value: no handler gave it one. Run "
                             f"the model under `effppl.handlers.seed(model, rng_seed)` to draw it, "
@@ -115,6 +121,8 @@ def run_outermost(fn, *args, **kwargs):
     """Run `fn` (a model, possibly wrapped in handlers) under the base handler, compiled."""
     if _nesting():
         return fn(*args, **kwargs)
+    if eager_blocks():
+        return run_eager(fn, *args, **kwargs)
 
     @_named_like(fn)
     def body(*a, **kw):
@@ -124,33 +132,117 @@ def run_outermost(fn, *args, **kwargs):
     return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
 
 
+def run_eager(fn, *args, **kwargs):
+    """Run `fn` under the handlers of the `with` blocks entered outside any entry point
+    (innermost nearest to `fn`), which then keep their final parameters (NumPyro's eager
+    handlers: a `seed` block's key moves on, a `trace` block records)."""
+    blocks = eager_blocks()
+    handlers = list(blocks)
+    blocks.clear()
+    try:
+        def inner(*a, **kw):
+            return fn(*a, **kw), ()
+        run, copies = inner, []
+        for h in reversed(handlers):
+            run, handled = h._collecting(run)
+            copies.append(handled)
+        result, finals = run_outermost(run, *args, **kwargs)
+    finally:
+        blocks[:] = handlers
+    for h, handled, params in zip(reversed(handlers), copies, finals):
+        h.absorb(handled, params)
+    return result
+
+
 class Handler:
     """Base class of the PPL handlers: `Handler(fn)(*args, **kwargs)` runs `fn` handled.
 
     Subclasses define `clauses()` (a dict Operation -> clause), and may define `params(...)`,
     `ret(params, result)`.
+
+    With `fn=None` a handler scopes a block instead, as NumPyro's do: `with seed(rng_seed=0): ...`.
+    Inside a model that an entry point runs, the block becomes an `effects.scoped` handler, which
+    the translator compiles away like a wrapping one (sites inside plain loops included); a
+    subclass says which arrays its clauses read (`scope_consts`/`with_scope_consts`) and may
+    analyse the block's sites first (`scope_setup`). Outside any entry point (NumPyro's eager
+    use) the block's handlers wrap each site, and each entry point called, as they run
+    (`run_eager`).
     """
 
     def __init__(self, fn):
         self.fn = fn
-        if fn is None and hasattr(self, "adjust_message"):
-            return  # a context manager: `with scale(scale=2.0): ...`
+        if fn is None:
+            return  # a context manager: `with seed(rng_seed=0): ...`
         if not callable(fn):
             raise TypeError(f"effppl.handlers.{type(self).__name__}(fn, ...) expected a callable "
                             f"model, but got {fn!r}.")
         functools.update_wrapper(self, fn, updated=())
 
     def __enter__(self):
-        if self.fn is not None or not hasattr(self, "adjust_message"):
-            raise TypeError(f"effppl.handlers.{type(self).__name__} wraps a model "
-                            f"(`{type(self).__name__}(model, ...)`); only `mask` and `scale` also "
-                            f"work as context managers (`with scale(scale=2.0): ...`).")
-        message_contexts().append(self.adjust_message)
+        if self.fn is not None:
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(model, ...) wraps a model; to "
+                            f"scope a block, leave the model out: `with "
+                            f"{type(self).__name__}(...): ...`.")
+        if hasattr(self, "adjust_message"):  # mask, scale: adjust each message as it is made
+            message_contexts().append(self.adjust_message)
+        elif _nesting():
+            self._scope = fx.scoped(self._scoped_clauses, params=self.scope_params(),
+                                    consts=self.scope_consts(), setup=self.scope_setup,
+                                    name=type(self).__name__)
+            self._scope.__enter__()
+        else:
+            eager_blocks().append(self)
         return self
 
     def __exit__(self, *exc):
-        message_contexts().remove(self.adjust_message)
+        if hasattr(self, "adjust_message"):
+            message_contexts().remove(self.adjust_message)
+        elif getattr(self, "_scope", None) is not None:
+            scope, self._scope = self._scope, None
+            scope.__exit__(*exc)
+        else:
+            eager_blocks().remove(self)
         return False
+
+    def scope_params(self):
+        """The initial parameters of this handler scoping a block inside a model."""
+        return self.params()
+
+    def scope_consts(self):
+        """The arrays this handler's clauses read (a pytree), for a block inside a model."""
+        return ()
+
+    def with_scope_consts(self, consts):
+        """A copy of this handler whose clauses read `consts` (the trace's values)."""
+        return self
+
+    def scope_setup(self, eqns):
+        """What the clauses need to know about the block's equations (`effects.scoped`)."""
+        return None
+
+    def _scoped_clauses(self, consts, info):
+        h = copy.copy(self.with_scope_consts(consts))
+        h._scope_info = info
+        return h.clauses()
+
+    def _collecting(self, fn):
+        """`(run, copy)`: `run(*args)` runs `fn` (returning `(result, params)`) under a copy of
+        this handler, returning `(result, params + (this handler's final params,))`."""
+        h = copy.copy(self)
+        h.fn = fn
+
+        def run(*args, **kwargs):
+            @_named_like(fn)
+            def body(*a, **kw):
+                with _inside():
+                    return fn(*a, **kw)
+            return fx.handle(body, params=h._params_of(args, kwargs), clauses=h.clauses(),
+                             ret=lambda p, r: (r[0], (*r[1], p)))(*args, **kwargs)
+        return run, h
+
+    def absorb(self, handled, params):
+        """After an eager run under the copy `handled` of this handler, keep its final
+        `params` (seed: the key; trace: the sites recorded)."""
 
     def params(self, *args, **kwargs):
         return ()
@@ -163,16 +255,24 @@ class Handler:
 
     def handled(self, *args, **kwargs):
         """Run under this handler only (inside an outer composition)."""
+        if self.fn is None:
+            raise TypeError(f"effppl.handlers.{type(self).__name__}(...) was built without a "
+                            f"model, to scope a `with` block; to call it, wrap a model: "
+                            f"`{type(self).__name__}(model, ...)(*args)`.")
         @_named_like(self.fn)
         def body(*a, **kw):
             with _inside():
                 return self.fn(*a, **kw)
-        def params(body_jaxpr):
-            self._body_jaxpr = body_jaxpr  # what `analysis()` reads: no second trace of `fn`
-            return self.params(*args, **kwargs)
-
-        return fx.handle(body, params=params, clauses=self.clauses(),
+        return fx.handle(body, params=self._params_of(args, kwargs), clauses=self.clauses(),
                          ret=self.ret)(*args, **kwargs)
+
+    def _params_of(self, args, kwargs):
+        """`effects.handle`'s `params`: a function of the body's traced jaxpr, which it keeps
+        for `analysis()` (no second trace of the model), giving `self.params(*args, **kwargs)`."""
+        def params(body_jaxpr):
+            self._body_jaxpr = body_jaxpr
+            return self.params(*args, **kwargs)
+        return params
 
     def analysis(self) -> dict:
         """The site analysis (`_sites.analyze`) of the model this handler wraps, read from the

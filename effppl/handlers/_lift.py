@@ -23,7 +23,7 @@ class lift(Handler):
     **References:** NumPyro's `numpyro.handlers.lift`; Pyro's `poutine.lift`.
     """
 
-    def __init__(self, fn, prior):
+    def __init__(self, fn=None, prior=None):
         super().__init__(fn)
         if not isinstance(prior, (dist.Distribution, dict)):
             raise TypeError(f"effppl.handlers.lift(fn, prior=...) expected a distribution or a "

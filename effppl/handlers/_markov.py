@@ -18,6 +18,10 @@ The body runs once per step performing its sites for the handlers outside (their
 them, the enumerated sites at their first value), then as a pure function of `(t, j, i)` that
 computes every site's `log_prob` at those values. A first-order chain is required: the Markov
 carry must depend on the enumerated sites of the same step only, and no other carry on it.
+
+(Over 400 lines: the model's interpreter, the dependence analysis that finds the Markov carry and
+checks the chain's order, and the rewrite with its backward pass share the body's structure;
+apart, each would re-derive it.)
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import _compat
-from ..effects._primitives import handle_p, perform_p, site_key
+from ..effects._primitives import _Eqns, handle_p, perform_p, site_key
+from ..effects._scope import split_scopes
 from ..primitives import SiteError, deterministic_op, param_op, sample_op
 
 
@@ -24,7 +25,8 @@ class Site(NamedTuple):
     """One sample or deterministic site as seen from outside the model."""
 
     name: str
-    type: str               # "sample" | "deterministic" | "param"
+    type: str               # "sample" | "deterministic" | "param" | "plate" (a subsampled
+    #                         plate's indices)
     aval: object            # ShapedArray of one occurrence's value
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
@@ -82,13 +84,14 @@ def bijector(name, fn):
 def _walk(jaxpr, loops, branch, out, origin=None):
     """Append `(eqn, loops, branch, origin)` for each site perform; `origin` is the model's own
     perform a nested handler's clause re-performs (its source location names the site)."""
-    for eqn in jaxpr.eqns:
+    for eqn, block in split_scopes(jaxpr.eqns):
         prim, p = eqn.primitive, eqn.params
         if prim is perform_p and p["op"] in _SITE_OPS:
             out.append((eqn, loops, branch, origin or eqn))
-        elif prim is handle_p:
+        elif prim is handle_p or block is not None:
             inner = []
-            _walk(p["body"].jaxpr, loops, branch, inner, origin)
+            _walk(_Eqns(block) if block is not None else p["body"].jaxpr, loops, branch, inner,
+                  origin)
             spec = p["spec"]
             for item in inner:
                 e, lp, br, org = item
@@ -128,6 +131,8 @@ def analyze(jaxpr) -> dict:
     sites, seen = {}, {}
     for eqn, loops_reverse, branch, origin in found:
         kind = _KIND[eqn.params["op"]]
+        if kind == "sample":  # a subsampled plate's indices: "plate"
+            kind = dict(eqn.params["static"]).get("site_type", "sample")
         if kind == "param":  # one value, however often it is read (also inside loops)
             loops_reverse = ()
         loops = tuple(length for length, _ in loops_reverse)

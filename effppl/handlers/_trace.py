@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, forward, forward_param, run_outermost
+from ._handler import Handler, _nesting, forward, forward_param, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
 
 
@@ -77,7 +77,21 @@ class trace(Handler):
     """
 
     record_unconstrained = False
-    scale_log_prob = False  # record `log_prob` times the site's scale (enumerated densities)
+
+    def __init__(self, fn=None):
+        super().__init__(fn)
+        self.trace = {}
+
+    def __enter__(self):
+        if self.fn is None and _nesting():
+            raise TypeError("`with effppl.handlers.trace() as tr:` inside a model is not "
+                            "supported (a block's values cannot leave the compiled model); "
+                            "trace the model instead: `trace(model).get_trace(*args)`.")
+        super().__enter__()
+        return self.trace
+
+    def absorb(self, handled, params):
+        self.trace.update(handled._assemble(params))
 
     def _sites(self, *args, **kwargs):
         return recorded(self.analysis())
@@ -119,7 +133,7 @@ class trace(Handler):
             updates = [(fields["value"], value)]
             if constraint is not None and "constraint" in fields:
                 updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
-            if fn is not None:
+            if fn is not None and "log_prob" in fields:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
                 if "fn" in fields:
                     same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
@@ -128,8 +142,6 @@ class trace(Handler):
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
-                if scale is not None and self.scale_log_prob:
-                    lp = lp * scale
                 if jnp.shape(lp) == fields["log_prob"].shape:
                     updates.append((fields["log_prob"], lp))
                 if "scale" in fields:
@@ -214,6 +226,17 @@ class trace(Handler):
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in fields:
                 rec["unconstrained"] = read(fields["unconstrained"])
+            # a plate's entry goes before its sites; a subsampled plate is a site itself, and a
+            # `block` inside may have hidden the plate
+            skip = set(out) | set(self._layout.fields) | set(msg_static.get("hidden_plates", ()))
+            for frame in reversed(rec["cond_indep_stack"]):
+                if frame.name not in skip:
+                    out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
+                                                   jnp.arange(frame.size))
+            if site.type == "plate":
+                fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+                rec = {**rec, **_plate_entry(name, fn.size, fn.subsample_size, rec["value"]),
+                       "cond_indep_stack": rec["cond_indep_stack"]}
             out[name] = rec
         return out
 
@@ -264,3 +287,10 @@ class _Layout:
         start = field.offset if row is None else field.offset + row * field.size
         buf = jax.lax.dynamic_update_slice(bufs[field.dtype], flat, (start,))
         return dict(bufs, **{field.dtype: buf})
+
+
+def _plate_entry(name, size, subsample_size, indices):
+    """NumPyro's trace entry of a plate: `type` "plate", its indices as `value`, `args`
+    `(size, subsample_size)`."""
+    return {"type": "plate", "name": name, "value": indices, "args": (size, subsample_size),
+            "is_observed": False, "infer": {}, "scale": 1.0, "cond_indep_stack": []}

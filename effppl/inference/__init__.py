@@ -1,4 +1,5 @@
-"""Inference for effppl models: NUTS and HMC on blackjax, the MCMC driver, predictive draws.
+"""Inference for effppl models: NUTS and HMC on blackjax, the MCMC driver, predictive draws, and
+SVI on optax (`SVI`, the ELBOs, `autoguide`).
 
 Exported as `effppl.infer`. Samplers are blackjax's (`blackjax.nuts`, `blackjax.hmc`), tuned by
 blackjax's window adaptation (Stan's schedule); diagnostics and `InferenceData` come from arviz and

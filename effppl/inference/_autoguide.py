@@ -11,7 +11,12 @@ model (hidden by `block`) with `u` substituted in unconstrained space, exactly a
 does, so supports that depend on other latent sites are right for every draw. Each latent site
 of the model is then a `Delta` site of the guide whose log density is the guide's density of the
 constrained value (`log q(u) - log|det J(u)|`), as NumPyro's `AutoContinuous` emits them.
-Only what feeds the values is kept by XLA, so the extra model run costs little at run time.
+When every support is a constraint without parameters (`real`, `positive`, `simplex`, ...) and
+no site sits in a `cond` branch, nothing can depend on other sites, and the values are mapped
+directly, with no model run inside the guide (`_fixed_supports`).
+
+Initial values come from `init_loc_fn` inside the guide body (hidden by `block`, with a key from
+the enclosing `seed`): when SVI substitutes the params, that code is dead and XLA drops it.
 """
 
 from __future__ import annotations
@@ -84,12 +89,25 @@ class AutoGuide:
         if create_plates is not None:
             raise AutoGuideError("effppl's autoguides do not take `create_plates` (no "
                                  "subsampling plates); leave it None.")
+        if not callable(model):
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, ...) "
+                                 f"expected a callable model, but got {type(model).__name__} "
+                                 f"{model!r:.60}.")
         self.model = model
         self.prefix = prefix
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
         self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
         self.__name__ = type(self).__name__
+
+    def _positive(self, name, value):
+        """`value` as a float; an `AutoGuideError` naming the setting `name` unless it is a
+        positive real number."""
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if not ok:
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}({name}="
+                                 f"{value!r}) expected a positive number.")
+        return float(value)
 
     def _key(self):
         settings = {k: v for k, v in vars(self).items() if k not in ("_prototype_args", "model")}

@@ -1,6 +1,7 @@
 """Structural caching of compiled inference functions.
 
-The rule (``../shared/seeds/003_...``): a compiled function is looked up by *structure* — the model
+The rule (JAX's compile caches key on function identity and argument structure): a compiled
+function is looked up by *structure* — the model
 object, the pytree structure of the model arguments, their non-array leaves, and the sampler
 settings — and the arrays of the model arguments are *arguments* of the compiled function, never
 constants closed over in it. The array shapes and dtypes are then keyed by `jax.jit`'s own cache,

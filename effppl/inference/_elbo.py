@@ -165,6 +165,8 @@ class RenyiELBO(_ELBO):
     """
 
     def __init__(self, alpha: float = 0.0, num_particles: int = 2, vectorize_particles=True):
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise ELBOError(f"effppl.infer.RenyiELBO(alpha={alpha!r}) expected a number (not 1).")
         if alpha == 1:
             raise ELBOError("effppl.infer.RenyiELBO(alpha=1) is the usual ELBO: use "
                             "effppl.infer.Trace_ELBO instead.")

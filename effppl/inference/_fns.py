@@ -7,7 +7,9 @@ long as the model's own program and the values it closes over stay the same.
 """
 
 import inspect
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,6 +20,7 @@ import numpy as np
 
 from ..effects import _compat
 from . import _model
+from ._arguments import model_arguments
 from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached, has_static_arrays, split_args, with_static_arrays
 from ._chains import over_chains
@@ -206,19 +209,19 @@ class ModelFns:
         """Compiled `(keys[n], samples[n], params, dynamic) -> {site: value[n]}` for
         `return_sites`; `params` (param sites' values, the same for every draw) and `samples`
         are substituted. With `infer_discrete`, the enumerated sites are drawn from their
-        conditional given each draw in `samples` (`effppl.infer.infer_discrete`), not from the
-        prior."""
+        conditional given each draw (`effppl.infer.infer_discrete`), not from the prior."""
         if (return_sites, infer_discrete) not in self._predictors:
 
             def predict(rng_key, samples, params, dynamic):
                 args, kwargs = self.args(dynamic)
+                given = {**params, **samples}
                 model = self.model
                 if infer_discrete:
                     rng_key, discrete_key = jax.random.split(rng_key)
-                    model = _model.infer_discrete(model, samples, discrete_key)
+                    model = _model.infer_discrete(model, given, discrete_key)
                 sites = _model.get_trace(
                     model, args, kwargs,
-                    rng_key=jax.random.key_data(rng_key), substitutions={**params, **samples},
+                    rng_key=jax.random.key_data(rng_key), substitutions=given,
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
@@ -326,8 +329,14 @@ def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[Model
     naming it, once per model and argument. (`jax.jit` asks for `static_argnames`; here the
     model's own trace says which.)
 
-    **Raises:** the JAX error, unchanged, when no argument explains it (a value closed over).
+    **Raises:** `ModelArgumentError` naming an argument that cannot be data (`model_arguments`);
+    the JAX error, unchanged, when no argument explains it (a value closed over).
     """
+    with model_arguments(api, model, args, kwargs):
+        return _prepare(api, model, args, kwargs)
+
+
+def _prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[ModelFns, tuple]:
     static: set = set()
     while True:
         structure, dynamic = split_args(api, args, kwargs, frozenset(static))
@@ -352,7 +361,17 @@ def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[Model
                         f"`{name}` as static: it keys the compiled functions, and each new value "
                         f"of it compiles anew. To silence this, pass it as a tuple or compute "
                         f"the value it needs outside the model and pass that as an int.",
-                        StaticArgumentWarning, stacklevel=3)
+                        StaticArgumentWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of `warnings.warn`, called from the caller of this function, that
+    points at the first frame outside effppl (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _culprits(err: Exception, model: Callable, structure: ArgsStructure, dynamic: tuple) -> list:

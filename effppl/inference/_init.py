@@ -199,11 +199,19 @@ def init_to_uniform(site=None, radius: float = 2.0) -> InitStrategy:
 
     **Returns:** an `InitStrategy` for `NUTS(..., init_strategy=...)` / `HMC`.
 
+    **Raises:** `ValueError` unless `radius` is a positive number.
+
     **References:** Stan Reference Manual, "Initialization"; `numpyro.infer.init_to_uniform`.
     """
-    if not radius > 0:
-        raise ValueError(f"`effppl.infer.init_to_uniform(radius=...)` expected radius > 0, but got {radius}.")
-    return _InitToUniform(radius=float(radius))(site)
+    return _InitToUniform(radius=_radius("init_to_uniform", radius))(site)
+
+
+def _radius(api, radius):
+    if describe_non_array(radius) is not None or jnp.ndim(radius) != 0 \
+            or jnp.iscomplexobj(radius) or not radius > 0:
+        raise ValueError(f"`effppl.infer.{api}(radius=...)` expected a number > 0, but got "
+                         f"{radius!r}.")
+    return float(radius)
 
 
 def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
@@ -217,11 +225,12 @@ def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
     - `site`: as in NumPyro, a site message to return the initial value of.
     - `num_samples`: number of prior draws per site used to estimate the median.
 
-    **Returns:** an `InitStrategy`.
+    **Returns:** an `InitStrategy`. **Raises:** `ValueError` unless `num_samples` is an int >= 1.
     """
-    if int(num_samples) < 1:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
+            or num_samples < 1:
         raise ValueError(
-            f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples}."
+            f"`effppl.infer.init_to_median(num_samples=...)` expected a positive int, but got {num_samples!r}."
         )
     return _InitToMedian(num_samples=int(num_samples))(site)
 
@@ -247,9 +256,16 @@ def init_to_value(site=None, values: dict | None = None, radius: float = 2.0) ->
             f"`effppl.infer.init_to_value(values=...)` expected a dict site name -> constrained "
             f"value, but got {type(values).__name__} {values!r}.")
     values = dict(values or {})
+    for name, value in values.items():
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise InitializationError(
+                f"`effppl.infer.init_to_value(values=...)`: the value of site `{name}` must be an "
+                f"array of numbers (constrained), but is {problem}.")
     names = tuple(sorted(values))
     return _InitToValue(
-        names=names, values=tuple(jnp.asarray(values[n]) for n in names), radius=float(radius)
+        names=names, values=tuple(jnp.asarray(values[n]) for n in names),
+        radius=_radius("init_to_value", radius)
     )(site)
 
 
@@ -278,7 +294,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
 
     - `fns`: the model's `ModelFns` (compiled, cached functions).
     - `strategy`: an `InitStrategy`.
-    - `rng_key`: a typed PRNG key.
+    - `rng_key`: a typed PRNG key, or one per chain (shape `(num_chains,)`).
     - `num_chains`: number of chains.
     - `dynamic`: the array leaves of the model arguments.
     - `max_tries`: number of draws per chain before giving up.
@@ -289,7 +305,8 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     """
     propose = fns.init_proposer(strategy)
     sdyn = strategy.dynamic()
-    params = propose(jax.random.split(rng_key, num_chains), sdyn, dynamic)
+    chain_keys = rng_key if rng_key.ndim else jax.random.split(rng_key, num_chains)
+    params = propose(chain_keys, sdyn, dynamic)
     name = getattr(fns.model, "__qualname__", repr(fns.model))
     for attempt in range(1, max_tries + 1):
         try:
@@ -308,7 +325,10 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
             return params, pe, grad
         if attempt == max_tries:
             break
-        keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
+        if rng_key.ndim:  # a key per chain: each chain's redraws depend on its key alone
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, attempt))(chain_keys)
+        else:
+            keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
         params = _select_chains(ok, params, propose(keys, sdyn, dynamic))
     chain = int(np.flatnonzero(~ok)[0])
     problems = []

@@ -17,7 +17,6 @@ import tqdm.auto as tqdm
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
-from ._arguments import model_arguments
 from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
@@ -191,9 +190,8 @@ class MCMC:
     def _prepare(self, rng_key, args, kwargs, api):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = _as_key(rng_key, api)
-        with model_arguments(api, self.kernel.model, args, kwargs):
-            fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
-            info = fns.site_info(dynamic)
+        fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
+        info = fns.site_info(dynamic)
         if not info.latent:
             raise MCMCError(
                 f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "

@@ -138,6 +138,14 @@ def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tupl
     return out
 
 
+def check_call(api: str, model_args: Any, model_kwargs: Any, params: Any = None) -> None:
+    """A `TypeError` naming `model_args` when it is not a tuple, or `model_kwargs`/`params` when
+    not a dict (NumPyro's calling convention of `log_density`, `initialize_model`, ...)."""
+    from effppl.handlers._density import check_call as check
+
+    check(api, model_args, model_kwargs, params)
+
+
 def site_errors():
     """A context in which a `SiteError` raised by a run-time check inside compiled code (explicit
     `validate_args=True` on traced parameters) comes out as itself, not as XLA's

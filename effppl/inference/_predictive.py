@@ -10,7 +10,6 @@ import numpy as np
 from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ..primitives import SiteError
-from ._arguments import model_arguments
 from ._fns import model_fns, prepare
 from ._mcmc import _as_key
 from ._model import site_errors
@@ -48,15 +47,16 @@ def _check_batch_ndims(api, batch_ndims):
     return int(batch_ndims)
 
 
-def _draws(api, posterior_samples):
+def _draws(api, posterior_samples, arg="posterior_samples", what="draws"):
     """`posterior_samples` as a dict of arrays (lists converted), or a `PredictiveError` naming
-    the site whose draws are not an array of numbers."""
+    the site whose draws (the `what` in argument `arg`) are not an array of numbers."""
     out = {}
     for name, value in posterior_samples.items():
         problem = describe_non_array(value)
         if problem is not None:
-            raise PredictiveError(f"`{api}`: the draws of site `{name}` in `posterior_samples` "
-                                  f"must be an array of numbers, but are {problem}.")
+            raise PredictiveError(f"`{api}`: the {what} of `{name}` in `{arg}` must be an "
+                                  f"array of numbers, but {'is' if what == 'value' else 'are'} "
+                                  f"{problem}.")
         out[name] = value if hasattr(value, "shape") else np.asarray(value)
     return out
 
@@ -141,7 +141,10 @@ class Predictive:
         if params is not None and not isinstance(params, Mapping):
             raise PredictiveError(f"`{api}(..., params=...)` expected a dict param name -> "
                                   f"value, but got {type(params).__name__}.")
-        self.guide, self.params = guide, dict(params or {})
+        if guide is not None and not callable(guide):
+            raise PredictiveError(f"`{api}(..., guide=...)` expected a callable guide, but got "
+                                  f"{type(guide).__name__} {guide!r:.60}.")
+        self.guide, self.params = guide, _draws(api, params or {}, "params", "value")
         if posterior_samples is None and num_samples is None:
             raise PredictiveError(f"`{api}` expected `posterior_samples` or `num_samples`, but got neither.")
         if return_sites is not None and (isinstance(return_sites, str) or not all(
@@ -181,9 +184,8 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
-        with model_arguments(api, self.model, args, kwargs):
-            fns, dynamic = prepare(api, self.model, args, kwargs)
-            info = fns.site_info(dynamic)
+        fns, dynamic = prepare(api, self.model, args, kwargs)
+        info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
         unknown = [n for n in self.posterior_samples if n not in sample_sites | set(info.deterministic)]
@@ -214,7 +216,8 @@ class Predictive:
         try:
             with site_errors():
                 out = jax.block_until_ready(fns.predictor(
-                    tuple(sorted(sites)), self.infer_discrete)(keys, samples, self.params, dynamic))
+                    tuple(sorted(sites)), self.infer_discrete)(
+                    keys, samples, self.params, dynamic))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -259,9 +262,8 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
                               f"-> draws, but got {type(posterior_samples).__name__}.")
     batch_ndims = _check_batch_ndims(api, batch_ndims)
     posterior_samples = _draws(api, posterior_samples)
-    with model_arguments(api, model, args, kwargs):
-        fns, dynamic = prepare(api, model, args, kwargs)
-        info = fns.site_info(dynamic)
+    fns, dynamic = prepare(api, model, args, kwargs)
+    info = fns.site_info(dynamic)
     if info.enumerated:
         raise PredictiveError(
             f"`{api}`: model `{fns.name}` has sites marked for enumeration "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -21,6 +22,8 @@ import tqdm.auto as tqdm
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
+from ..effects._values import describe_non_array
+from ._arguments import model_arguments
 from ._cache import UnhashableArgumentError, cached, split_args
 from ._mcmc import _advance
 from ._optim import as_optimizer
@@ -100,6 +103,13 @@ class _Compiled:
         sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
         constraints = {n: s["kwargs"]["constraint"] for n, s in sites.items()}
         values = {n: init_params.get(n, s["value"]) for n, s in sites.items()}
+        wrong = [(n, jnp.shape(v), sites[n]["value"].shape) for n, v in init_params.items()
+                 if n in sites and jnp.shape(v) != sites[n]["value"].shape]
+        if wrong:
+            name, got, shape = wrong[0]
+            raise SVIError(f"`effppl.infer.SVI.init(..., init_params=...)`: param `{name}` has "
+                           f"shape {shape} (its `init_value`'s), but the value given has shape "
+                           f"{got}.")
         params = {n: biject_to(constraints[n]).inv(jnp.asarray(v, sites[n]["value"].dtype))
                   for n, v in values.items()}
         return params, constraints, rng_key
@@ -190,6 +200,21 @@ class _Compiled:
         return jnp.result_type(float)
 
 
+def _init_params(api, init_params):
+    """`init_params` as a dict of arrays, or an `SVIError` naming what is wrong."""
+    if init_params is None:
+        return {}
+    if not isinstance(init_params, Mapping):
+        raise SVIError(f"`{api}(..., init_params=...)` expected a dict param name -> constrained "
+                       f"value, but got {type(init_params).__name__}.")
+    for name, value in init_params.items():
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise SVIError(f"`{api}(..., init_params=...)`: the value of param `{name}` must be "
+                           f"an array of numbers, but is {problem}.")
+    return {name: jnp.asarray(value) for name, value in init_params.items()}
+
+
 class SVI:
     """Stochastic variational inference: fit the params of `guide` (and `model`) by minimising
     `loss` with the optimiser `optim`, as NumPyro's `SVI`.
@@ -216,6 +241,14 @@ class SVI:
     """
 
     def __init__(self, model, guide, optim, loss, **static_kwargs):
+        for arg, fn in (("model", model), ("guide", guide)):
+            if not callable(fn):
+                raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected a "
+                               f"callable {arg}, but got {type(fn).__name__} {fn!r:.60}.")
+        if isinstance(loss, type):
+            raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO "
+                           f"object, but got the class {loss.__name__}: call it "
+                           f"(`{loss.__name__}()`).")
         self.model, self.guide, self.loss = model, guide, loss
         self.optim = optim
         self._optimizer = as_optimizer(optim)
@@ -250,12 +283,13 @@ class SVI:
         """
         api = "effppl.infer.SVI.init"
         key = _raw_key(rng_key, api)
-        setup = getattr(self.guide, "_setup_prototype", None)
-        if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
-            setup(*args, **{**kwargs, **self.static_kwargs})
-        fns, dynamic = self._compiled(api, args, kwargs)
-        init_params = dict(init_params or {})
-        params, constraints, key = fns.init(key, dynamic, init_params)
+        init_params = _init_params(api, init_params)
+        with model_arguments(api, self.model, args, kwargs):
+            setup = getattr(self.guide, "_setup_prototype", None)
+            if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
+                setup(*args, **{**kwargs, **self.static_kwargs})
+            fns, dynamic = self._compiled(api, args, kwargs)
+            params, constraints, key = fns.init(key, dynamic, init_params)
         unknown = sorted(set(init_params) - set(params))
         if unknown:
             raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
@@ -326,6 +360,8 @@ class SVI:
         if init_state is None:
             state = self.init(rng_key, *args, init_params=init_params, **kwargs)
         else:
+            if self._constraints is None:  # a state from another SVI object: find constraints
+                self.init(rng_key, *args, init_params=init_params, **kwargs)
             self._check_state(init_state, api)
             state = init_state
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer.util import ModelInfo, ParamInfo
 
+from ..effects._values import describe_non_array
 from . import _model
 from ._fns import prepare
 from ._init import find_initial_params, init_to_uniform
@@ -14,20 +15,20 @@ __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 
 
 def _keys(rng_key, api):
-    """`(typed key, number of points, batched)` for one key or a batch of keys."""
-    if jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
-        shape = rng_key.shape
-        key = rng_key if shape == () else rng_key.reshape(-1)[0]
-    else:
+    """`(typed keys of shape (N,), batched)` for one key (N = 1) or a batch of N keys."""
+    if not jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
+        if describe_non_array(rng_key) is not None:
+            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
+                            f"got {describe_non_array(rng_key)}.")
         raw = jnp.asarray(rng_key)
-        if raw.dtype != jnp.uint32 or raw.shape[-1:] != (2,) or raw.ndim > 2:
-            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys (shape "
-                            f"(N, 2)), but got dtype {raw.dtype} and shape {raw.shape}.")
-        shape = raw.shape[:-1]
-        key = jax.random.wrap_key_data(raw if raw.ndim == 1 else raw[0])
-    if len(shape) > 1:
-        raise TypeError(f"`{api}(rng_key, ...)` expected one key or a 1-d batch of keys.")
-    return key, (shape[0] if shape else 1), bool(shape)
+        if raw.dtype != jnp.uint32 or raw.shape[-1:] != (2,):
+            raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
+                            f"got dtype {raw.dtype} and shape {raw.shape}.")
+        rng_key = jax.random.wrap_key_data(raw)
+    if rng_key.ndim > 1:
+        raise TypeError(f"`{api}(rng_key, ...)` expected one key or a 1-d batch of keys, but got "
+                        f"a batch of shape {rng_key.shape}.")
+    return (rng_key, True) if rng_key.ndim else (rng_key[None], False)
 
 
 def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_args=False,
@@ -38,7 +39,8 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
 
     **Arguments:**
 
-    - `rng_key`: a PRNG key, or a batch of `N` keys (shape `(N, 2)`) for `N` initial points.
+    - `rng_key`: a PRNG key, or a batch of `N` keys (shape `(N, 2)`, or typed keys `(N,)`)
+      for `N` initial points; point `i` is the one `rng_key[i]` alone gives.
     - `model`: the effppl model.
     - `init_strategy`: an effppl or NumPyro init strategy (`init_to_uniform`, ...).
     - `dynamic_args`: as in NumPyro, `potential_fn(*args, **kwargs)` and
@@ -54,7 +56,10 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     constrained latent values and the deterministic sites; `model_trace` is the model's trace
     (`effppl.handlers.trace`) at the (first) initial point.
 
-    **Raises:** `InitializationError` when no valid initial point is found.
+    **Raises:** `InitializationError` when no valid initial point is found; `TypeError` for a
+    `model` that is not callable, a bad key, an `init_strategy` that is not one, or
+    `model_args`/`model_kwargs` that are not a tuple/dict; `ModelArgumentError` naming a model
+    argument that cannot be data.
 
     **Example:**
     ```python
@@ -65,10 +70,18 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
     ```
     """
     api = "effppl.infer.util.initialize_model"
+    if not callable(model):
+        raise TypeError(f"`{api}(rng_key, model, ...)` expected a callable model, but got "
+                        f"{type(model).__name__} {model!r:.60}.")
+    _model.check_call(api, model_args, model_kwargs)
     model_kwargs = dict(model_kwargs or {})
-    key, num, batched = _keys(rng_key, api)
+    keys, batched = _keys(rng_key, api)
+    try:
+        init_strategy = as_strategy(init_strategy)
+    except TypeError as err:
+        raise TypeError(f"`{api}(..., init_strategy=...)` {err}") from None
     fns, dynamic = prepare(api, model, tuple(model_args), model_kwargs)
-    z, pe, grad = find_initial_params(fns, as_strategy(init_strategy), key, num, dynamic, api=api)
+    z, pe, grad = find_initial_params(fns, init_strategy, keys, len(keys), dynamic, api=api)
     if not batched:
         z, pe, grad = jax.tree.map(lambda x: x[0], (z, pe, grad))
     args, kwargs = fns.args(dynamic)
@@ -108,14 +121,21 @@ def compute_log_probs(model, model_args, model_kwargs, params, sum_log_prob=True
     density.
 
     **Returns:** `(log_probs, trace)`: dict site -> log density (a scalar, or elementwise with
-    `sum_log_prob=False`; zero where a `mask` is false; not multiplied by a `scale`), and the
-    model's trace. **Raises:** `SiteError` naming a latent site missing from `params`.
+    `sum_log_prob=False`; zero where a `mask` is false; multiplied by the site's `scale`), and
+    the model's trace. **Raises:** `SiteError` naming a latent site missing from `params`;
+    `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
     """
     from effppl import handlers
 
+    _model.check_call("effppl.infer.util.compute_log_probs", model_args, model_kwargs, params)
     tr = handlers.trace(handlers.substitute(model, data=params)).get_trace(
         *model_args, **(model_kwargs or {}))
-    log_probs = {name: (jnp.sum(site["log_prob"]) if sum_log_prob else site["log_prob"])
-                 for name, site in tr.items() if site["type"] == "sample"}
+    log_probs = {}
+    for name, site in tr.items():
+        if site["type"] == "sample":
+            lp = site["log_prob"]
+            if site.get("scale") is not None:
+                lp = lp * site["scale"]
+            log_probs[name] = jnp.sum(lp) if sum_log_prob else lp
     return log_probs, tr
 

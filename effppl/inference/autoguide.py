@@ -39,12 +39,9 @@ class AutoNormal(AutoGuide):
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
                  create_plates=None):
-        if not init_scale > 0:
-            raise AutoGuideError(f"effppl.infer.autoguide.AutoNormal(init_scale={init_scale!r}) "
-                                 f"expected a positive number.")
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
                          create_plates=create_plates)
-        self.init_scale = float(init_scale)
+        self.init_scale = self._positive("init_scale", init_scale)
 
     def _params(self, sites, init):
         locs, scales = {}, {}
@@ -171,7 +168,7 @@ class AutoDiagonalNormal(AutoContinuous):
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
-        self.init_scale = float(init_scale)
+        self.init_scale = self._positive("init_scale", init_scale)
 
     def _base(self, flat_init):
         loc = primitives.param(f"{self.prefix}_loc", flat_init)
@@ -194,7 +191,7 @@ class AutoMultivariateNormal(AutoContinuous):
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
-        self.init_scale = float(init_scale)
+        self.init_scale = self._positive("init_scale", init_scale)
 
     def _base(self, flat_init):
         loc = primitives.param(f"{self.prefix}_loc", flat_init)
@@ -218,7 +215,10 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
                  rank=None):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
-        self.init_scale, self.rank = float(init_scale), rank
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+            raise AutoGuideError(f"effppl.infer.autoguide.AutoLowRankMultivariateNormal(rank="
+                                 f"{rank!r}) expected an int >= 1, or None for about sqrt(D).")
+        self.init_scale, self.rank = self._positive("init_scale", init_scale), rank
 
     def _base(self, flat_init):
         d = flat_init.shape[0]

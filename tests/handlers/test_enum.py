@@ -67,6 +67,21 @@ def test_potential_energy_of_mixture_value_and_grad_match_hand_marginalised():
         np.testing.assert_allclose(ours[1][name], ref[1][name], rtol=1e-10, atol=1e-12)
 
 
+def test_scaled_plate_scales_every_factor_before_summing_out():
+    def scaled(y):
+        w = effppl.sample("w", dist.Dirichlet(jnp.ones(3)))
+        mu = effppl.sample("mu", dist.Normal(jnp.zeros(3), 5.0).to_event(1))
+        with effppl.plate("data", y.shape[0]), effppl.handlers.scale(scale=2.0):
+            z = effppl.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+            effppl.sample("y", dist.Normal(mu[z], 1.0), obs=y)
+
+    ours, _ = effppl.log_density(scaled, (Y,), {}, {"w": W, "mu": MU})
+    per_point = 2.0 * (jnp.log(W) + dist.Normal(MU, 1.0).log_prob(Y[:, None]))
+    ref = (dist.Dirichlet(jnp.ones(3)).log_prob(W) + jnp.sum(dist.Normal(0.0, 5.0).log_prob(MU))
+           + jnp.sum(logsumexp(per_point, axis=-1)))
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)
+
+
 def test_config_enumerate_marks_discrete_sites_only():
     def model():
         effppl.sample("a", dist.Bernoulli(0.3))

@@ -75,3 +75,23 @@ def test_log_likelihood_broadcasts_posterior_values():
     ll = log_likelihood(regression, {"beta": beta}, jnp.array(0.5))
     expected = stats.norm.logpdf(0.5, beta.sum(axis=(1, 2)), 1.0)
     np.testing.assert_allclose(ll["obs"], expected, rtol=1e-6)
+
+
+def forecast(y, future):
+    def step(level, t):
+        x = effppl.sample("x", dist.Normal(level, 0.1))
+        return x, x
+    return jax.lax.scan(step, 0.0, jnp.arange(y.shape[0] + future))[1]
+
+
+def test_a_series_shorter_than_its_loop_gives_the_first_rows_and_the_rest_is_drawn():
+    y = jnp.array([1.0, 2.0, 3.0])
+    model = handlers.seed(handlers.condition(forecast, data={"x": y}), 0)
+    tr = handlers.trace(model).get_trace(y, 2)
+    x = tr["x"]["value"]
+    assert x.shape == (5,) and tr["x"]["is_observed"]
+    np.testing.assert_allclose(x[:3], y)
+    assert np.all(np.abs(x[3:] - 3.0) < 1.0) and x[3] != x[4]  # a random walk on from y[-1]
+    np.testing.assert_allclose(model(y, 2), x)
+    with pytest.raises(effppl.effects.UnhandledEffectError, match="`x` is given 3 rows.*seed"):
+        handlers.trace(handlers.condition(forecast, data={"x": y})).get_trace(y, 2)

@@ -13,6 +13,7 @@ from numpyro.util import fori_collect
 from numpyro.infer.util import ModelInfo
 
 import effppl
+import effppl.handlers
 from effppl import distributions as dist
 from effppl.infer.util import compute_log_probs, initialize_model
 
@@ -56,9 +57,11 @@ def test_model_info_agrees_with_numpyro():
     assert info.model_trace["y"]["is_observed"]
     np.testing.assert_allclose(info.model_trace["mu"]["value"],
                                info.postprocess_fn(info.param_info.z)["mu"])
-    batch = initialize_model(jax.random.split(jax.random.PRNGKey(1), 3),
-                             scale_model(effppl.sample, effppl.plate), model_args=(y,))
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    batch = initialize_model(keys, scale_model(effppl.sample, effppl.plate), model_args=(y,))
     assert batch.param_info.z["mu"].shape == (3,) and batch.param_info.potential_energy.shape == (3,)
+    one = initialize_model(keys[1], scale_model(effppl.sample, effppl.plate), model_args=(y,))
+    np.testing.assert_allclose(batch.param_info.z["mu"][1], one.param_info.z["mu"])
     dyn = initialize_model(jax.random.PRNGKey(0), scale_model(effppl.sample, effppl.plate),
                            model_args=(y,), dynamic_args=True)
     np.testing.assert_allclose(dyn.potential_fn(y)(z), theirs.potential_fn(z), rtol=1e-10)
@@ -103,3 +106,6 @@ def test_compute_log_probs_agrees_with_numpyro():
     elementwise, _ = compute_log_probs(scale_model(effppl.sample, effppl.plate), (y,), {}, params,
                                        sum_log_prob=False)
     assert elementwise["y"].shape == (20,)
+    scaled, _ = compute_log_probs(effppl.handlers.scale(scale_model(effppl.sample, effppl.plate),
+                                                        scale=3.0), (y,), {}, params)
+    np.testing.assert_allclose(scaled["y"], 3.0 * theirs["y"], rtol=1e-10)

@@ -21,10 +21,11 @@ def grouped(group, y=None):
 
 def test_value_argument_becomes_static_with_a_warning_naming_it():
     group, y = np.array([0, 1, 1]), jnp.array([0.5, -1.0, 2.0])
-    with pytest.warns(StaticArgumentWarning, match="`group`"):
+    with pytest.warns(StaticArgumentWarning, match="`group`") as caught:
         mcmc = MCMC(NUTS(grouped), num_warmup=20, num_samples=20, progress_bar=False)
         mcmc.run(jax.random.PRNGKey(0), group, y)
     assert mcmc.get_samples()["a"].shape == (20, 2)
+    assert all(w.filename == __file__ for w in caught)  # points at the user's call
     a = jnp.array([[0.1, 0.3], [-0.2, 1.0]])
     ll = log_likelihood(grouped, {"a": a}, group, y)["y"]
     np.testing.assert_allclose(ll, stats.norm.logpdf(y, a[:, group], 1.0), rtol=1e-6)

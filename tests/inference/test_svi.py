@@ -69,7 +69,7 @@ def test_loss_is_the_analytic_elbo(loss):
 def test_mean_field_elbo_uses_the_analytic_kl():
     """With the likelihood term removed (no data), TraceMeanField's ELBO is -KL(q || p) exactly,
     for any number of particles; Trace_ELBO's is only a noisy estimate of it."""
-    def prior_only(y):  # the model without its likelihood (a plate of size 0 is an error)
+    def prior_only(y):
         effppl.sample("mu", dist.Normal(0.0, TAU))
 
     y = jnp.zeros((3,))

@@ -1,0 +1,108 @@
+"""Reparameterizers: NumPyro's `LocScaleReparam` and `TransformReparam`, written with effppl's
+`sample`, for `effppl.handlers.reparam`.
+
+A reparameterizer is called as `reparam(name, fn, obs) -> (new_fn, value)` (NumPyro's
+protocol): it draws auxiliary sites and returns `(None, value)`, the site's value as a
+deterministic function of them, or `(fn, obs)` to leave the site alone.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+
+from ..primitives import SiteError, sample
+
+
+class Reparam:
+    """Base class of reparameterizers (NumPyro's `Reparam`)."""
+
+    def __call__(self, name, fn, obs):
+        return fn, obs
+
+    @staticmethod
+    def _unwrap(fn):
+        """`(base, expand_shape, event_dim)`: `fn` without its `Independent`/`Expanded` layers,
+        which `_wrap` puts back around another distribution."""
+        shape, event_dim = fn.shape(), fn.event_dim
+        while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
+            fn = fn.base_dist
+        return fn, shape[:len(shape) - fn.event_dim], event_dim
+
+    @staticmethod
+    def _wrap(fn, expand_shape, event_dim):
+        fn = fn.expand(expand_shape)
+        return fn.to_event(event_dim - fn.event_dim) if fn.event_dim < event_dim else fn
+
+
+def _latent_only(kind, name, obs):
+    if obs is not None:
+        raise SiteError(f"effppl.infer.reparam.{kind}: site `{name}` is observed; only latent "
+                        f"sites can be reparametrized (as in NumPyro).")
+
+
+class LocScaleReparam(Reparam):
+    """Decenter a location-scale site (`Normal`, `StudentT`, `Cauchy`, ...): draw
+    `{name}_decentered ~ D(c * loc, scale**c)` and set `name = loc + scale**(1 - c) *
+    (decentered - c * loc)`. `centered=0` is the non-centred parametrization, `1` leaves the
+    site alone. `centered=None` (learnable, a `param` site) needs SVI's `param`.
+
+    **Arguments:** `centered`: float in [0, 1] or None; `shape_params`: names of other
+    parameters of the distribution passed through unchanged (e.g. `("df",)` for `StudentT`).
+
+    **References:** Gorinova, Moore and Hoffman (2020), "Automatic Reparameterisation of
+    Probabilistic Programs"; NumPyro's `LocScaleReparam`.
+    """
+
+    def __init__(self, centered=None, shape_params=()):
+        if centered is not None and not (isinstance(centered, (int, float, np.generic))
+                                         and 0 <= centered <= 1):
+            raise ValueError(f"effppl.infer.reparam.LocScaleReparam(centered={centered!r}) "
+                             f"expected a number in [0, 1], or None.")
+        self.centered, self.shape_params = centered, tuple(shape_params)
+
+    def __call__(self, name, fn, obs):
+        _latent_only("LocScaleReparam", name, obs)
+        centered = self.centered
+        if centered is not None and centered == 1:
+            return fn, obs
+        event_shape = fn.event_shape
+        fn, expand_shape, event_dim = self._unwrap(fn)
+        if centered is None:
+            from .. import primitives
+            param = getattr(primitives, "param", None)
+            if param is None:
+                raise NotImplementedError(
+                    f"LocScaleReparam(centered=None) learns how much to centre site `{name}` "
+                    f"with a `param` site, which this effppl has not got; give `centered=` a "
+                    f"number in [0, 1].")
+            centered = param(f"{name}_centered", jnp.full(event_shape, 0.5),
+                             constraint=dist.constraints.unit_interval)
+        params = {key: getattr(fn, key) for key in self.shape_params}
+        if isinstance(centered, (int, float, np.generic)) and centered == 0:
+            params["loc"], params["scale"] = jnp.zeros_like(fn.loc), jnp.ones_like(fn.scale)
+        else:
+            params["loc"], params["scale"] = fn.loc * centered, fn.scale ** centered
+        decentered = sample(f"{name}_decentered",
+                            self._wrap(type(fn)(**params), expand_shape, event_dim))
+        return None, fn.loc + jnp.power(fn.scale, 1 - centered) * (decentered - centered * fn.loc)
+
+
+class TransformReparam(Reparam):
+    """Draw a `TransformedDistribution` site's base value as `{name}_base` and set the site to
+    its transform (NumPyro's `TransformReparam`)."""
+
+    def __call__(self, name, fn, obs):
+        _latent_only("TransformReparam", name, obs)
+        fn, expand_shape, event_dim = self._unwrap(fn)
+        if not isinstance(fn, dist.TransformedDistribution):
+            raise SiteError(f"effppl.infer.reparam.TransformReparam: site `{name}` has a "
+                            f"{type(fn).__name__}, not a TransformedDistribution.")
+        base_event_dim = event_dim
+        for t in reversed(fn.transforms):
+            base_event_dim += t.domain.event_dim - t.codomain.event_dim
+        x = sample(f"{name}_base", self._wrap(fn.base_dist, expand_shape, base_event_dim))
+        for t in fn.transforms:
+            x = t(x)
+        return None, x

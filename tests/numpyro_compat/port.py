@@ -1,0 +1,216 @@
+"""Run NumPyro's own handler and inference-utility tests against effppl, imports swapped.
+
+    python -m tests.numpyro_compat.port --numpyro PATH [--commit 0b935d48] [-n 2] [-k EXPR]
+
+`PATH` is a clone of https://github.com/pyro-ppl/numpyro (a work tree, or a bare git directory).
+The script reads `test/test_handlers.py` and `test/infer/test_infer_util.py` at `--commit`,
+rewrites their imports to effppl's (below), writes them into a temporary folder (NumPyro's files
+are never copied into this repository), runs them with pytest, and prints the count of passing
+tests, leaving out the tests listed in `UNFAIR` (tests of NumPyro internals; see README.md).
+
+The rewrite: `import numpyro` becomes `import effppl as numpyro`; `numpyro.handlers`,
+`numpyro.infer[.sub]`, `numpyro.primitives` become effppl's; `numpyro.contrib.control_flow.scan`
+becomes plain `jax.lax.scan` (effppl's models use plain loops); `numpyro.distributions`,
+`numpyro.optim`, `numpyro.util` and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses
+them). A name effppl lacks is bound to a placeholder that raises `NotImplementedError` when used,
+so only the tests that need it fail, not the whole file at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FILES = ("test/test_handlers.py", "test/infer/test_infer_util.py")
+COMMIT = "0b935d48"
+
+# test id prefix (file::name) -> why it is not a fair test of effppl
+UNFAIR = {
+    "test_handlers.py::test_messenger_fn_invalid":
+        "checks NumPyro's `Messenger` base class rejecting a non-callable (effppl's handlers are "
+        "not Messengers; effppl raises its own TypeError, tested in tests/handlers)",
+    "test_handlers.py::test_collapse_beta_binomial":
+        "`numpyro.handlers.collapse` is funsor-based conjugate collapsing, a NumPyro contrib "
+        "feature outside the issue",
+    "test_handlers.py::test_collapse_beta_bernoulli": "as above (`collapse`)",
+    "test_handlers.py::test_collapse_beta_binomial_plate": "as above (`collapse`; xfail upstream)",
+    "test_handlers.py::test_subsample_fn":
+        "tests `numpyro.primitives._subsample_fn`, a private function (effppl's subsampled "
+        "plates call it, and give NumPyro's indices: tests/handlers/test_context_handlers.py)",
+    "test_handlers.py::test_subsample_substitute":
+        "asserts the private message field `kwargs['rng_key']` of a trace entry (the values it "
+        "checks before that pass)",
+    "test_handlers.py::test_sites_have_unique_names":
+        "expects NumPyro's exception type (`AssertionError`); effppl rejects the duplicate name "
+        "too, with a `SiteError` naming both places",
+    "test_infer_util.py::test_log_likelihood_flax_nn":
+        "needs flax and `numpyro.contrib.module.random_flax_module` (NumPyro's own module "
+        "wrapper; flax is not installed)",
+}
+
+_OURS = {"numpyro": "effppl", "numpyro.handlers": "effppl.handlers",
+         "numpyro.infer": "effppl.infer", "numpyro.primitives": "effppl.primitives"}
+
+SHIM = '''
+import importlib as _importlib
+import jax as _jax
+
+
+class _Missing:
+    """A name effppl lacks: using it raises, failing only the tests that need it."""
+
+    def __init__(self, where):
+        self._where = where
+
+    def __call__(self, *a, **k):  # called at import (a parametrize list): fail when used
+        return _Missing(f"{self._where}(...)")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotImplementedError(f"effppl has no `{self._where}`")
+
+    def __iter__(self):
+        raise NotImplementedError(f"effppl has no `{self._where}`")
+
+
+def _port_import(module, names):
+    try:
+        mod = _importlib.import_module(module)
+    except ImportError:
+        mod = None
+    out = {}
+    for name in names:
+        value = getattr(mod, name, None) if mod is not None else None
+        if value is None and mod is not None:
+            try:
+                value = _importlib.import_module(f"{module}.{name}")
+            except ImportError:
+                value = None
+        out[name] = value if value is not None else _Missing(f"{module}.{name}")
+    return out
+
+
+class _control_flow:  # numpyro.contrib.control_flow: effppl's models use plain loops
+    scan = staticmethod(_jax.lax.scan)
+    cond = staticmethod(_jax.lax.cond)
+'''
+
+
+def _target(module: str) -> str | None:
+    """effppl's module for a NumPyro module, or None to keep NumPyro's."""
+    if module == "numpyro.contrib.control_flow":
+        return "control_flow"
+    for theirs, ours in _OURS.items():
+        if module == theirs:
+            return ours
+        if module.startswith(theirs + ".") and theirs != "numpyro":
+            return ours + module[len(theirs):]
+    return None
+
+
+def rewrite(source: str) -> str:
+    """NumPyro's test source with its imports swapped for effppl's (see the module docstring)."""
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("numpyro"):
+            target = _target(node.module)
+            if node.module == "numpyro.contrib" and any(a.name == "control_flow"
+                                                        for a in node.names):
+                target = "contrib"
+            if target is None:
+                continue
+            pad = re.match(r"\s*", lines[node.lineno - 1]).group(0)
+            if target in ("control_flow", "contrib"):
+                new = [f"{pad}{a.asname or a.name} = _control_flow"
+                       if a.name == "control_flow" else
+                       f"{pad}{a.asname or a.name} = _control_flow.{a.name}" for a in node.names]
+            else:
+                names = [a.name for a in node.names]
+                new = [f"{pad}_got = _port_import({target!r}, {names!r})"]
+                new += [f"{pad}{a.asname or a.name} = _got[{a.name!r}]" for a in node.names]
+            edits.append((node.lineno, node.end_lineno, "\n".join(new) + "\n"))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "numpyro":
+                    pad = re.match(r"\s*", lines[node.lineno - 1]).group(0)
+                    edits.append((node.lineno, node.end_lineno,
+                                  f"{pad}import effppl as {a.asname or 'numpyro'}\n"))
+    for start, end, text in sorted(edits, reverse=True):
+        lines[start - 1:end] = [text]
+    body = "".join(lines)
+    # the shim goes after `from __future__` imports and the module docstring
+    return SHIM + "\n" + body
+
+
+def read(numpyro: Path, commit: str, path: str) -> str:
+    git_dir = numpyro / ".git" if (numpyro / ".git").exists() else numpyro
+    return subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+CONFTEST = '''
+import jax
+import numpyro.util
+
+
+def pytest_runtest_setup(item):
+    numpyro.util.set_rng_seed(0)  # as NumPyro's own conftest does
+'''
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--numpyro", required=True, type=Path, help="a clone of pyro-ppl/numpyro")
+    parser.add_argument("--commit", default=COMMIT)
+    parser.add_argument("-n", default="0", help="pytest-xdist workers")
+    parser.add_argument("-k", default=None, help="pytest -k expression")
+    parser.add_argument("--keep", type=Path, default=None, help="write the ported files here")
+    args = parser.parse_args(argv)
+    out = args.keep or Path(tempfile.mkdtemp(prefix="numpyro_port_"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conftest.py").write_text(CONFTEST)
+    for path in FILES:
+        (out / Path(path).name).write_text(rewrite(read(args.numpyro, args.commit, path)))
+    report = out / "report.xml"
+    deselect = [f"--deselect={t}" for t in UNFAIR]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+           "-o", "junit_family=xunit1", "--rootdir", str(out), *deselect,
+           *(["-n", args.n] if args.n != "0" else []), *(["-k", args.k] if args.k else []),
+           *[str(out / Path(p).name) for p in FILES]]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run(cmd, env=env, cwd=out)
+    counts = summarize(report)
+    print(f"\nNumPyro tests ported ({args.commit}): {counts['passed']} of {counts['total']} pass "
+          f"({counts['failed']} fail, {counts['skipped']} skipped; {len(UNFAIR)} left out as "
+          f"unfair); files in {out}")
+    return counts
+
+
+def summarize(report: Path) -> dict:
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failures": []}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            counts["skipped"] += 1
+            continue
+        counts["total"] += 1
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is None:
+            counts["passed"] += 1
+        else:
+            counts["failed"] += 1
+            counts["failures"].append((case.get("name"), (bad.get("message") or "")[:160]))
+    return counts
+
+
+if __name__ == "__main__":
+    main()
