@@ -209,8 +209,11 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     check_call("effppl.handlers.constrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
-    fn = _Unconstrain(model, params, "constrain_fn")
-    tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
+    tracer = trace(_Unconstrain(model, params, "constrain_fn"))
+    tracer.values_only = True
+    tracer.keep = lambda name, site: name in params or (return_deterministic
+                                                        and site.type == "deterministic")
+    tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 
@@ -223,6 +226,7 @@ def unconstrain_fn(model, model_args, model_kwargs, params):
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)
-    tracer.record_unconstrained = True
+    tracer.record_unconstrained = tracer.values_only = True
+    tracer.keep = lambda name, site: name in params
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: tr[name]["unconstrained"] for name in params}

@@ -30,9 +30,13 @@ from ._persistent import with_persistent_cache
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
 
-def _compiled(fn: Callable) -> Callable:
-    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves."""
-    return with_persistent_cache(jax.jit(fn))
+def _compiled(fn: Callable, runs_few_times: bool = False) -> Callable:
+    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves. With
+    `runs_few_times` (initial points: a call or a few per run), XLA's backend does not optimise the
+    program: it compiles in a fraction of the time and runs a little slower, which only pays
+    where it runs once or twice."""
+    options = {"xla_backend_optimization_level": 0} if runs_few_times else None
+    return with_persistent_cache(jax.jit(fn, compiler_options=options))
 
 
 class SiteInfo(NamedTuple):
@@ -80,7 +84,8 @@ class ModelFns:
         self._proposers: dict = {}
         self._predictors: dict = {}
         self._potentials: dict = {}  # argument types -> handler-free jaxpr of the potential
-        self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)))
+        self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)),
+                                            runs_few_times=True)
         self.observed_values = _compiled(self._observed_values)
         self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
 
@@ -202,7 +207,8 @@ class ModelFns:
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
-            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)))
+            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)),
+                                             runs_few_times=True)
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
