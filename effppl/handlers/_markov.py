@@ -18,7 +18,7 @@ The body runs once per step performing its sites for the handlers outside (their
 them, the enumerated sites at their first value), then as a pure function of `(t, j, i)` that
 computes every site's `log_prob` at those values. A first-order chain is required: the Markov
 carry must depend on the enumerated sites of the same step only, and no other carry on it.
-Enumerated sites in plates are independent chains, one message per plate element (`_chains`).
+Enumerated sites in plates are independent chains, one message per plate element (`_enum_chains`).
 
 (Over 400 lines: the model's interpreter, the dependence analysis that finds the Markov carry and
 checks the chain's order, and the rewrite with its backward pass share the body's structure;
@@ -36,7 +36,7 @@ from jax.scipy.special import logsumexp
 from ..effects import _compat
 from ..effects._primitives import perform_p
 from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
-from ._chains import chains_of, reducer
+from ._enum_chains import chains_of, reducer
 from ._handler import call_unhandled, model_name
 from ._trace import is_enumerated
 
@@ -268,9 +268,9 @@ def forward_scan(eqn, ins, names, discrete=None):
     Three passes: (1) the scan itself, performing the body's sites for the handlers outside
     (the Markov carry held at its initial value, the enumerated sites at their first value),
     recording every site's value; (2) every step's table `lp[t, j, i, *chains]`, vectorised over
-    `(t, j, i)` (one chain per element of the enumerated sites' plates, see `_chains`; the sites
-    that do not depend on the enumerated ones are summed apart); (3) the recursion over `t`, a
-    scan as light as a hand-written one."""
+    `(t, j, i)` (one chain per element of the enumerated sites' plates, see `_enum_chains`;
+    the sites that do not depend on the enumerated ones are summed apart); (3) the recursion
+    over `t`, a scan as light as a hand-written one."""
     params = eqn.params
     n_consts, n_carry = _compat.scan_counts(params)
     closed = params["jaxpr"]
