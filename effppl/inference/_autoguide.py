@@ -138,11 +138,14 @@ class AutoGuide:
         """`{name: (Site, unconstrained stacked shape, dtype)}` of the model's latent sites."""
         from effppl.handlers._basic import _analyzed
         from effppl.handlers._sites import unconstrained_type
+        from effppl.handlers._trace import is_enumerated
 
         out = {}
         for name, site in _analyzed(self.model, args, kwargs).items():
             if site.type != "sample" or site.is_observed:
                 continue
+            if is_enumerated(dict(site.key.static).get("infer", ())):
+                continue  # summed out of the model by `TraceEnum_ELBO`: nothing to guide
             if self._prototype_args is not None and name not in self._latent_names:
                 continue  # e.g. `y=None` for predictions: `y` was observed when SVI ran
             if not site.bounded:
