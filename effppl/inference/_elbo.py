@@ -266,8 +266,8 @@ def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
     """`log p` of `model` at `values` with its sites marked for enumeration summed out; without
     recording a trace when no enumerated site needs the sum-product over plates (scans carry
     their forward message and add its normaliser as a factor)."""
-    from effppl.handlers import enum, substitute
-    from effppl.handlers._density import _LogJoint, _marginal
+    from effppl.handlers import _contract, enum, substitute, trace
+    from effppl.handlers._density import _LogJoint
     from effppl.handlers._enum import enumerated_sites
     from effppl.handlers._handler import run_outermost
 
@@ -277,8 +277,10 @@ def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
     if all(enumerated.values()):  # none, or inside scans only
         _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
         return log_p
-    _, log_p, _ = _marginal(given, args, kwargs)
-    return log_p
+    tracer = trace(given)
+    _, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO
 
 
 def _check_enumeration(model, guide_tr, args, kwargs):

@@ -234,3 +234,23 @@ def test_enumerated_guide_site_and_unmarked_discrete_model_site_are_errors():
     exact = jnp.logaddexp(jnp.log(0.7) + dist.Normal(0.0, 1.0).log_prob(0.5),
                           jnp.log(0.3) + dist.Normal(1.0, 1.0).log_prob(0.5))
     np.testing.assert_allclose(value, -exact, rtol=1e-12)
+
+
+def test_subsampled_plate_scales_the_marginal_not_the_components():
+    """With `subsample_size`, the plate's scale N / n multiplies each data point's marginal
+    log-likelihood (log sum_z ...), as in NumPyro, not each component inside the sum."""
+    def subsampled(ppl):
+        def model(y):
+            w = ppl.sample("w", dist.Dirichlet(jnp.ones(2)))
+            locs = ppl.sample("locs", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
+            with ppl.plate("n", y.shape[0], subsample_size=3) as idx:
+                z = ppl.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+                ppl.sample("y", dist.Normal(locs[z], 1.0), obs=jnp.asarray(y)[idx])
+        return model
+
+    for seed in (0, 1):
+        ours = _value_and_grad(TraceEnum_ELBO(), MIX_PARAMS, subsampled(effppl),
+                               _mixture_guide(effppl), Y, seed=seed)
+        theirs = _value_and_grad(numpyro.infer.TraceEnum_ELBO(), MIX_PARAMS,
+                                 subsampled(numpyro), _mixture_guide(numpyro), Y, seed=seed)
+        _assert_same(ours, theirs)
