@@ -165,13 +165,14 @@ class AutoGuide:
                                  f"no latent sample site to guide.")
         return out
 
-    def _init_locs(self, args, kwargs, sites) -> dict:
+    def _init_locs(self, args, kwargs, sites, key=None) -> dict:
         """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
-        the model hidden by `block`, with a key from the enclosing `seed`; when SVI substitutes
-        the params this is dead code, which XLA removes."""
+        the model hidden by `block`, with `key` (raw) or a key from the enclosing `seed`; when
+        SVI substitutes the params this is dead code, which XLA removes."""
         from effppl import handlers
 
-        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init"))
+        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init") if key is None
+                                       else key)
 
         def propose():
             with initialising():
