@@ -254,3 +254,18 @@ def test_subsampled_plate_scales_the_marginal_not_the_components():
         theirs = _value_and_grad(numpyro.infer.TraceEnum_ELBO(), MIX_PARAMS,
                                  subsampled(numpyro), _mixture_guide(numpyro), Y, seed=seed)
         _assert_same(ours, theirs)
+
+
+def test_particles_average_the_single_particle_losses():
+    """`num_particles=n`: the mean of the single-particle losses at the split keys (vectorised or
+    sequential), as NumPyro's; over many particles it approaches the exact expectation."""
+    model, guide = _mixture(effppl), _mixture_guide(effppl)
+    keys = jax.random.split(jax.random.PRNGKey(4), 3)
+    singles = [TraceEnum_ELBO().loss(k, MIX_PARAMS, model, guide, Y) for k in keys]
+    for vectorize in (True, False):
+        value = TraceEnum_ELBO(num_particles=3, vectorize_particles=vectorize).loss(
+            jax.random.PRNGKey(4), MIX_PARAMS, model, guide, Y)
+        np.testing.assert_allclose(value, np.mean(singles), rtol=1e-10)
+    theirs = numpyro.infer.TraceEnum_ELBO(num_particles=3).loss(
+        jax.random.PRNGKey(4), MIX_PARAMS, _mixture(numpyro), _mixture_guide(numpyro), Y)
+    np.testing.assert_allclose(value, theirs, rtol=1e-10)
