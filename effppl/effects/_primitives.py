@@ -104,14 +104,16 @@ class Operation:
     **Example:** a float32 state read, performed with no handler around it:
 
     >>> import jax, jax.numpy as jnp
-    >>> from effppl.effects import Operation
+    >>> from effppl.effects import Operation, UnhandledEffectError
     >>> get = Operation("get", out=lambda: jax.ShapeDtypeStruct((), jnp.float32))
     >>> get
     Operation('get')
-    >>> get()  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    effppl.effects._errors.UnhandledEffectError: Operation `get` was performed outside of any handler for it. Install one with `effppl.effects.handle(..., clauses={get: ...})`.
+    >>> try:
+    ...     get()
+    ... except UnhandledEffectError as err:
+    ...     print(err)  # doctest: +NORMALIZE_WHITESPACE
+    Operation `get` was performed outside of any handler for it. Install one with
+    `effppl.effects.handle(..., clauses={get: ...})`.
     """
 
     def __init__(self, name: str, out: Callable[..., Any],

@@ -135,7 +135,8 @@ def test_the_jaxpr_before_is_printed_as_shown_up_to_trimmed_lines(ns):
 
 
 def test_the_jaxprs_after_are_printed_in_full(ns):
-    assert str(ns["after"]) == _text("{ lambda a:f32[]; b:f32[4]. let\n    c:f32[] d:f32[4] = scan[")
+    scan = "{ lambda a:f32[]; b:f32[4]. let\n    c:f32[] d:f32[4] = scan["
+    assert str(ns["after"]) == _text(scan)
     assert str(ns["after_catch"]) == _text("{ lambda ; a:i32[] b:i32[]. let")
 
 
