@@ -15,14 +15,15 @@ import effppl.effects
 MODULES = sorted(
     ["effppl.effects"]
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
-    + ["effppl.primitives", "effppl.handlers"])
+    + ["effppl.primitives", "effppl.handlers", "effppl.handlers._enum"])
 
 
 def test_the_modules_hold_examples():
     counts = {name: len([t for t in doctest.DocTestFinder().find(importlib.import_module(name))
                          if t.examples]) for name in MODULES}
     for name in ("effppl.effects._primitives", "effppl.effects._api", "effppl.effects._scope",
-                 "effppl.effects._reference", "effppl.primitives", "effppl.handlers"):
+                 "effppl.effects._reference", "effppl.primitives", "effppl.handlers",
+                 "effppl.handlers._enum"):
         assert counts[name] >= 1, name
 
 
