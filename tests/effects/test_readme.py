@@ -168,6 +168,13 @@ def test_every_name_in_the_rule_table_exists_in_the_code():
         assert (README.parent / name).is_file(), name
 
 
+def test_the_rule_table_covers_every_registered_rule():
+    import effppl.effects  # noqa: F401  (registers the rules)
+    table = README.read_text().split("## The rules and the paper")[1]
+    for prim, rule in _translate.RULES.items():
+        assert f"`{rule.__qualname__.split('.')[0]}`" in table, (prim, rule.__qualname__)
+
+
 if __name__ == "__main__":
     namespace = {}
     with _float32():
