@@ -7,6 +7,7 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,11 +99,22 @@ class ModelContext:
 
 
 def _uniform_like(rng_key, tree: dict, radius: float) -> dict:
-    keys = jax.random.split(rng_key, max(len(tree), 1))
+    """`{site: Uniform(-radius, radius) draws}` of the types in `tree` (integer types draw in the
+    default float type). One draw per dtype, cut into the sites (in name order): one random-bits
+    computation rather than one per site, which XLA compiled slowly for models with many sites."""
+    def float_dtype(x):
+        return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
+
+    names = sorted(tree)
+    dtypes = sorted({jnp.dtype(float_dtype(tree[n])).name for n in names})
+    keys = dict(zip(dtypes, jax.random.split(rng_key, max(len(dtypes), 1))))
     out = {}
-    for k, (name, x) in zip(keys, sorted(tree.items())):
-        dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
-        out[name] = jax.random.uniform(k, x.shape, dtype, -radius, radius)
+    for dtype in dtypes:
+        group = [n for n in names if jnp.dtype(float_dtype(tree[n])).name == dtype]
+        sizes = [math.prod(tree[n].shape) for n in group]
+        flat = jax.random.uniform(keys[dtype], (sum(sizes),), dtype, -radius, radius)
+        for n, start, size in zip(group, np.cumsum([0, *sizes[:-1]]), sizes):
+            out[n] = flat[int(start):int(start) + size].reshape(tree[n].shape)
     return out
 
 
