@@ -77,6 +77,11 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+    # record sites' values only (no `fn`, `log_prob`, `scale`): for `constrain_fn` and
+    # `unconstrain_fn`, which a sampler runs at every draw; the fields they do not read would still
+    # be computed into the packed buffers, which XLA cannot prune
+    values_only = False
+    keep = None  # `keep(name, site) -> bool`: record only these sites (None: all)
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -100,13 +105,15 @@ class trace(Handler):
         self._recorded = self._sites(*args, **kwargs)
         self._layout = _Layout()
         for name, site in self._recorded.items():
+            if self.keep is not None and not self.keep(name, site):
+                continue
             lead = site.count if site.in_loop else None
             fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
             msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
             if site.type == "param":
                 fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
                                         jax.tree_util.tree_leaves(msg_avals["constraint"])]
-            if site.type == "sample":
+            if site.type == "sample" and not self.values_only:
                 if site.one_family:
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
                                     for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
@@ -114,6 +121,7 @@ class trace(Handler):
                 fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
                 if msg_avals["scale"] is not None:
                     fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+            if site.type == "sample":
                 if self.record_unconstrained and not site.is_observed and not is_enumerated(
                         dict(site.key.static).get("infer", ())):
                     shape, dtype = unconstrained_type(site)
@@ -146,6 +154,7 @@ class trace(Handler):
                     updates.append((fields["log_prob"], lp))
                 if "scale" in fields:
                     updates.append((fields["scale"], scale))
+            if fn is not None:
                 if "unconstrained" in fields:
                     shape = fields["unconstrained"].shape
                     updates.append((fields["unconstrained"],
@@ -211,13 +220,15 @@ class trace(Handler):
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":
-                rec["fn"] = None
+                rec["fn"] = rec["log_prob"] = rec["scale"] = None
                 if "fn" in fields:
                     fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
                                                       [read(f) for f in fields["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
-                rec["log_prob"] = read(fields["log_prob"])
-                rec["scale"] = read(fields["scale"]) if "scale" in fields else None
+                if "log_prob" in fields:
+                    rec["log_prob"] = read(fields["log_prob"])
+                if "scale" in fields:
+                    rec["scale"] = read(fields["scale"])
             if site.type == "param":
                 msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
                 constraint = jax.tree_util.tree_unflatten(

@@ -199,7 +199,7 @@ class AutoGuide:
             return values, log_dets, None
 
         def run():
-            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide"))
+            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide", per_site=True))
             (_, _, log_dets), tr = tracer._run(*args, **kwargs)
             return ({n: tr[n]["value"] for n in unconstrained}, log_dets,
                     {n: tr[n]["fn"] for n in unconstrained})
