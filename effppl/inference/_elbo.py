@@ -1,4 +1,4 @@
-"""Evidence lower bounds, built from effppl's handlers (DESIGN §6): `seed` + `substitute` run the
+"""Evidence lower bounds, built from effppl's handlers: `seed` + `substitute` run the
 guide, `log_density` scores it, its latent values are substituted into the model, `log_density`
 scores the model. Gradients come from `jax.grad` of the eliminated program.
 
