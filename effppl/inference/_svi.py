@@ -125,14 +125,11 @@ class _Compiled:
         loss or new params are not finite leaves the state as it was (NumPyro)."""
         args, kwargs = self.args(dynamic)
         rng_key, sub = jax.random.split(state.rng_key)
-        params = self.optimizer.get_params(state.optim_state)
         objective = self._objective(sub, constraints, args, kwargs)
-        if self.forward_mode:
-            loss, grads = objective(params), jax.jacfwd(objective)(params)
-        else:
-            loss, grads = jax.value_and_grad(objective)(params)
-        optim_state = self.optimizer.update(grads, state.optim_state)
-        grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grads.items()}
+        loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
+                                                       self.forward_mode)
+        grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
+                   for n in constraints}
         if stable:
             ok = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
             optim_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old),
@@ -222,8 +219,8 @@ class SVI:
     **Arguments:**
     - `model`, `guide`: effppl models; the guide's latent sample sites name the model's, and both
       may have `effppl.param` sites. Autoguides: `effppl.infer.autoguide`.
-    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`) or a `numpyro.optim`
-      optimiser.
+    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`), or an optimiser with
+      NumPyro's interface: `effppl.optim.Adam(1e-2)` (NumPyro's names), NumPyro's own.
     - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
     - `**static_kwargs`: keyword arguments passed to the model and guide on every call (hashable;
       they key the compiled update).
