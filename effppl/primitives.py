@@ -238,11 +238,12 @@ def plate_stack(prefix: str, sizes, rightmost_dim: int = -1):
         yield
 
 
-def subsample(data, event_dim: int):
+def subsample(data, event_dim: int, *, what: str | None = None):
     """`data` indexed by the enclosing subsampled plates' indices along their dims (counted
     left of `event_dim` trailing event dims), as NumPyro's `subsample`; unchanged outside them.
 
     **Raises:** `SiteError` when `data` has neither the plate's size nor 1 along its dim."""
+    what = what or f"effppl.subsample(data, event_dim={event_dim})"
     if not isinstance(event_dim, int) or event_dim < 0:
         raise SiteError(f"effppl.subsample(data, event_dim={event_dim!r}) expected an int >= 0.")
     for p in _active_plates():
@@ -253,9 +254,8 @@ def subsample(data, event_dim: int):
         if data.ndim < -dim or data.shape[dim] == 1:
             continue
         if data.shape[dim] != p.size:
-            raise SiteError(f"effppl.subsample(data, event_dim={event_dim}): data has size "
-                            f"{data.shape[dim]} at dim {dim}, but plate `{p.name}` has size "
-                            f"{p.size}.")
+            raise SiteError(f"{what}: data has size {data.shape[dim]} at dim {dim}, but plate "
+                            f"`{p.name}` has size {p.size}.")
         data = jnp.take(data, p.indices, axis=dim)
     return data
 
@@ -637,9 +637,11 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     - `constraint`: a `numpyro.distributions.constraints` object: the support of the value. SVI
       optimises `biject_to(constraint).inv(value)` (unconstrained space), as NumPyro does.
     - `event_dim`: the number of rightmost dimensions that form one event (NumPyro's meaning;
-      recorded in traces).
+      recorded in traces). With it, inside a subsampled plate, the value is indexed by the
+      plate's indices along the plate's dim, as `subsample` does (traces and SVI keep the
+      whole value).
 
-    **Returns:** the value, an array of `init_value`'s shape.
+    **Returns:** the value, an array of `init_value`'s shape (subsampled as above).
 
     **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
     value's shape while tracing) or `constraint` is not a constraint.
@@ -660,4 +662,7 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     init_fn = init_value if callable(init_value) else None
     value = None if init_fn is not None else jnp.asarray(init_value)
     msg = {"value": value, "constraint": constraint}
-    return _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
+    value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
+    if event_dim is None:
+        return value
+    return subsample(value, event_dim, what=f"effppl.param({name!r}, ..., event_dim={event_dim})")

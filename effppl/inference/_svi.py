@@ -311,6 +311,12 @@ class SVI:
         self._check_state(svi_state, "effppl.infer.SVI.get_params")
         return _constrain(self._optimizer.get_params(svi_state.optim_state), self._constraints)
 
+    def constrain_fn(self, params: dict) -> dict:
+        """Unconstrained params (as the optimiser holds them) mapped to their constraints'
+        spaces, as NumPyro's `SVI.constrain_fn` (after `init`)."""
+        self._check_state(SVIState(None, None, None), "effppl.infer.SVI.constrain_fn")
+        return _constrain(params, self._constraints)
+
     def update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
         """One optimisation step: `(new_state, loss)` (the loss before the step)."""
         return self._step("effppl.infer.SVI.update", False, svi_state, args, kwargs,
