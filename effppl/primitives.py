@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import warnings
 from typing import Any
 
 import jax
@@ -580,12 +581,25 @@ def factor(name: str, log_factor):
 
 
 def prng_key():
-    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
-    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+    """A fresh typed PRNG key (`jax.random.key`'s kind, as NumPyro's) from the nearest enclosing
+    `seed` handler, split off its key as a site's is (NumPyro's `numpyro.prng_key()`).
 
-    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
-    and returns None)."""
-    return _perform(prng_key_op, name=None)
+    Called outside any model and `seed` (at top level), it warns and returns None, as NumPyro's.
+
+    **Raises:** `UnhandledEffectError` inside a model run by an entry point with no `seed` handler
+    around it (None cannot be a value of the compiled model)."""
+    try:
+        raw = _perform(prng_key_op, name=None)
+    except fx.UnhandledEffectError:
+        from .handlers._handler import _nesting  # the handlers build on this module
+
+        if _nesting():
+            raise
+        warnings.warn("`effppl.prng_key()` was called outside of `seed`: it returns None. Run "
+                      "the code under `effppl.handlers.seed(rng_seed=...)` to get a key.",
+                      UserWarning, stacklevel=2)
+        return None
+    return jax.random.wrap_key_data(raw)
 
 
 def mask_scopes():

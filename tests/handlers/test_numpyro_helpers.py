@@ -20,11 +20,18 @@ def test_prng_key_comes_from_the_seed_handler():
         return effppl.prng_key(), effppl.prng_key()
 
     a, b = handlers.seed(model, 0)()
-    assert a.shape == (2,) and a.dtype == jnp.uint32 and not np.array_equal(a, b)
+    assert a.shape == () and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)  # as NumPyro's
+    a, b = jax.random.key_data(a), jax.random.key_data(b)
+    assert not np.array_equal(a, b)
     a2, _ = handlers.seed(model, 0)()
-    np.testing.assert_array_equal(a, a2)
+    np.testing.assert_array_equal(a, jax.random.key_data(a2))
+    with numpyro.handlers.seed(rng_seed=0):
+        theirs = numpyro.prng_key()
+    np.testing.assert_array_equal(a, jax.random.key_data(theirs))  # NumPyro's key too
     with pytest.raises(Exception, match="prng_key"):
         handlers.trace(model).get_trace()
+    with pytest.warns(UserWarning, match="outside of `seed`"):  # at top level: None, as NumPyro
+        assert effppl.prng_key() is None
 
 
 def test_get_mask_sees_the_enclosing_masks():
