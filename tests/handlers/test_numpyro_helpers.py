@@ -7,6 +7,7 @@ import numpy as np
 import numpyro
 import numpyro.handlers
 import pytest
+from jax.scipy import stats
 from numpyro.infer.util import log_density as np_log_density
 
 import effppl
@@ -98,3 +99,30 @@ def test_predictive_takes_numpyros_arguments():
     redone = Predictive(model, samples, return_sites=["twice"], parallel=False)(key)
     np.testing.assert_allclose(redone["twice"], [0.0, 2.0])
     assert set(redone) == {"twice"}
+
+
+def test_predictive_runs_model_and_guide_masked_as_numpyro():
+    called = []
+
+    def model(y):
+        x = effppl.sample("x", dist.Normal(0.0, 1.0))
+        if effppl.get_mask() is not False:  # work only a log density needs
+            called.append("model")
+            effppl.factor("f", -x**2)
+        effppl.sample("y", dist.Normal(x, 1.0), obs=y)
+
+    def guide(y):
+        if effppl.get_mask() is not False:
+            called.append("guide")
+        effppl.sample("x", dist.Normal(effppl.param("loc", 0.5), 1.0))
+
+    out = Predictive(model, guide=guide, params={"loc": jnp.array(3.0)}, num_samples=400)(
+        jax.random.PRNGKey(0), None)
+    assert called == [] and out["y"].shape == (400,)
+    np.testing.assert_allclose(out["y"].mean(), 3.0, atol=0.25)  # x ~ N(3, 1), y ~ N(x, 1)
+    Predictive(model, num_samples=2)(jax.random.PRNGKey(0), None)
+    assert called == []
+    lp, _ = effppl.log_density(model, (jnp.array(0.0),), {}, {"x": 1.0})  # not masked elsewhere
+    assert "model" in called
+    np.testing.assert_allclose(lp, -1.0 + stats.norm.logpdf(1.0) + stats.norm.logpdf(0.0, 1.0),
+                               rtol=1e-6)
