@@ -24,7 +24,7 @@ from numpyro.distributions.transforms import biject_to
 from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ._arguments import model_arguments
-from ._cache import UnhashableArgumentError, cached, split_args
+from ._cache import cached, split_args
 from ._mcmc import _advance
 from ._optim import as_optimizer
 
@@ -197,6 +197,14 @@ class _Compiled:
         return jnp.result_type(float)
 
 
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _init_params(api, init_params):
     """`init_params` as a dict of arrays, or an `SVIError` naming what is wrong."""
     if init_params is None:
@@ -222,8 +230,8 @@ class SVI:
     - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`), or an optimiser with
       NumPyro's interface: `effppl.optim.Adam(1e-2)` (NumPyro's names), NumPyro's own.
     - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
-    - `**static_kwargs`: keyword arguments passed to the model and guide on every call (hashable;
-      they key the compiled update).
+    - `**static_kwargs`: keyword arguments passed to the model and guide on every call
+      (hashable ones key the compiled update; arrays are passed to it as arguments).
 
     **Raises:** `SVIError` for calls out of order (`update` before `init`), and from `run` for a
     non-finite loss; `OptimizerError` for an `optim` that is not an optimiser.
@@ -252,19 +260,16 @@ class SVI:
         if not callable(getattr(loss, "loss", None)):
             raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO (e.g. "
                            f"`effppl.infer.Trace_ELBO()`), but got {type(loss).__name__}.")
-        try:
-            self._static = tuple(sorted(static_kwargs.items()))
-            hash(self._static)
-        except TypeError:
-            raise UnhashableArgumentError(
-                "`effppl.infer.SVI(..., **static_kwargs)` expected hashable static keyword "
-                "arguments (they key the compiled update); pass arrays as arguments of "
-                "`init`/`update`/`run` instead.") from None
+        # hashable values key the compiled update; arrays (NumPyro's `SVI(..., X=X)`) are passed
+        # to it as arguments, like those of `init`/`update`/`run`
+        self._array_kwargs = {k: v for k, v in static_kwargs.items() if not _hashable(v)}
+        self._static = tuple(sorted((k, v) for k, v in static_kwargs.items()
+                                    if k not in self._array_kwargs))
         self.static_kwargs = dict(static_kwargs)
         self._constraints = None
 
     def _compiled(self, api, args, kwargs, forward_mode=False):
-        structure, dynamic = split_args(api, args, kwargs)
+        structure, dynamic = split_args(api, args, {**self._array_kwargs, **kwargs})
         key = ("svi", self.model, self.guide, self.loss, self._optimizer, structure, self._static,
                bool(forward_mode))
         fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,

@@ -94,3 +94,18 @@ def test_minimize_finds_the_map_in_one_step(opt):
     mean, _ = _posterior(y)  # Normal-Normal: the MAP is the posterior mean
     np.testing.assert_allclose(svi.get_params(state)["mu_auto_loc"], mean, rtol=1e-5)
     np.testing.assert_allclose(loss, svi.evaluate(state, y), rtol=1e-6)
+
+
+def test_svi_takes_array_keyword_arguments_at_construction_as_numpyro():
+    # NumPyro's `SVI(model, guide, optim, loss, y=y)`: the arrays are arguments of the compiled
+    # update, so new arrays of the same shapes compile nothing and give the same fit
+    y = _data()
+    given = SVI(model, guide, optim.Adam(0.05), Trace_ELBO(), y=y).run(
+        jax.random.PRNGKey(0), 50, progress_bar=False)
+    passed = SVI(model, guide, optim.Adam(0.05), Trace_ELBO()).run(
+        jax.random.PRNGKey(0), 50, y, progress_bar=False)
+    for name in ("loc", "scale"):
+        np.testing.assert_allclose(given.params[name], passed.params[name], rtol=1e-10)
+    other = SVI(model, guide, optim.Adam(0.05), Trace_ELBO(), y=y + 5.0).run(
+        jax.random.PRNGKey(0), 50, progress_bar=False)
+    assert float(other.params["loc"]) > float(given.params["loc"]) + 0.5  # the new data is used

@@ -39,9 +39,6 @@ EXAMPLES = {
                           "--active-dimensions 2"),
     "var2": "--num-samples 10 --num-warmup 10 --num-data 30",
     "funnel": "--num-samples 10 --num-warmup 10",
-    # SVI with `numpyro.optim` (effppl.optim) and autoguides
-    "zero_inflated_poisson": "--num-samples 10 --num-warmup 10 --num-data 50 --maxiter 100",
-    "thompson_sampling": "--num-random 2 --num-samples 2 --num-step 100",
     # these read NumPyro's data sets (`numpyro.examples.datasets`): pass `--data-dir`
     "stochastic_volatility": "--num-samples 10 --num-warmup 10",
     "ucbadmit": "--num-samples 10 --num-warmup 10",
