@@ -15,8 +15,6 @@ For each size (number of distinct sample sites) and framework, in a fresh Python
   persistent cache, `cache_hits`);
 - `second_process_s` (effppl only, `--cache`): the same run in a second process on new data of
   the same shapes, with effppl's persistent compilation cache (`EFFPPL_CACHE_DIR`) warm.
-  (The persistent cache is not on main yet — issue 15 — so there this times a second cold
-  process.)
 
 The model (`hierarchical_loop`): groups in a Python loop, each with a latent group mean (Normal),
 a latent positive scale (alternately LogNormal and HalfNormal) and an observed vector of 5

@@ -3,6 +3,10 @@ import os
 import jax
 import pytest
 
+# Tests compile into no shared folder: effppl's persistent compilation cache is off unless a test
+# turns it on (tests/inference/test_persistent_cache.py).
+os.environ.setdefault("EFFPPL_CACHE_DIR", "off")
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _x64():

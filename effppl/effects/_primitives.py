@@ -435,7 +435,9 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
     **Arguments:**
     - `body`: the computation; `handle(body, ...)(*args, **kwargs)` runs `body(*args, **kwargs)`.
       It may close over traced values.
-    - `params`: a pytree of arrays, the initial handler parameter.
+    - `params`: a pytree of arrays, the initial handler parameter; or a function
+      `params(body_jaxpr) -> pytree of arrays` of the body's traced (effectful) jaxpr, for a
+      handler whose parameters depend on what the body performs (read it, do not run it).
     - `clauses`: `{op: clause}` with `clause(params, *op_args, resume, **static)` returning the
       handler's output; `resume(new_params, value)` runs the rest of the handled computation
       (re-handled, with the new parameter) and returns its output.
@@ -466,7 +468,8 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
         raise TypeError(f"effppl.effects.handle(..., ret=...) expected a callable return clause "
                         f"`ret(params, result)`, or None, but got {type(ret).__name__} "
                         f"{ret!r:.60}.")
-    check_arrays(params, "effppl.effects.handle(..., params=...)")
+    if not callable(params):
+        check_arrays(params, "effppl.effects.handle(..., params=...)")
     clauses = dict(clauses or {})
     for op, clause in clauses.items():
         if not isinstance(op, Operation) or not callable(clause):
@@ -492,8 +495,6 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
 
 def _bind_handle(body, name, params, clauses, ret, args, kwargs):
-    p_leaves, p_tree = jax.tree_util.tree_flatten(params)
-    p_avals = [abstractify(x) for x in p_leaves]
     arg_leaves, rebuild = _compat.split_args(args, kwargs)
     arg_avals = [abstractify(x) for x in arg_leaves]
 
@@ -502,6 +503,11 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         return body(*a, **kw)
 
     body_jaxpr, body_consts, body_tree = _compat.trace_to_jaxpr(body_flat, arg_avals, name)
+    if callable(params):  # parameters that depend on what the body performs
+        params = params(body_jaxpr.jaxpr)
+        check_arrays(params, "effppl.effects.handle(..., params=f): f(body_jaxpr)")
+    p_leaves, p_tree = jax.tree_util.tree_flatten(params)
+    p_avals = [abstractify(x) for x in p_leaves]
     body_avals = list(body_jaxpr.out_avals)
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)
     r_struct = jax.tree_util.tree_unflatten(body_tree, body_avals)

@@ -139,6 +139,16 @@ def check_values(api, values):
                             f"array of numbers (real, integer or bool), but is {problem}.")
 
 
+def occurrence_counters(names, sites, conditional=False):
+    """`{name: int32(0)}`, an occurrence counter for each site in `names` that sits in a loop (or,
+    with `conditional`, in a `cond` branch: whether it ran). A site outside loops reads its value
+    whole and needs none; a counter per site would lengthen the handler's parameters by one leaf
+    per site, which every clause passes along (tracing quadratic in the number of sites)."""
+    def needs(site):
+        return site is not None and (site.in_loop or (conditional and site.conditional))
+    return {name: jnp.int32(0) for name in names if needs(sites.get(name))}
+
+
 def _analyzed(fn, args, kwargs):
     return analyze(trace_model(fn, *args, **kwargs))
 
@@ -173,10 +183,10 @@ class _SetValue(Handler):
 
     def params(self, *args, **kwargs):
         check_values(self.entry_point or type(self).__name__, self.data)
-        self._sites = _analyzed(self.fn, args, kwargs)
-        return self.scope_params()
+        self._sites = self.analysis()
+        return occurrence_counters(self.data, self._sites)
 
-    def scope_params(self):
+    def scope_params(self):  # a `with` block: which sites sit in loops is known only later
         return {name: jnp.int32(0) for name in self.data}
 
     def scope_consts(self):
@@ -195,7 +205,8 @@ class _SetValue(Handler):
         def given(counts, name, shape):
             """The value in `data` for this occurrence of site `name`, and the new counters."""
             value, advance = site_row(self.entry_point or type(self).__name__, name,
-                                      self.data[name], shape, counts[name], self._site(name))
+                                      self.data[name], shape, counts.get(name, 0),
+                                      self._site(name))
             if advance:
                 counts = dict(counts, **{name: counts[name] + 1})
             return value, counts

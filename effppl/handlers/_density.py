@@ -10,7 +10,7 @@ from numpyro.distributions.transforms import biject_to
 
 from ..primitives import param_op, sample_op
 from . import _contract
-from ._basic import _analyzed, check_values, site_row, substitute
+from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_sites
 from ._handler import Handler, forward, forward_param, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
@@ -59,10 +59,12 @@ class _Unconstrain(Handler):
 
     def params(self, *args, **kwargs):
         check_values(f"{self.entry_point} (unconstrained values)", self.values)
-        self._sites = _analyzed(self.fn, args, kwargs)
-        counts = {name: jnp.int32(0) for name in self.values}
+        self._sites = self.analysis()
+        counts = occurrence_counters(self.values, self._sites, conditional=True)
         zero = jnp.zeros((), jnp.result_type(float))
-        return counts, zero, {name: zero for name in self.values}
+        # the per-site sums in one vector (a leaf per site would make tracing quadratic)
+        self._index = {name: i for i, name in enumerate(self.values)}
+        return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
 
     def clauses(self):
         def sample(state, msg, *, resume, name, **static):
@@ -75,18 +77,19 @@ class _Unconstrain(Handler):
             one_type = site is None or len(site.keys) <= 1  # the branch's own shape
             row_shape = u_shape if one_type else unconstrained_type(site)[0]
             row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
-                              self.values[name], row_shape, counts[name], site)
-            counts = dict(counts, **{name: counts[name] + 1})
+                              self.values[name], row_shape, counts.get(name, 0), site)
+            if name in counts:
+                counts = dict(counts, **{name: counts[name] + 1})
             u, unread = split_row(row, u_shape)
             value = t(u)
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
             if unread is not None:
                 log_det = log_det + jnp.sum(_std_normal(unread))
-            own = per_site[name] + log_det.astype(log_det_total.dtype)
+            i = self._index[name]
+            per_site = per_site.at[i].set(per_site[i] + log_det.astype(log_det_total.dtype))
             if msg["scale"] is not None:
                 log_det = jnp.sum(log_det * msg["scale"])
-            state = (counts, log_det_total + log_det.astype(log_det_total.dtype),
-                     dict(per_site, **{name: own}))
+            state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
             return resume(state, forward(dict(msg, value=value), name=name, **static))
 
         def param(state, msg, *, resume, name, **static):
@@ -97,6 +100,7 @@ class _Unconstrain(Handler):
 
     def ret(self, state, result):
         counts, log_det_total, per_site = state
+        per_site = {name: per_site[i] for name, i in self._index.items()}
         for name, count in counts.items():
             site = self._sites.get(name)
             if site is None or site.type != "sample" or not site.conditional or not site.bounded \
@@ -211,8 +215,11 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
     check_call("effppl.handlers.constrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)  # the enumerated sites take their support; deterministic sites broadcast
-    fn = _Unconstrain(model, params, "constrain_fn")
-    tr = trace(fn).get_trace(*model_args, **(model_kwargs or {}))
+    tracer = trace(_Unconstrain(model, params, "constrain_fn"))
+    tracer.values_only = True
+    tracer.keep = lambda name, site: name in params or (return_deterministic
+                                                        and site.type == "deterministic")
+    tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: site["value"] for name, site in tr.items()
             if name in params or (return_deterministic and site["type"] == "deterministic")}
 
@@ -226,7 +233,8 @@ def unconstrain_fn(model, model_args, model_kwargs, params):
     given = substitute(model, data=params)
     given.entry_point = "unconstrain_fn"
     tracer = trace(given)
-    tracer.record_unconstrained = True
+    tracer.record_unconstrained = tracer.values_only = True
+    tracer.keep = lambda name, site: name in params
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: biject_to(tr[name]["kwargs"]["constraint"]).inv(tr[name]["value"])
             if tr[name]["type"] == "param" else tr[name]["unconstrained"] for name in params}

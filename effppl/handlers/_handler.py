@@ -22,6 +22,7 @@ from .. import effects as fx
 from ..effects import _compat
 from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
                           sample_op)
+from ._sites import analyze
 
 _depth = threading.local()
 
@@ -235,7 +236,7 @@ class Handler:
             def body(*a, **kw):
                 with _inside():
                     return fn(*a, **kw)
-            return fx.handle(body, params=h.params(*args, **kwargs), clauses=h.clauses(),
+            return fx.handle(body, params=h._params_of(args, kwargs), clauses=h.clauses(),
                              ret=lambda p, r: (r[0], (*r[1], p)))(*args, **kwargs)
         return run, h
 
@@ -262,8 +263,21 @@ class Handler:
         def body(*a, **kw):
             with _inside():
                 return self.fn(*a, **kw)
-        return fx.handle(body, params=self.params(*args, **kwargs), clauses=self.clauses(),
+        return fx.handle(body, params=self._params_of(args, kwargs), clauses=self.clauses(),
                          ret=self.ret)(*args, **kwargs)
+
+    def _params_of(self, args, kwargs):
+        """`effects.handle`'s `params`: a function of the body's traced jaxpr, which it keeps
+        for `analysis()` (no second trace of the model), giving `self.params(*args, **kwargs)`."""
+        def params(body_jaxpr):
+            self._body_jaxpr = body_jaxpr
+            return self.params(*args, **kwargs)
+        return params
+
+    def analysis(self) -> dict:
+        """The site analysis (`_sites.analyze`) of the model this handler wraps, read from the
+        jaxpr its handler traced (inside `params`): the model is not traced again for it."""
+        return analyze(self._body_jaxpr)
 
     def __call__(self, *args, **kwargs):
         return run_outermost(self.handled, *args, **kwargs)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, _nesting, forward, forward_param, run_outermost, trace_model
-from ._sites import analyze, bijector, pad_row, unconstrained_type
+from ._handler import Handler, _nesting, forward, forward_param, run_outermost
+from ._sites import bijector, pad_row, unconstrained_type
 
 
 def is_enumerated(infer) -> bool:
@@ -15,15 +19,39 @@ def is_enumerated(infer) -> bool:
     return dict(infer).get("enumerate") is not None
 
 
-def _log_prob_type(site, fn_avals):
-    """The type of `fn.log_prob(value)` at one occurrence of the site."""
+def _log_prob_type(value_aval, fn_avals):
+    """The type of `fn.log_prob(value)` at one occurrence of a site."""
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
+    return _log_prob_type_cached(value_aval, tuple(leaves), tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_prob_type_cached(value_aval, fn_leaves, fn_tree):
+    """Cached per distribution type and value type (one `eval_shape` per kind of site, not per
+    site and per trace)."""
+    leaves, tree = fn_leaves, fn_tree
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
 
     def log_prob(ls, value):
         return jax.tree_util.tree_unflatten(tree, ls).log_prob(value)
 
-    return jax.eval_shape(log_prob, structs, jax.ShapeDtypeStruct(site.aval.shape, site.aval.dtype))
+    return jax.eval_shape(log_prob, structs,
+                          jax.ShapeDtypeStruct(value_aval.shape, value_aval.dtype))
+
+
+def recorded(sites: dict) -> dict:
+    """The sites of an analysis (`_sites.analyze`) that `trace` records: all but the observed
+    sites inside a `while_loop`. **Raises:** `SiteError` for a latent site inside one."""
+    out = {}
+    for name, site in sites.items():
+        if not site.bounded:
+            if site.type == "sample" and not site.is_observed:
+                raise SiteError(f"The latent site `{name}` sits inside a `while_loop`: it has "
+                                f"no static number of occurrences, so it cannot be traced or "
+                                f"sampled by HMC. Use `lax.scan` with a fixed length.")
+            continue
+        out[name] = site
+    return out
 
 
 class trace(Handler):
@@ -49,6 +77,11 @@ class trace(Handler):
     """
 
     record_unconstrained = False
+    # record sites' values only (no `fn`, `log_prob`, `scale`): for `constrain_fn` and
+    # `unconstrain_fn`, which a sampler runs at every draw; the fields they do not read would still
+    # be computed into the packed buffers, which XLA cannot prune
+    values_only = False
+    keep = None  # `keep(name, site) -> bool`: record only these sites (None: all)
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -66,89 +99,74 @@ class trace(Handler):
         self.trace.update(handled._assemble(params))
 
     def _sites(self, *args, **kwargs):
-        sites = analyze(trace_model(self.fn, *args, **kwargs))
-        out = {}
-        for name, site in sites.items():
-            if not site.bounded:
-                if site.type == "sample" and not site.is_observed:
-                    raise SiteError(f"The latent site `{name}` sits inside a `while_loop`: it has "
-                                    f"no static number of occurrences, so it cannot be traced or "
-                                    f"sampled by HMC. Use `lax.scan` with a fixed length.")
-                continue
-            out[name] = site
-        return out
+        return recorded(self.analysis())
 
     def params(self, *args, **kwargs):
         self._recorded = self._sites(*args, **kwargs)
-        bufs = {}
+        self._layout = _Layout()
         for name, site in self._recorded.items():
-            lead = (site.count,) if site.in_loop else ()
-            entry = {"value": jnp.zeros(lead + site.aval.shape, site.aval.dtype)}
-            if site.in_loop:
-                entry["count"] = jnp.int32(0)
+            if self.keep is not None and not self.keep(name, site):
+                continue
+            lead = site.count if site.in_loop else None
+            fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
             msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
             if site.type == "param":
-                entry["constraint"] = [jnp.zeros(a.shape, a.dtype) for a in
-                                       jax.tree_util.tree_leaves(msg_avals["constraint"])]
-            if site.type == "sample":
+                fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
+                                        jax.tree_util.tree_leaves(msg_avals["constraint"])]
+            if site.type == "sample" and not self.values_only:
                 if site.one_family:
-                    entry["fn"] = [jnp.zeros(lead + a.shape, a.dtype)
-                                   for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
-                lp = _log_prob_type(site, msg_avals["fn"])
-                entry["log_prob"] = jnp.zeros(lead + lp.shape, lp.dtype)
+                    fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
+                                    for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
+                lp = _log_prob_type(site.aval, msg_avals["fn"])
+                fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
                 if msg_avals["scale"] is not None:
-                    entry["scale"] = jnp.zeros(lead + lp.shape, lp.dtype)
+                    fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+            if site.type == "sample":
                 if self.record_unconstrained and not site.is_observed and not is_enumerated(
                         dict(site.key.static).get("infer", ())):
                     shape, dtype = unconstrained_type(site)
-                    entry["unconstrained"] = jnp.zeros(lead + shape, dtype)
-            bufs[name] = entry
-        return bufs
+                    fields["unconstrained"] = self._layout.add(shape, dtype, lead)
+            if site.in_loop:
+                fields["count"] = self._layout.add((), jnp.int32, None)
+            self._layout.fields[name] = fields
+        return self._layout.buffers()
 
     def clauses(self):
         def record(bufs, name, value, fn=None, mask=None, scale=None, constraint=None):
-            if name not in bufs:
+            if name not in self._layout.fields:
                 return bufs
-            entry = dict(bufs[name])
-            site = self._recorded[name]
-            if site.in_loop and entry["value"].shape[0] == 0:
+            fields, site = self._layout.fields[name], self._recorded[name]
+            if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
-            updates = {"value": value}
-            if constraint is not None and "constraint" in entry:
-                updates["constraint"] = jax.tree_util.tree_leaves(constraint)
-            if fn is not None and "log_prob" in entry:
+            updates = [(fields["value"], value)]
+            if constraint is not None and "constraint" in fields:
+                updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
+            if fn is not None and "log_prob" in fields:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
-                if "fn" in entry:
-                    same = [jnp.shape(x) for x in leaves] == \
-                        [b.shape[1 if site.in_loop else 0:] for b in entry["fn"]]
+                if "fn" in fields:
+                    same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
                     if same and tree == self._fn_tree(site):
-                        updates["fn"] = leaves
+                        updates += list(zip(fields["fn"], leaves))
                 lp = fn.log_prob(value)
                 if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
                     lp = jnp.where(mask, lp, 0.0)
-                if jnp.shape(lp) == entry["log_prob"].shape[1 if site.in_loop else 0:]:
-                    updates["log_prob"] = lp
-                if "scale" in entry:
-                    updates["scale"] = jnp.broadcast_to(scale, entry["scale"].shape[
-                        1 if site.in_loop else 0:])
-                if "unconstrained" in entry:
-                    shape = entry["unconstrained"].shape[1 if site.in_loop else 0:]
-                    updates["unconstrained"] = pad_row(bijector(name, fn).inv(value), shape)
-            row = site.row(entry["count"]) if site.in_loop else None
-            for k, new in updates.items():
-                if site.in_loop:
-                    if isinstance(new, list):
-                        entry[k] = [b.at[row].set(jnp.asarray(x, b.dtype))
-                                    for b, x in zip(entry[k], new)]
-                    else:
-                        entry[k] = entry[k].at[row].set(jnp.asarray(new, entry[k].dtype))
-                elif isinstance(new, list):
-                    entry[k] = [jnp.asarray(x, b.dtype) for b, x in zip(entry[k], new)]
-                else:
-                    entry[k] = jnp.asarray(new, entry[k].dtype)
+                if jnp.shape(lp) == fields["log_prob"].shape:
+                    updates.append((fields["log_prob"], lp))
+                if "scale" in fields:
+                    updates.append((fields["scale"], scale))
+            if fn is not None:
+                if "unconstrained" in fields:
+                    shape = fields["unconstrained"].shape
+                    updates.append((fields["unconstrained"],
+                                    pad_row(bijector(name, fn).inv(value), shape)))
+            row = None
             if site.in_loop:
-                entry["count"] = entry["count"] + 1
-            return dict(bufs, **{name: entry})
+                count = self._layout.read(bufs, fields["count"])
+                row = site.row(count)
+                bufs = self._layout.write(bufs, fields["count"], count + 1)
+            for field, new in updates:
+                bufs = self._layout.write(bufs, field, new, row)
+            return bufs
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
@@ -188,36 +206,40 @@ class trace(Handler):
 
     def _assemble(self, bufs):
         out = {}
-        rank = {name: i for i, name in enumerate(self._recorded)}
-        # in program order (the buffers, a dict pytree, come back sorted by name)
-        for name, entry in sorted(bufs.items(), key=lambda kv: rank[kv[0]]):
+        for name, fields in self._layout.fields.items():
             site = self._recorded[name]
-            stack = (lambda x: x.reshape(site.loops + x.shape[1:])) if site.in_loop \
-                else (lambda x: x)
+
+            def read(field, site=site):
+                x = self._layout.read(bufs, field, all_rows=True)
+                return x.reshape(site.loops + x.shape[1:]) if site.in_loop else x
+
             msg_static = dict(site.key.static)
             # `cond` branches that put the site in different plates: no plates are recorded
             stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
-            rec = {"type": site.type, "name": name, "value": stack(entry["value"]),
+            rec = {"type": site.type, "name": name, "value": read(fields["value"]),
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":
-                rec["fn"] = None
-                if "fn" in entry:
+                rec["fn"] = rec["log_prob"] = rec["scale"] = None
+                if "fn" in fields:
                     fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
-                                                      [stack(x) for x in entry["fn"]])
+                                                      [read(f) for f in fields["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
-                rec["log_prob"] = stack(entry["log_prob"])
-                rec["scale"] = stack(entry["scale"]) if "scale" in entry else None
+                if "log_prob" in fields:
+                    rec["log_prob"] = read(fields["log_prob"])
+                if "scale" in fields:
+                    rec["scale"] = read(fields["scale"])
             if site.type == "param":
                 msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
                 constraint = jax.tree_util.tree_unflatten(
-                    jax.tree_util.tree_structure(msg["constraint"]), entry["constraint"])
+                    jax.tree_util.tree_structure(msg["constraint"]),
+                    [self._layout.read(bufs, f) for f in fields["constraint"]])
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
-            if "unconstrained" in entry:
-                rec["unconstrained"] = stack(entry["unconstrained"])
+            if "unconstrained" in fields:
+                rec["unconstrained"] = read(fields["unconstrained"])
             # a plate's entry goes before its sites; a subsampled plate is a site itself, and a
             # `block` inside may have hidden the plate
-            skip = set(out) | set(bufs) | set(msg_static.get("hidden_plates", ()))
+            skip = set(out) | set(self._layout.fields) | set(msg_static.get("hidden_plates", ()))
             for frame in reversed(rec["cond_indep_stack"]):
                 if frame.name not in skip:
                     out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
@@ -228,6 +250,54 @@ class trace(Handler):
                        "cond_indep_stack": rec["cond_indep_stack"]}
             out[name] = rec
         return out
+
+
+class _Field(NamedTuple):
+    """Where one recorded quantity lives in the packed buffers: `rows` occurrences (`None`: a
+    site outside loops, one value) of `shape`, from `offset` of the buffer of `dtype`."""
+
+    dtype: str
+    offset: int
+    shape: tuple
+    rows: int | None
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+
+class _Layout:
+    """`trace`'s record packed into one flat buffer per dtype, so the handler's parameters have a
+    few leaves whatever the number of sites: each clause passes every parameter along, and one
+    leaf per site made tracing quadratic in the number of sites. A write is one
+    `dynamic_update_slice`; `_assemble` slices the sites out at the end."""
+
+    def __init__(self):
+        self.fields: dict = {}  # site name -> {"value": _Field, "fn": [_Field], ...}
+        self.sizes: dict = {}   # dtype -> length so far
+
+    def add(self, shape, dtype, rows):
+        dtype = jnp.dtype(dtype).name
+        field = _Field(dtype, self.sizes.get(dtype, 0), tuple(shape), rows)
+        self.sizes[dtype] = field.offset + field.size * (1 if rows is None else rows)
+        return field
+
+    def buffers(self):
+        return {dtype: jnp.zeros((n,), dtype) for dtype, n in self.sizes.items()}
+
+    def read(self, bufs, field, all_rows=False):
+        rows = field.rows if all_rows and field.rows is not None else None
+        n = field.size * (1 if rows is None else rows)
+        x = bufs[field.dtype][field.offset:field.offset + n]
+        return x.reshape(field.shape if rows is None else (rows, *field.shape))
+
+    def write(self, bufs, field, value, row=None):
+        if field.size == 0:
+            return bufs
+        flat = jnp.ravel(jnp.broadcast_to(jnp.asarray(value, field.dtype), field.shape))
+        start = field.offset if row is None else field.offset + row * field.size
+        buf = jax.lax.dynamic_update_slice(bufs[field.dtype], flat, (start,))
+        return dict(bufs, **{field.dtype: buf})
 
 
 def _plate_entry(name, size, subsample_size, indices):

@@ -23,9 +23,20 @@ from . import _model
 from ._arguments import model_arguments
 from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached, has_static_arrays, split_args, with_static_arrays
+from ._chains import over_chains
 from ._init import ModelContext
+from ._persistent import with_persistent_cache
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
+
+
+def _compiled(fn: Callable, runs_few_times: bool = False) -> Callable:
+    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves. With
+    `runs_few_times` (initial points: a call or a few per run), XLA's backend does not optimise the
+    program: it compiles in a fraction of the time and runs a little slower, which only pays
+    where it runs once or twice."""
+    options = {"xla_backend_optimization_level": 0} if runs_few_times else None
+    return with_persistent_cache(jax.jit(fn, compiler_options=options))
 
 
 class SiteInfo(NamedTuple):
@@ -72,9 +83,11 @@ class ModelFns:
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
-        self.potential_and_grad = jax.jit(jax.vmap(self._potential_and_grad, in_axes=(0, None)))
-        self.observed_values = jax.jit(self._observed_values)
-        self.log_likelihood = jax.jit(jax.vmap(self._log_likelihood, in_axes=(0, None)))
+        self._potentials: dict = {}  # argument types -> handler-free jaxpr of the potential
+        self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)),
+                                            runs_few_times=True)
+        self.observed_values = _compiled(self._observed_values)
+        self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
 
     @property
     def name(self) -> str:
@@ -84,13 +97,31 @@ class ModelFns:
         """`(args, kwargs)` of the model, rebuilt from the array leaves `dynamic`."""
         return self.structure.rebuild(dynamic)
 
+    def potential(self, params: dict, dynamic: tuple) -> Any:
+        """The potential energy at the unconstrained `params` (traceable). Its handler-free
+        jaxpr is built once per argument types and reused by every compiled function (the
+        initial point's check, the sampler), not translated again for each."""
+        leaves = jax.tree.leaves((params, dynamic))
+        key = (jax.tree.structure((params, dynamic)),
+               tuple(_compat.abstractify(x) for x in leaves))
+        if key not in self._potentials:
+            def potential(params, dynamic):
+                args, kwargs = self.args(dynamic)
+                return _model.potential_energy(self.model, args, kwargs, params)
+
+            closed = jax.make_jaxpr(potential)(params, dynamic)
+            # Tracers of the trace it was built in, if any, must not outlive it: keep it only
+            # when it closes over no tracer (nothing of that trace leaks into a later one).
+            if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+                return potential(params, dynamic)
+            self._potentials[key] = closed
+        (out,) = _compat.jaxpr_as_fun(self._potentials[key])(*leaves)
+        return out
+
     def logdensity_fn(self, dynamic: tuple) -> Callable:
         """The log density of the unconstrained latent sites (traceable; for blackjax)."""
-        args, kwargs = self.args(dynamic)
-        model = self.model
-
         def logdensity(params):
-            return -_model.potential_energy(model, args, kwargs, params)
+            return -self.potential(params, dynamic)
 
         return logdensity
 
@@ -109,7 +140,9 @@ class ModelFns:
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
                     sites = _model.get_trace(self.model, args, kwargs, rng_key=key)
-                static = _model.analyze_sites(self.model, args, kwargs)
+                record(sites, _model.analyze_sites(self.model, args, kwargs))
+
+            def record(sites, static):
                 for name, site in sites.items():
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn),
                                    site.enumerated)
@@ -120,7 +153,11 @@ class ModelFns:
                 unrecorded.extend(n for n, s in static.items()
                                   if s.type == "sample" and s.is_observed and not s.bounded)
 
-            jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
+            if _model._backend is None:  # effppl: the static analysis says it all, no run
+                sites, static = _model.recorded_sites(self.model, *self.args(dynamic))
+                record(sites, static)
+            else:
+                jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32), dynamic)
             hidden = tuple(n for n, (k, obs, _, enum) in found.items()
                            if k == "sample" and not obs and enum)
             latent = tuple(n for n, (k, obs, _, enum) in found.items()
@@ -137,12 +174,7 @@ class ModelFns:
         return self._site_info[sig]
 
     def _potential_and_grad(self, params, dynamic):
-        args, kwargs = self.args(dynamic)
-
-        def potential(p):
-            return _model.potential_energy(self.model, args, kwargs, p)
-
-        pe, grad = jax.value_and_grad(potential)(params)
+        pe, grad = jax.value_and_grad(self.potential)(params, dynamic)
         param_ok = {n: jnp.all(jnp.isfinite(v)) for n, v in params.items()}
         grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grad.items()}
         return pe, grad, param_ok, grad_ok
@@ -171,17 +203,12 @@ class ModelFns:
             def propose(rng_key, strategy_dynamic, dynamic):
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
-                    sites = _model.get_trace(
-                        self.model, args, kwargs, rng_key=jax.random.key_data(rng_key)
-                    )
-                    latent = tuple(
-                        n for n, s in sites.items()
-                        if s.kind == "sample" and not s.is_observed and not s.enumerated
-                    )
+                    latent = self.site_info(dynamic).latent
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
-            self._proposers[key] = jax.jit(jax.vmap(propose, in_axes=(0, None, None)))
+            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)),
+                                             runs_few_times=True)
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:
@@ -204,7 +231,7 @@ class ModelFns:
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 
-            self._predictors[return_sites, infer_discrete] = jax.jit(
+            self._predictors[return_sites, infer_discrete] = _compiled(
                 jax.vmap(predict, in_axes=(0, 0, None, None)))
         return self._predictors[return_sites, infer_discrete]
 

@@ -7,6 +7,7 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 
 import dataclasses
 import functools
+import math
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -88,13 +89,33 @@ class ModelContext:
     def unconstrain(self, values: dict) -> dict:
         return _model.unconstrain(self.model, self.args, self.kwargs, values)
 
+    def unconstrained_types(self, rng_key) -> dict:
+        """`{site: jax.ShapeDtypeStruct}` of the unconstrained latent values: from the static
+        site analysis (no pass of the model through handlers), else (a NumPyro backend) from
+        the abstract value of a prior draw, unconstrained."""
+        types = _model.unconstrained_types(self.model, self.args, self.kwargs, self.latent)
+        if types is None:
+            types = jax.eval_shape(lambda k: self.unconstrain(self.prior(k)), rng_key)
+        return types
+
 
 def _uniform_like(rng_key, tree: dict, radius: float) -> dict:
-    keys = jax.random.split(rng_key, max(len(tree), 1))
+    """`{site: Uniform(-radius, radius) draws}` of the types in `tree` (integer types draw in the
+    default float type). One draw per dtype, cut into the sites (in name order): one random-bits
+    computation rather than one per site, which XLA compiled slowly for models with many sites."""
+    def float_dtype(x):
+        return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
+
+    names = sorted(tree)
+    dtypes = sorted({jnp.dtype(float_dtype(tree[n])).name for n in names})
+    keys = dict(zip(dtypes, jax.random.split(rng_key, max(len(dtypes), 1))))
     out = {}
-    for k, (name, x) in zip(keys, sorted(tree.items())):
-        dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
-        out[name] = jax.random.uniform(k, jnp.shape(x), dtype, -radius, radius)
+    for dtype in dtypes:
+        group = [n for n in names if jnp.dtype(float_dtype(tree[n])).name == dtype]
+        sizes = [math.prod(tree[n].shape) for n in group]
+        flat = jax.random.uniform(keys[dtype], (sum(sizes),), dtype, -radius, radius)
+        for n, start, size in zip(group, np.cumsum([0, *sizes[:-1]]), sizes):
+            out[n] = flat[int(start):int(start) + size].reshape(tree[n].shape)
     return out
 
 
@@ -104,8 +125,7 @@ class _InitToUniform(InitStrategy):
 
     def propose(self, rng_key, ctx, dynamic):
         k_prior, k_uniform = jax.random.split(rng_key)
-        unconstrained = ctx.unconstrain(ctx.prior(k_prior))
-        return _uniform_like(k_uniform, unconstrained, self.radius)
+        return _uniform_like(k_uniform, ctx.unconstrained_types(k_prior), self.radius)
 
     def site_fn(self):
         return functools.partial(numpyro.infer.init_to_uniform, radius=self.radius)

@@ -21,6 +21,7 @@ from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
 from ._kernels import _HMCFamily
+from ._persistent import persistent_cache
 from ._sampler import sampler_for, warmup_schedule
 
 __all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
@@ -245,6 +246,11 @@ class MCMC:
         return state, astate, tuned, self.num_warmup
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+        with persistent_cache():  # every program compiled for the run, from disk when cached
+            self._execute_cached(rng_key, args, kwargs, api, sample=sample,
+                                 init_params=init_params)
+
+    def _execute_cached(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
         init_key, run_key = jax.random.split(key)
@@ -304,7 +310,7 @@ class MCMC:
                 f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
                 f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
                 "The draws may be biased; increase target_accept_prob or reparameterise.",
-                DivergenceWarning, stacklevel=4,
+                DivergenceWarning, stacklevel=5,
             )
 
     def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:

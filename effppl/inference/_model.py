@@ -90,6 +90,54 @@ def analyze_sites(model: Callable, args: tuple, kwargs: dict) -> dict:
     return _analyzed(model, args, kwargs)
 
 
+def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, dict]:
+    """`(sites, analysis)`: the sites a trace of `model` records, as `get_trace` gives them but
+    from the static site analysis alone (the model's own program, no handler compiled away):
+    values are `jax.ShapeDtypeStruct`s, a sample site's `fn` is its distribution rebuilt on
+    abstract parameters (for `event_shape` and `support`; `None` when `cond` branches use
+    different families); `analysis` is `analyze_sites`' result. Not for a NumPyro backend.
+
+    **Raises:** `SiteError` for a latent site inside a `while_loop`, as `get_trace` does."""
+    from effppl.handlers._trace import recorded
+
+    analysis = analyze_sites(model, args, kwargs)
+    sites = {}
+    for name, site in recorded(analysis).items():
+        if site.type not in ("sample", "deterministic"):
+            continue
+        fn = None
+        if site.type == "sample" and site.one_family:
+            msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+            leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
+            fn = jax.tree_util.tree_unflatten(
+                tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves])
+        stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
+        sites[name] = Site(
+            kind=site.type,
+            value=jax.ShapeDtypeStruct(site.loops + site.aval.shape, site.aval.dtype),
+            is_observed=site.is_observed, fn=fn,
+            plates=tuple(stacks.pop()) if len(stacks) == 1 else (),
+            enumerated=site.type == "sample"
+            and dict(dict(site.key.static).get("infer", ())).get("enumerate") is not None)
+    return sites, analysis
+
+
+def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tuple) -> dict | None:
+    """`{site: jax.ShapeDtypeStruct}`: the type of each latent site's unconstrained value (as
+    `unconstrain` gives it: loop axes first), from the static site analysis; `None` for a NumPyro
+    backend."""
+    if _backend is not None:
+        return None
+    from effppl.handlers._sites import unconstrained_type
+
+    sites = analyze_sites(model, args, kwargs)
+    out = {}
+    for name in latent:
+        shape, dtype = unconstrained_type(sites[name])
+        out[name] = jax.ShapeDtypeStruct(sites[name].loops + tuple(shape), dtype)
+    return out
+
+
 def check_call(api: str, model_args: Any, model_kwargs: Any, params: Any = None) -> None:
     """A `TypeError` naming `model_args` when it is not a tuple, or `model_kwargs`/`params` when
     not a dict (NumPyro's calling convention of `log_density`, `initialize_model`, ...)."""

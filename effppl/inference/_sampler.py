@@ -1,7 +1,7 @@
 """Compiled MCMC chunks: blackjax kernels and blackjax's window adaptation.
 
 One `Sampler` per (model, argument structure, kernel settings), cached. Its chunk function is a
-`jax.jit(jax.vmap(...))` over chains that takes the model data as an argument and serves *both*
+`jax.jit` of a `vmap` over chains (`over_chains`: none for one chain) that takes the model data as an argument and serves *both*
 phases: the warmup and the sampling chunks run the same executable (one XLA compilation of the
 kernel per run configuration, as in NumPyro), chunk after chunk (for the progress bar) and run after
 run (new data of the same shapes) without recompiling.
@@ -22,7 +22,10 @@ import numpy as np
 from blackjax.adaptation.metric_recipes import lookup_recipe
 from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
+from ..effects import _compat
 from ._cache import cached
+from ._chains import over_chains
+from ._persistent import with_persistent_cache
 
 __all__ = ["Sampler", "sampler_for", "warmup_schedule", "adaptation_engine"]
 
@@ -71,15 +74,15 @@ class Sampler:
         self._adapt_init, self._adapt_update, self._adapt_final = adaptation_engine(
             kernel.dense_mass, kernel.target_accept_prob
         )
-        self.start = jax.jit(jax.vmap(self._start))
+        self.start = with_persistent_cache(jax.jit(over_chains(self._start, (0, 0, 0))))
         self._chunks: dict = {}
 
     def chunk(self, length: int):
-        """`jit(vmap(_chunk))` over chains with buffers of `length` draws (cached per length)."""
+        """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws (cached per length)."""
         if length not in self._chunks:
             fn = functools.partial(self._chunk, length=length)
             in_axes = (0, 0, 0, 0, 0) + (None,) * 7
-            self._chunks[length] = jax.jit(jax.vmap(fn, in_axes=in_axes))
+            self._chunks[length] = with_persistent_cache(jax.jit(over_chains(fn, in_axes)))
         return self._chunks[length]
 
     def tuned(self, astate):
@@ -139,6 +142,16 @@ class Sampler:
             stats = dict(stats, lp=state.logdensity, step_size=jnp.asarray(step_size, dtype))
             return values, stats
 
+        # `record` traced once (the model's constrain pass, handlers compiled away), for the
+        # buffers' types and for the draws; not once for each.
+        zero_stats = self.kernel.empty_stats(dtype)
+        record_jaxpr, shapes = jax.make_jaxpr(record, return_shape=True)(state, zero_stats)
+        out_tree = jax.tree.structure(shapes)
+
+        def recorded(state, stats):
+            outs = _compat.jaxpr_as_fun(record_jaxpr)(*jax.tree.leaves((state, stats)))
+            return jax.tree.unflatten(out_tree, outs)
+
         def one_draw(n, carry):
             state, astate, stats, buffers, n_div = carry
             inner = jnp.where(sampling, thinning, 1)
@@ -147,14 +160,12 @@ class Sampler:
             )
             buffers = jax.lax.cond(
                 sampling,
-                lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, record(state, stats)),
+                lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, recorded(state, stats)),
                 lambda b: b,
                 buffers,
             )
             return state, astate, stats, buffers, n_div
 
-        zero_stats = self.kernel.empty_stats(dtype)
-        shapes = jax.eval_shape(lambda: record(state, zero_stats))
         buffers = jax.tree.map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
         carry = (state, astate, zero_stats, buffers, jnp.int32(0))
         state, astate, _, (values, stats), n_div = jax.lax.fori_loop(0, num, one_draw, carry)

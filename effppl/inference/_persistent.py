@@ -1,0 +1,90 @@
+"""The persistent compilation cache of effppl's compiled functions (JAX's, in a user folder).
+
+A second Python process that runs the same model on data of the same shapes loads the compiled
+XLA programs (MCMC's init, warmup/sampling chunk, `Predictive`, `log_likelihood`) from disk
+instead of compiling them again. This is JAX's persistent compilation cache, switched on only
+*while effppl's functions run*: JAX's global settings stay as the user left them.
+
+**Where.** `EFFPPL_CACHE_DIR`: a folder (default `$XDG_CACHE_HOME/effppl/xla`, else
+`~/.cache/effppl/xla`); `0`, `off`, `false`, `no` or empty turn it off. When the user has set
+JAX's own cache (`jax.config.update("jax_compilation_cache_dir", ...)`), effppl leaves that in
+charge and adds nothing.
+
+**What a hit needs.** JAX keys an entry by the XLA program, the devices, the compile options
+and the JAX/jaxlib versions: the same JAX and jaxlib, the same backend and devices, arguments of
+the same shapes and dtypes (new values are fine), the same model code and settings (the same
+jaxpr; effppl's translation is deterministic), the same `jax_enable_x64`. Anything else is a
+miss: the program is compiled and stored, as without the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from pathlib import Path
+
+from jax._src import compilation_cache as _jax_cache
+from jax._src import config as _jax_config
+
+__all__ = ["cache_dir", "persistent_cache", "with_persistent_cache"]
+
+ENV = "EFFPPL_CACHE_DIR"
+_OFF = ("0", "off", "false", "no", "")
+_state = threading.local()
+_lock = threading.Lock()
+
+
+def cache_dir() -> str | None:
+    """The folder effppl's compiled programs are stored in, or `None` when the cache is off
+    (`EFFPPL_CACHE_DIR`) or JAX's own persistent cache is configured (then that one serves)."""
+    if _jax_config.compilation_cache_dir.value is not None and not _inside():
+        return None
+    value = os.environ.get(ENV)
+    if value is not None:
+        return None if value.strip().lower() in _OFF else os.path.expanduser(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return os.path.join(base, "effppl", "xla")
+
+
+def _inside() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def persistent_cache():
+    """Within this block (this thread), XLA programs compiled by JAX are looked up in and stored
+    to effppl's cache folder (`cache_dir()`), whatever their compile time. Re-entrant; a no-op
+    when the cache is off or JAX's own is configured."""
+    if _inside():
+        _state.depth += 1
+        try:
+            yield
+        finally:
+            _state.depth -= 1
+        return
+    path = cache_dir()
+    if path is None:
+        yield
+        return
+    with _lock:
+        _jax_cache.reset_cache()  # JAX reads the folder once, when it first compiles
+    _state.depth = 1
+    try:
+        with _jax_config.compilation_cache_dir(path), \
+                _jax_config.persistent_cache_min_compile_time_secs(0.0):
+            yield
+    finally:
+        _state.depth = 0
+        with _lock:
+            _jax_cache.reset_cache()  # outside, JAX's own settings apply again
+
+
+def with_persistent_cache(fn):
+    """`fn` run inside `persistent_cache()` (for effppl's `jax.jit`-compiled functions)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with persistent_cache():
+            return fn(*args, **kwargs)
+    return wrapped

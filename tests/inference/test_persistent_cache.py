@@ -1,0 +1,109 @@
+"""effppl's persistent compilation cache: a second process loads the compiled programs from disk."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpyro.distributions as dist
+import pytest
+
+from effppl.inference import MCMC, NUTS, _persistent
+
+from . import _models as m
+
+_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from effppl.inference import MCMC, NUTS
+from tests.inference import _models as m
+
+events = {"compiled": 0, "hits": 0}
+def on_duration(event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        events["compiled"] += 1
+def on_event(event, **kw):
+    if event == "/jax/compilation_cache/cache_hits":
+        events["hits"] += 1
+jax.monitoring.register_event_duration_secs_listener(on_duration)
+jax.monitoring.register_event_listener(on_event)
+
+out = []
+for n, shift in [(20, float(sys.argv[1])), (int(sys.argv[2]), 0.0)]:
+    y, key = jnp.asarray(m.normal_normal_data(n=n) + shift), jax.random.key(0)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=50, num_samples=100, progress_bar=False)
+    events.update(compiled=0, hits=0)
+    mcmc.run(key, y)
+    run_events = dict(events)
+    mean, _ = m.normal_normal_posterior(np.asarray(y, np.float64))
+    out.append(dict(run_events, error=float(abs(np.mean(mcmc.get_samples()["mu"]) - mean))))
+print(json.dumps(out))
+"""
+
+
+def _run(cache, shift, second_n, hash_seed):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "EFFPPL_CACHE_DIR": str(cache), "PYTHONPATH": str(root),
+           "PYTHONHASHSEED": str(hash_seed)}
+    env.pop("JAX_ENABLE_CHECKS", None)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(shift), str(second_n)], cwd=root,
+                          env=env, check=False, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
+                    reason="the cache serves effppl's own compiled functions")
+def test_second_process_loads_programs_from_disk_and_a_new_shape_misses(tmp_path):
+    cache = tmp_path / "xla"
+    # First process: nothing on disk, every program compiled and stored.
+    # The two processes hash strings differently (as two processes without a fixed
+    # PYTHONHASHSEED do; these two seeds once gave different programs, numpyro's leaf order).
+    first, first_again = _run(cache, 0.0, 20, hash_seed=3)
+    assert first["hits"] == 0 and first["compiled"] > 0, first
+    assert first_again["compiled"] == 0, first_again  # same shapes, same process: in memory
+    assert any(cache.iterdir())
+    # Second process, new data of the same shapes: every program comes from disk (a hit), and
+    # the new data are used; then a new shape misses and compiles.
+    second, new_shape = _run(cache, 5.0, 21, hash_seed=6)
+    assert second["hits"] == second["compiled"] == first["compiled"], (first, second)
+    assert second["error"] < 0.5 and first["error"] < 0.5, (first, second)
+    assert new_shape["compiled"] > new_shape["hits"], new_shape
+
+
+def test_cache_off_and_jax_settings_untouched(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", "off")
+    assert _persistent.cache_dir() is None
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "c"))
+    assert _persistent.cache_dir() == str(tmp_path / "c")
+    monkeypatch.delenv("EFFPPL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _persistent.cache_dir() == os.path.join(str(tmp_path), "effppl", "xla")
+    # A run inside the cache's scope leaves JAX's global settings as they were.
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "c"))
+    before = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=10, num_samples=10, progress_bar=False)
+    mcmc.run(jax.random.key(0), m.normal_normal_data(n=7))
+    assert (jax.config.jax_compilation_cache_dir,
+            jax.config.jax_persistent_cache_min_compile_time_secs) == before
+    assert any((tmp_path / "c").iterdir())
+
+
+def test_distribution_leaf_order_is_the_same_in_every_process():
+    """numpyro gathers a distribution's fields in a set; effppl sorts them, so the leaves (and the
+    programs built from them) do not depend on the process's string hashing."""
+    script = ("import effppl, jax, numpyro.distributions as dist\n"
+              "d = dist.StudentT(3.0, 1.0, 2.0).mask(True).to_event(0)\n"
+              "print(jax.tree_util.tree_leaves(d))")
+    root = Path(__file__).resolve().parents[2]
+    outs = {subprocess.run([sys.executable, "-c", script], cwd=root, check=True, text=True,
+                           capture_output=True, env={**os.environ, "PYTHONHASHSEED": str(seed),
+                                                     "PYTHONPATH": str(root)}).stdout
+            for seed in range(6)}
+    assert len(outs) == 1, outs
+    d = dist.StudentT(3.0, 1.0, 2.0)  # flatten and unflatten agree: the parameters stay put
+    back = jax.tree_util.tree_unflatten(*reversed(jax.tree_util.tree_flatten(d)))
+    assert (back.df, back.loc, back.scale) == (3.0, 1.0, 2.0)
