@@ -168,12 +168,24 @@ def read(numpyro: Path, commit: str, path: str) -> str:
 
 
 CONFTEST = '''
+import os
+
 import jax
 import numpyro.util
 
 
 def pytest_runtest_setup(item):
     numpyro.util.set_rng_seed(0)  # as NumPyro's own conftest does
+
+
+def pytest_collection_modifyitems(config, items):
+    # leave out the unfair tests by exact name (pytest's --deselect matches prefixes:
+    # `test_lift` would take `test_lift_memoize` with it)
+    unfair = set(os.environ.get("NUMPYRO_PORT_UNFAIR", "").split("\\n")) - {""}
+    drop = [item for item in items if item.nodeid.split("[")[0] in unfair]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
 '''
 
 
@@ -191,12 +203,11 @@ def main(argv=None):
     for path in FILES:
         (out / Path(path).name).write_text(rewrite(read(args.numpyro, args.commit, path)))
     report = out / "report.xml"
-    deselect = [f"--deselect={t}" for t in UNFAIR]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-           "-o", "junit_family=xunit1", "--rootdir", str(out), *deselect,
+           "-o", "junit_family=xunit1", "--rootdir", str(out),
            *(["-n", args.n] if args.n != "0" else []), *(["-k", args.k] if args.k else []),
            *[str(out / Path(p).name) for p in FILES]]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
     subprocess.run(cmd, env=env, cwd=out)
     counts = summarize(report)
