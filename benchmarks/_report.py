@@ -161,7 +161,7 @@ def nuts_table(results):
 
 
 GOAL_TOLERANCE = 0.05
-"""effppl's goal (issue 5): within a few percent, here 5%, of hand-written on every model and not
+"""effppl's performance goal: within a few percent, here 5%, of hand-written on every model and not
 slower than NumPyro. The same 5% is allowed against NumPyro for timing noise."""
 
 MIN_JUDGED_S = 0.1

@@ -10,7 +10,8 @@ os.environ.setdefault("EFFPPL_CACHE_DIR", "off")
 
 @pytest.fixture(autouse=True, scope="session")
 def _x64():
-    """Tests compare against numeric oracles in float64 (DEVELOPERS: use float64 for oracles)."""
+    """Tests compare against numeric oracles in float64, so tolerances measure the method, not
+    float32 rounding."""
     jax.config.update("jax_enable_x64", True)
     yield
 

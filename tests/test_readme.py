@@ -49,6 +49,8 @@ def test_discrete_latents_example_samples_and_decodes_the_states(namespaces):
     assert set(namespaces["hmm_draws"]) == {"trans", "locs"}
     assert namespaces["states"].shape == (300, 7)
     np.testing.assert_array_equal(namespaces["map_path"], [0, 0, 1, 1, 2, 2, 0])
+    # TraceEnum_ELBO's MAP of the levels: the three clusters of the sequence
+    np.testing.assert_allclose(namespaces["map_locs"], [0.2, 2.0, 3.9], atol=0.1)
 
 
 def test_model_example_samples_its_latent_walk(namespaces):

@@ -1,7 +1,9 @@
 """`effppl.effects`: algebraic effect handlers for JAX, compiled away into plain jaxprs.
 
 A general effect library (state, exceptions, nondeterminism, ...) with no probabilistic
-programming in it. See DESIGN §1 and the paper "Handling JAX" (§3–§5, App. A–B).
+programming in it: effppl's PPL is built on it, and nothing here knows about the PPL.
+`README.md` beside this file walks through how the translator compiles a handler away; the
+translation follows the paper "Handling JAX" (§3–§5 and its appendices).
 """
 
 from ._errors import EffectError, LeakedTracerError, UnhandledEffectError, UnsupportedHandlerError

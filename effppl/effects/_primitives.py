@@ -101,10 +101,19 @@ class Operation:
     accept, and an `out` that does not return `jax.ShapeDtypeStruct`s (each naming the operation);
     `UnhandledEffectError` when performed (or translated) with no handler for it.
 
-    **Example:**
-    ```python
-    get = Operation("get", out=lambda: jax.ShapeDtypeStruct((), jnp.float32))
-    ```
+    **Example:** a float32 state read, performed with no handler around it:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl.effects import Operation, UnhandledEffectError
+    >>> get = Operation("get", out=lambda: jax.ShapeDtypeStruct((), jnp.float32))
+    >>> get
+    Operation('get')
+    >>> try:
+    ...     get()
+    ... except UnhandledEffectError as err:
+    ...     print(err)  # doctest: +NORMALIZE_WHITESPACE
+    Operation `get` was performed outside of any handler for it. Install one with
+    `effppl.effects.handle(..., clauses={get: ...})`.
     """
 
     def __init__(self, name: str, out: Callable[..., Any],
@@ -453,11 +462,24 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
     dtype of the same kind, NumPy's `same_kind` casting, and is converted); the translator raises
     `UnhandledEffectError` / `UnsupportedHandlerError`.
 
-    **Example:**
-    ```python
-    handled = handle(lambda: get() * 2, params=jnp.float32(1.0),
-                     clauses={get: lambda p, resume: resume(p, p)})
-    ```
+    **Example:** a state handler: `get` reads the parameter, `put` replaces it, and `ret` returns
+    the final state beside the body's result.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl.effects import Operation, handle
+    >>> get = Operation("get", out=lambda: jax.ShapeDtypeStruct((), jnp.float32))
+    >>> put = Operation("put", out=lambda x: ())
+    >>> def body(x):
+    ...     put(get() * x)
+    ...     return get() + 1
+    >>> state = handle(body, params=jnp.float32(3.0),
+    ...                clauses={get: lambda p, resume: resume(p, p),
+    ...                         put: lambda p, v, resume: resume(v, ())},
+    ...                ret=lambda p, r: (p, r))
+    >>> [v.tolist() for v in state(2.0)]
+    [6.0, 7.0]
+    >>> [v.tolist() for v in jax.jit(state)(5.0)]
+    [15.0, 16.0]
 
     **References:** paper §3 (the `handle` construct), §6 (effecax's interface).
     """

@@ -21,22 +21,23 @@ Evaluation order is left to right everywhere: the arguments of `Unary`/`Binary`/
 condition (effects included) before each iteration and once more before it stops, *and* it stops
 after `max_iter` iterations whatever the condition says (the condition is still evaluated then).
 
-Example:
-```python
-from effppl.effects import _reference as R
+Example: the state program of the paper's appendix (read the state 1, store it doubled, return
+42) evaluates to the final state and the result:
 
-state = R.Handler(
-    kind="state", param_names=("s",),
-    clauses=(R.Clause("get", (), R.Resume((R.Var("s"),), R.Var("s"))),
-             R.Clause("put", ("v",), R.Resume((R.Var("v"),), None))),
-    ret=R.MakeTuple((R.Var("s"), R.Var("r"))))
-body = R.Let("x", R.Perform("get"),
-             R.Let("_", R.Perform("put", (R.Binary("add", R.Var("x"), R.Var("x")),)),
-                   R.Lit(42, "int32")))
-assert R.evaluate(R.Handle(state, (R.Lit(1, "int32"),), body)) == (2, 42)
-```
+>>> from effppl.effects import _reference as R
+>>> state = R.Handler(
+...     kind="state", param_names=("s",),
+...     clauses=(R.Clause("get", (), R.Resume((R.Var("s"),), R.Var("s"))),
+...              R.Clause("put", ("v",), R.Resume((R.Var("v"),), None))),
+...     ret=R.MakeTuple((R.Var("s"), R.Var("r"))))
+>>> body = R.Let("x", R.Perform("get"),
+...              R.Let("_", R.Perform("put", (R.Binary("add", R.Var("x"), R.Var("x")),)),
+...                    R.Lit(42, "int32")))
+>>> tuple(int(v) for v in R.evaluate(R.Handle(state, (R.Lit(1, "int32"),), body)))
+(2, 42)
 
-**References:** "Handling JAX" (seeds/000), §3.3 and Appendix A (safe_div and state examples).
+**References:** the paper "Handling JAX", §3.3 (the source semantics) and its first appendix
+(the safe_div and state examples).
 
 (Longer than the ~400-line guideline only by the one-line docstrings of the syntax classes.)
 """

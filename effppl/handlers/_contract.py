@@ -38,22 +38,26 @@ def _named(lp, enum_dims, frames):
     return lp, names
 
 
-def _factors(tr, loops):
-    """`(total, factors, enum_dims, plates, own)`: the sum of the factors without enumerated
-    dims, the others as funsor Tensors, the enumerated dims' names, the plates' names, and each
-    enumerated site's own factor."""
+def _factors(tr, loops, scale_outside=False):
+    """`(total, factors, enum_dims, plates, own, scale)`: the sum of the factors without
+    enumerated dims, the others as funsor Tensors, the enumerated dims' names, the plates'
+    names, each enumerated site's own factor, and (with `scale_outside`) the scale of the
+    factors with enumerated dims, left out of them (else None: every factor is scaled)."""
     enum_dims = {}
     for name, site in tr.items():
         dim = site.get("infer", {}).get("_enumerate_dim")
         if site["type"] == "sample" and dim is not None:
             enum_dims[dim] = f"_enum_{name}"
-    total, factors, plates, own = 0.0, [], set(), {}
+    total, factors, plates, own, scale = 0.0, [], set(), {}, None
     for name, site in tr.items():
         if site["type"] != "sample":
             continue
-        lp = site["log_prob"]
-        if site.get("scale") is not None:
-            lp = lp * site["scale"]
+        lp, site_scale = site["log_prob"], site.get("scale")
+        if site_scale is not None and scale_outside and any(
+                size != 1 and axis - lp.ndim in enum_dims for axis, size in enumerate(lp.shape)):
+            scale = jnp.ravel(jnp.asarray(site_scale))[0] if scale is None else scale
+        elif site_scale is not None:
+            lp = lp * site_scale
         if loops.get(name):
             lp = jnp.sum(lp, axis=tuple(range(loops[name])))
         lp, names = _named(lp, enum_dims, site["cond_indep_stack"])
@@ -66,26 +70,31 @@ def _factors(tr, loops):
         plates |= set(names) - set(enum_dims.values())
         if f"_enum_{name}" in enum_dims.values():
             own[name] = factors[-1]
-    return total, factors, enum_dims, plates, own
+    return total, factors, enum_dims, plates, own, scale
 
 
-def log_joint(tr, loops) -> jnp.ndarray:
+def log_joint(tr, loops, scale_outside=False) -> jnp.ndarray:
     """The log joint of the enumerated trace `tr` (`effppl.handlers.trace`'s dict: `log_prob`
     times `scale`) with its enumerated sites summed out, in log space.
 
     **Arguments:** `tr`: the trace; `loops`: dict site -> number of leading loop axes of its
     stacked `log_prob` (summed first: no enumerated site sits in such a loop here).
 
+    `scale_outside`: the sites with enumerated dims share one scale (a subsampled plate's
+    `size / subsample_size`, the first such site's), which multiplies their sum-product (as
+    NumPyro's `TraceEnum_ELBO`); else each factor is scaled before the sum (as NumPyro's
+    `log_density`).
+
     **Returns:** a scalar.
     """
-    total, factors, enum_dims, plates, _ = _factors(tr, loops)
+    total, factors, enum_dims, plates, _, scale = _factors(tr, loops, scale_outside)
     if not factors:
         return total
     funsor = _funsor()
     eliminate = frozenset(enum_dims.values()) | frozenset(plates)
     marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
                                               eliminate=eliminate, plates=frozenset(plates))
-    return total + marginal.data
+    return total + (marginal.data if scale is None else scale * marginal.data)
 
 
 def sample(tr, loops, temperature, rng_key) -> dict:
@@ -97,7 +106,7 @@ def sample(tr, loops, temperature, rng_key) -> dict:
     batch shape has them (a site in a plate at dim -1 of size N: shape `(N,)`).
     """
     funsor = _funsor()
-    _, factors, enum_dims, plates, own = _factors(tr, loops)
+    _, factors, enum_dims, plates, own, _ = _factors(tr, loops)
     if not factors:
         return {}
     if temperature == 0:

@@ -42,8 +42,9 @@ class _Unconstrain(Handler):
     """Gives latent sites `params` in unconstrained space: value `t(u)` with `t =
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
     other latents uses their current values), and returns `(result, sum of log|det J_t(u)|,
-    {site: its own sum})`, each term of the total scaled like its site (the per-site sums are
-    not scaled: autoguides use them as the guide's own Jacobians). (NumPyro adds each term as a factor site `_{name}_log_det`;
+    {site: its own sum})`, each term of the total scaled like its site (the per-site sums, only
+    with `per_site=True`, else `{}`, are not scaled: autoguides use them as the guide's own
+    Jacobians). (NumPyro adds each term as a factor site `_{name}_log_det`;
     the sum is the same, without two more clauses per latent site to trace.)
 
     Unconstrained coordinates that no occurrence reads (the rows of a site in a `cond` branch
@@ -52,10 +53,13 @@ class _Unconstrain(Handler):
     proper: without it HMC drifts without bound along those flat directions. Integrating them
     out leaves the model's density, and no value depends on them."""
 
-    def __init__(self, fn, params, entry_point="potential_energy"):
+    def __init__(self, fn, params, entry_point="potential_energy", per_site=False):
         super().__init__(fn)
         self.values = dict(params)
         self.entry_point = entry_point  # the function the user called (errors)
+        # the per-site sums only where asked (autoguides): the potential does not read them, and
+        # their updates stayed in the sampler's program and its gradient
+        self.per_site = per_site
 
     def params(self, *args, **kwargs):
         check_values(f"{self.entry_point} (unconstrained values)", self.values)
@@ -63,7 +67,7 @@ class _Unconstrain(Handler):
         counts = occurrence_counters(self.values, self._sites, conditional=True)
         zero = jnp.zeros((), jnp.result_type(float))
         # the per-site sums in one vector (a leaf per site would make tracing quadratic)
-        self._index = {name: i for i, name in enumerate(self.values)}
+        self._index = {name: i for i, name in enumerate(self.values)} if self.per_site else {}
         return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
 
     def clauses(self):
@@ -85,8 +89,9 @@ class _Unconstrain(Handler):
             log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
             if unread is not None:
                 log_det = log_det + jnp.sum(_std_normal(unread))
-            i = self._index[name]
-            per_site = per_site.at[i].set(per_site[i] + log_det.astype(log_det_total.dtype))
+            if self.per_site:
+                i = self._index[name]
+                per_site = per_site.at[i].add(log_det.astype(log_det_total.dtype))
             if msg["scale"] is not None:
                 log_det = jnp.sum(log_det * msg["scale"])
             state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
@@ -115,7 +120,9 @@ class _Unconstrain(Handler):
                 occurrence >= count)
             aux = jnp.sum(jnp.where(unread[:, None], _std_normal(rows), 0.0))
             log_det_total = log_det_total + aux.astype(log_det_total.dtype)
-            per_site = dict(per_site, **{name: per_site[name] + aux.astype(log_det_total.dtype)})
+            if self.per_site:
+                per_site = dict(per_site,
+                                **{name: per_site[name] + aux.astype(log_det_total.dtype)})
         return result, log_det_total, per_site
 
 

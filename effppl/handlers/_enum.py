@@ -46,12 +46,22 @@ def config_enumerate(fn=None, default="parallel"):
     **Raises:** `ValueError` for another `default` (Pyro's `"sequential"` is not supported);
     `TypeError` when `fn` is not callable.
 
-    **Example:**
-    ```python
-    @config_enumerate
-    def mixture(y):
-        ...
-    ```
+    **Example:** a two-component mixture whose component `z` is summed out: the log density
+    is the log of the mixture's density.
+
+    >>> import jax.numpy as jnp
+    >>> from jax.scipy.stats import norm
+    >>> import effppl
+    >>> from effppl import distributions as dist
+    >>> from effppl.handlers import config_enumerate, log_density
+    >>> @config_enumerate
+    ... def mixture(y):
+    ...     z = effppl.sample("z", dist.Bernoulli(0.3))
+    ...     effppl.sample("y", dist.Normal(jnp.where(z, 2.0, 0.0), 1.0), obs=y)
+    >>> lp, _ = log_density(mixture, (0.5,), {}, {})
+    >>> by_hand = jnp.log(0.3 * norm.pdf(0.5, 2.0) + 0.7 * norm.pdf(0.5))
+    >>> round(float(lp), 4), round(float(by_hand), 4)
+    (-1.2542, -1.2542)
     """
     if default not in ("parallel", None):
         raise SiteError(f"effppl.infer.config_enumerate(fn, default={default!r}) expected "

@@ -5,7 +5,7 @@ under an `fx.handle` whose clauses are tail-resumptive. The outermost handler of
 when called, also installs the *base handler* (which returns the value the other handlers decided,
 or draws it from the key `seed` attached, or raises naming the latent site nobody gave a value) and
 compiles all handlers away with `fx.eliminate`. Which handler is outermost is known while tracing;
-at run time there is no handler stack (DESIGN §2).
+at run time there is no handler stack: the compiled program is a plain jaxpr.
 """
 
 from __future__ import annotations

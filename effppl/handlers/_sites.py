@@ -1,5 +1,6 @@
 """Static site analysis: which sample/deterministic sites a (traced) model has, their value types,
-and the static lengths of the loops around them (DESIGN §2, "Sites inside loops").
+and the static lengths of the loops around them (a site in a loop of static length T holds one
+row per occurrence: shape `(T, *site_shape)`, nested loops outermost first).
 
 The analysis walks the model's effectful jaxpr. A perform inside a nested handler is attributed to
 that handler's clause, whose own re-performs then inherit the perform's loop context.

@@ -23,7 +23,7 @@ from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mcmc import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
-from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceMeanField_ELBO
+from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from ._optim import OptimizerError
 from ._svi import SVI, SVIError, SVIRunResult, SVIState
 from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
@@ -38,6 +38,7 @@ __all__ = [
     "SVIRunResult",
     "Trace_ELBO",
     "TraceMeanField_ELBO",
+    "TraceEnum_ELBO",
     "RenyiELBO",
     "SVIError",
     "ELBOError",

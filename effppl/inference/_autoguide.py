@@ -138,11 +138,14 @@ class AutoGuide:
         """`{name: (Site, unconstrained stacked shape, dtype)}` of the model's latent sites."""
         from effppl.handlers._basic import _analyzed
         from effppl.handlers._sites import unconstrained_type
+        from effppl.handlers._trace import is_enumerated
 
         out = {}
         for name, site in _analyzed(self.model, args, kwargs).items():
             if site.type != "sample" or site.is_observed:
                 continue
+            if is_enumerated(dict(site.key.static).get("infer", ())):
+                continue  # summed out of the model by `TraceEnum_ELBO`: nothing to guide
             if self._prototype_args is not None and name not in self._latent_names:
                 continue  # e.g. `y=None` for predictions: `y` was observed when SVI ran
             if not site.bounded:
@@ -162,13 +165,14 @@ class AutoGuide:
                                  f"no latent sample site to guide.")
         return out
 
-    def _init_locs(self, args, kwargs, sites) -> dict:
+    def _init_locs(self, args, kwargs, sites, key=None) -> dict:
         """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
-        the model hidden by `block`, with a key from the enclosing `seed`; when SVI substitutes
-        the params this is dead code, which XLA removes."""
+        the model hidden by `block`, with `key` (raw) or a key from the enclosing `seed`; when
+        SVI substitutes the params this is dead code, which XLA removes."""
         from effppl import handlers
 
-        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init"))
+        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init") if key is None
+                                       else key)
 
         def propose():
             with initialising():
@@ -199,7 +203,7 @@ class AutoGuide:
             return values, log_dets, None
 
         def run():
-            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide"))
+            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide", per_site=True))
             (_, _, log_dets), tr = tracer._run(*args, **kwargs)
             return ({n: tr[n]["value"] for n in unconstrained}, log_dets,
                     {n: tr[n]["fn"] for n in unconstrained})

@@ -1,4 +1,4 @@
-"""Evidence lower bounds, built from effppl's handlers (DESIGN §6): `seed` + `substitute` run the
+"""Evidence lower bounds, built from effppl's handlers: `seed` + `substitute` run the
 guide, `log_density` scores it, its latent values are substituted into the model, `log_density`
 scores the model. Gradients come from `jax.grad` of the eliminated program.
 
@@ -14,7 +14,7 @@ from numpyro.distributions.kl import kl_divergence
 
 from .._errors import EffpplError
 
-__all__ = ["Trace_ELBO", "TraceMeanField_ELBO", "RenyiELBO", "ELBOError"]
+__all__ = ["Trace_ELBO", "TraceMeanField_ELBO", "RenyiELBO", "TraceEnum_ELBO", "ELBOError"]
 
 
 class ELBOError(EffpplError, ValueError):
@@ -36,6 +36,19 @@ def _latent(tr):
     return {n: s for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
 
 
+def run_guide(rng_key, param_map, guide, args, kwargs):
+    """`(log q(z), guide trace, model key, values)`: the guide run at the constrained params
+    `param_map` with `z ~ q`, and the values to give the model (params and `z`). The key splits
+    as NumPyro's ELBOs split it (model's first), so one key draws the same `z` as in NumPyro."""
+    from effppl import handlers
+
+    k_model, k_guide = jax.random.split(rng_key)
+    guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
+    log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
+    values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
+    return log_q, guide_tr, k_model, values
+
+
 def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_trace=True):
     """One particle: `(log p(x, z), log q(z), model trace, guide trace)` with `z ~ q`, both
     log densities at the constrained params `param_map` (masks and scales applied). Without
@@ -45,10 +58,7 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     from effppl.handlers._density import _LogJoint
     from effppl.handlers._handler import run_outermost
 
-    k_guide, k_model = jax.random.split(rng_key)
-    guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
-    log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
-    values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
+    log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
     model = handlers.seed(model, k_model)
     if model_trace:
         log_p, model_tr = handlers.log_density(model, args, kwargs, values)
@@ -182,3 +192,120 @@ class RenyiELBO(_ELBO):
         scaled = (1.0 - self.alpha) * elbos
         bound = jax.nn.logsumexp(scaled) - jnp.log(self.num_particles)
         return -bound / (1.0 - self.alpha)
+
+
+class TraceEnum_ELBO(_ELBO):
+    """The ELBO with the model's sites marked for enumeration summed out exactly: `E_q[log
+    sum_y p(x, y, z) - log q(z)]`, `y` the model's sites marked `infer={"enumerate":
+    "parallel"}` (or by `effppl.infer.config_enumerate`), `z` the guide's sites, as NumPyro's
+    `TraceEnum_ELBO` for a guide without enumerated sites.
+
+    The sum is the model's log density with enumeration (`effppl.handlers.log_density`): tensor
+    variable elimination in plates (funsor's `sum_product`), and the forward algorithm for
+    enumerated sites inside a plain `lax.scan` (NumPyro needs its `scan` and `markov` for that).
+    Guide sites that cannot be reparameterised (discrete ones the guide samples) get
+    `Trace_ELBO`'s score-function surrogate: unbiased, without NumPyro's Rao-Blackwellisation
+    over the plates (the loss is the same; the gradient is noisier).
+
+    **Arguments:** `num_particles` (int); `max_plate_nesting` (int >= 0, or `float("inf")`:
+    inferred from the model's plates): enumerated dims start left of that many plate dims (the
+    value changes where enumerated values sit, never the loss); `vectorize_particles` (bool).
+
+    **Raises:** `ELBOError` (from `loss`) naming a guide site marked for enumeration (only model
+    sites are enumerated here), or a discrete latent site of the model that is neither marked
+    for enumeration nor sampled by the guide; for a bad `max_plate_nesting`.
+
+    **References:** Obermeyer et al. (2019), "Tensor Variable Elimination for Plated Factor
+    Graphs"; Rabiner (1989) (forward algorithm); NumPyro's `TraceEnum_ELBO`.
+    """
+
+    def __init__(self, num_particles: int = 1, max_plate_nesting=float("inf"),
+                 vectorize_particles: bool = True):
+        finite = isinstance(max_plate_nesting, int) and not isinstance(max_plate_nesting, bool)
+        if not (max_plate_nesting == float("inf") or (finite and max_plate_nesting >= 0)):
+            raise ELBOError(f"effppl.infer.TraceEnum_ELBO(max_plate_nesting="
+                            f"{max_plate_nesting!r}) expected an int >= 0 or float('inf') "
+                            f"(inferred from the model's plates).")
+        super().__init__(num_particles, vectorize_particles)
+        self.max_plate_nesting = max_plate_nesting
+
+    def particle(self, rng_key, param_map, model, guide, args, kwargs):
+        from effppl import handlers
+
+        log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
+        _check_enumeration(model, guide_tr, args, kwargs)
+        model = handlers.seed(_unmarked(model, frozenset(_latent(guide_tr))), k_model)
+        first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
+        log_p = _marginal_log_joint(model, args, kwargs, values, first)
+        return _score_surrogate(log_p - log_q, guide_tr)
+
+
+def _unmarked(model, names):
+    """`model` with the sites in `names` (those the guide samples) no longer marked for
+    enumeration: the guide's value is scored, as NumPyro replays guide sites into the model."""
+    from effppl.handlers._handler import _named_like
+    from effppl.primitives import site_contexts
+
+    def configure(name, msg, infer, is_observed):
+        if name in names and "enumerate" in infer:
+            infer = {k: v for k, v in infer.items() if k != "enumerate"}
+        return msg, infer
+
+    @_named_like(model)
+    def unmarked(*args, **kwargs):
+        site_contexts().append(configure)
+        try:
+            return model(*args, **kwargs)
+        finally:
+            site_contexts().remove(configure)
+
+    return unmarked
+
+
+def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
+    """`log p` of `model` at `values` with its sites marked for enumeration summed out; without
+    recording a trace when no enumerated site needs the sum-product over plates (scans carry
+    their forward message and add its normaliser as a factor)."""
+    from effppl.handlers import _contract, enum, substitute, trace
+    from effppl.handlers._density import _LogJoint
+    from effppl.handlers._enum import enumerated_sites
+    from effppl.handlers._handler import run_outermost
+
+    enumerated = enumerated_sites(model, args, kwargs)
+    given = substitute(enum(model, first_available_dim) if enumerated else model, data=values)
+    given.entry_point = "log_density"
+    if all(enumerated.values()):  # none, or inside scans only
+        _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
+        return log_p
+    tracer = trace(given)
+    _, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO
+
+
+def _check_enumeration(model, guide_tr, args, kwargs):
+    """`ELBOError` for a guide site marked for enumeration, or a discrete latent model site that
+    is neither marked for enumeration nor sampled by the guide."""
+    from effppl.handlers._basic import _analyzed
+    from effppl.handlers._handler import model_name
+    from effppl.handlers._trace import is_enumerated
+
+    for name, site in _latent(guide_tr).items():
+        if is_enumerated(site.get("infer") or {}):
+            raise ELBOError(f"effppl.infer.TraceEnum_ELBO enumerates model sites only, but guide "
+                            f"site `{name}` is marked for enumeration: remove its "
+                            f"`infer={{'enumerate': ...}}` (the guide then samples it) or leave "
+                            f"it out of the guide and mark it in the model.")
+    for name, site in _analyzed(model, args, kwargs).items():
+        if site.type != "sample" or site.is_observed or name in guide_tr:
+            continue
+        static = dict(site.key.static)
+        if is_enumerated(static.get("infer", ())):
+            continue
+        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        if getattr(getattr(fn, "support", None), "is_discrete", False):
+            raise ELBOError(f"effppl.infer.TraceEnum_ELBO: site `{name}` of model "
+                            f"`{model_name(model)}` is discrete ({type(fn).__name__}) and neither "
+                            f"marked for enumeration nor sampled by the guide: mark it "
+                            f"`infer={{'enumerate': 'parallel'}}` (or wrap the model in "
+                            f"`effppl.infer.config_enumerate`), or sample it in the guide.")

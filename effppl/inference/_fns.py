@@ -34,7 +34,8 @@ def _compiled(fn: Callable, runs_few_times: bool = False) -> Callable:
     """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves. With
     `runs_few_times` (initial points: a call or a few per run), XLA's backend does not optimise the
     program: it compiles in a fraction of the time and runs a little slower, which only pays
-    where it runs once or twice."""
+    where it runs once or twice. Such a function cannot be called inside another `jax.jit`
+    (nor `jax.eval_shape`d): JAX takes compiler options only at the top level."""
     options = {"xla_backend_optimization_level": 0} if runs_few_times else None
     return with_persistent_cache(jax.jit(fn, compiler_options=options))
 
@@ -207,8 +208,7 @@ class ModelFns:
                     ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
                     return strategy.propose(rng_key, ctx, strategy_dynamic)
 
-            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)),
-                                             runs_few_times=True)
+            self._proposers[key] = _compiled(over_chains(propose, (0, None, None)))
         return self._proposers[key]
 
     def predictor(self, return_sites: tuple, infer_discrete: bool = False) -> Callable:

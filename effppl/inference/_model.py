@@ -26,8 +26,8 @@ class PPLUnavailableError(EffpplError, ImportError):
 
 
 # Test seam: `tests/inference` may point this at another namespace with the same entry points
-# (NumPyro's, while `effppl.handlers` is being written). `None` (always, outside those tests)
-# means `effppl.handlers`.
+# (NumPyro's), to check the inference code against NumPyro's handlers on the same models. `None`
+# (always, outside those tests) means `effppl.handlers`.
 _backend = None
 
 

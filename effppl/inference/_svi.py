@@ -1,4 +1,4 @@
-"""Stochastic variational inference (DESIGN §6): NumPyro's `SVI` API on optax.
+"""Stochastic variational inference: NumPyro's `SVI` API on optax.
 
 Parameters live in unconstrained space (`biject_to(constraint).inv`), as in NumPyro. The update
 step is compiled once per (model, guide, loss, optimiser, argument structure) and cached like

@@ -54,8 +54,11 @@ class AutoNormal(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
-        locs, scales = self._params(sites, self._init_locs(args, kwargs, sites))
-        keys = jax.random.split(prng_key_op(name=f"_{self.prefix}_draw"), len(sites))
+        # one key from `seed` for the initial locations and the draws, as NumPyro's guide takes
+        # one per site: the init key is dead code once SVI substitutes the params
+        init_key, *keys = jax.random.split(prng_key_op(name=f"_{self.prefix}_draw"),
+                                           len(sites) + 1)
+        locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key))
         u, log_q = {}, {}
         for key, (name, (_, shape, dtype)) in zip(keys, sites.items()):
             u[name] = locs[name] + scales[name] * jax.random.normal(key, shape, dtype)

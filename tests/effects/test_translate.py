@@ -185,8 +185,8 @@ def test_abort_inside_scan_and_nested_loops():
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_side_effects_of_loops_with_an_abortive_clause_run_once_per_iteration(depth):
-    # found in review: a failed in-place attempt left a copy of the loop behind, whose
-    # callbacks ran too (2 ** depth times); translating the rewritten loops is memoised
+    # a failed in-place attempt must leave no copy of the loop behind (its callbacks would run
+    # too, 2 ** depth times): attempts on regions with side effects are traced apart first
     from jax.experimental import io_callback
     calls = []
 
@@ -384,7 +384,7 @@ def test_resume_converts_a_value_only_within_its_dtype_kind():
     def resumed_with(op, value):
         return fx.handle(lambda: op() * 1, clauses={op: lambda p, resume: resume(p, value)})()
     assert resumed_with(div0, 3) == 3 and resumed_with(get, 2) == 2.0  # int -> int, int -> float
-    for bad in (jnp.float64(1.7), 0.5, 1 + 2j):  # found in review: silently became 1, 0, 1.0
+    for bad in (jnp.float64(1.7), 0.5, 1 + 2j):  # not same_kind: a cast would truncate
         with pytest.raises(TypeError, match="`div0` resumed with a value of type"):
             resumed_with(div0, bad)
     with pytest.raises(TypeError, match="`choose` resumed"):

@@ -241,7 +241,7 @@ def dirichlet_or_normal(k):
 
 
 def test_cond_branches_with_different_unconstrained_sizes_share_one_padded_row():
-    # found in review: each branch checked its own unconstrained shape, so no value was accepted
+    # one value must satisfy every branch: a check per branch's own shape would accept none
     from numpyro.distributions.transforms import biject_to
     k = jnp.array([0, 1, 0, 1])
     simplex = biject_to(dist.Dirichlet(jnp.ones(3)).support)
@@ -310,7 +310,7 @@ def test_vmap_inside_model_behaves_like_a_plate():
 @pytest.mark.parametrize("batch", ["plate", "sample_shape"])
 def test_plates_and_sample_shapes_inside_vmap_and_scan(where, batch):
     # numpyro's promote_batch_shape keeps an expanded distribution's old expansion sizes, so
-    # such a site drew shape (2, 4, 1) for (4, 2) and no handler could run (found in review)
+    # such a site would draw shape (2, 4, 1) for (4, 2) (effppl's promote_batch_shape rebuilds it)
     def model(x):
         def piece(_, xi):
             if batch == "plate":
@@ -408,7 +408,7 @@ def test_latent_sites_in_an_empty_scan_and_bad_seeds_and_values_name_the_culprit
             effppl.sample("y", dist.Normal(x, 1.0), obs=yt)
             return c, None
         jax.lax.scan(step, 0.0, y)
-    empty = {"mu": 0.5, "x": jnp.zeros(0)}  # found in review: an IndexError
+    empty = {"mu": 0.5, "x": jnp.zeros(0)}  # a zero-length scan: no row to index
     _close(effppl.log_density(model, (jnp.zeros(0),), {}, empty)[0], stats.norm.logpdf(0.5))
     _close(handlers.potential_energy(model, (jnp.zeros(0),), {}, empty), -stats.norm.logpdf(0.5))
     with pytest.raises(effppl.SiteError, match="constrain_fn .*site `x`"):

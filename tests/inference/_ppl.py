@@ -2,9 +2,9 @@
 
 `effppl.inference` reaches the PPL only through `effppl/inference/_model.py`, which calls
 `effppl.handlers.{potential_energy, constrain_fn, unconstrain_fn, seed, substitute, trace}`.
-While `effppl.handlers` is incomplete, these tests run on NumPyro's functions of the same names
-and semantics (a temporary, test-only shim installed through `_model._backend`; nothing outside
-these tests sees it). Models are written against `sample`, `plate`, `deterministic`, `factor`
+These tests can also run on NumPyro's functions of the same names and semantics (a test-only
+shim installed through `_model._backend`; nothing outside these tests sees it), which checks the
+inference code against NumPyro's handlers on the same models. Models are written against `sample`, `plate`, `deterministic`, `factor`
 and `scan` imported from here (`scan` is `jax.lax.scan` for effppl, NumPyro's contrib `scan` for
 NumPyro). Choose with `EFFPPL_INFERENCE_TEST_PPL=auto|effppl|numpyro` (default `auto`: effppl
 when `effppl.handlers` and `effppl.sample` are complete, else NumPyro).
