@@ -10,11 +10,11 @@ schedule, a function of the step number (from 0). `effppl.infer.SVI` takes these
 Example:
     >>> import jax.numpy as jnp
     >>> from effppl import optim
-    >>> opt = optim.Adam(0.1)
+    >>> opt = optim.SGD(0.5)
     >>> state = opt.init({"x": jnp.zeros(2)})
-    >>> state = opt.update({"x": jnp.array([1.0, -1.0])}, state)
+    >>> state = opt.update({"x": jnp.array([1.0, -2.0])}, state)
     >>> opt.get_params(state)["x"]
-    Array([-0.1,  0.1], dtype=float32)
+    Array([-0.5,  1. ], dtype=float32)
 """
 
 from __future__ import annotations
