@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import warnings
 from typing import Any
 
 import jax
@@ -252,11 +253,12 @@ def plate_stack(prefix: str, sizes, rightmost_dim: int = -1):
         yield
 
 
-def subsample(data, event_dim: int):
+def subsample(data, event_dim: int, *, what: str | None = None):
     """`data` indexed by the enclosing subsampled plates' indices along their dims (counted
     left of `event_dim` trailing event dims), as NumPyro's `subsample`; unchanged outside them.
 
     **Raises:** `SiteError` when `data` has neither the plate's size nor 1 along its dim."""
+    what = what or f"effppl.subsample(data, event_dim={event_dim})"
     if not isinstance(event_dim, int) or event_dim < 0:
         raise SiteError(f"effppl.subsample(data, event_dim={event_dim!r}) expected an int >= 0.")
     for p in _active_plates():
@@ -267,9 +269,8 @@ def subsample(data, event_dim: int):
         if data.ndim < -dim or data.shape[dim] == 1:
             continue
         if data.shape[dim] != p.size:
-            raise SiteError(f"effppl.subsample(data, event_dim={event_dim}): data has size "
-                            f"{data.shape[dim]} at dim {dim}, but plate `{p.name}` has size "
-                            f"{p.size}.")
+            raise SiteError(f"{what}: data has size {data.shape[dim]} at dim {dim}, but plate "
+                            f"`{p.name}` has size {p.size}.")
         data = jnp.take(data, p.indices, axis=dim)
     return data
 
@@ -608,12 +609,25 @@ def factor(name: str, log_factor):
 
 
 def prng_key():
-    """A fresh raw PRNG key (`uint32[2]`) from the nearest enclosing `seed` handler, split off
-    its key as a site's is (NumPyro's `numpyro.prng_key()`).
+    """A fresh typed PRNG key (`jax.random.key`'s kind, as NumPyro's) from the nearest enclosing
+    `seed` handler, split off its key as a site's is (NumPyro's `numpyro.prng_key()`).
 
-    **Raises:** `UnhandledEffectError` when no `seed` handler encloses the model (NumPyro warns
-    and returns None)."""
-    return _perform(prng_key_op, name=None)
+    Called outside any model and `seed` (at top level), it warns and returns None, as NumPyro's.
+
+    **Raises:** `UnhandledEffectError` inside a model run by an entry point with no `seed` handler
+    around it (None cannot be a value of the compiled model)."""
+    try:
+        raw = _perform(prng_key_op, name=None)
+    except fx.UnhandledEffectError:
+        from .handlers._handler import _nesting  # the handlers build on this module
+
+        if _nesting():
+            raise
+        warnings.warn("`effppl.prng_key()` was called outside of `seed`: it returns None. Run "
+                      "the code under `effppl.handlers.seed(rng_seed=...)` to get a key.",
+                      UserWarning, stacklevel=2)
+        return None
+    return jax.random.wrap_key_data(raw)
 
 
 def mask_scopes():
@@ -665,9 +679,11 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     - `constraint`: a `numpyro.distributions.constraints` object: the support of the value. SVI
       optimises `biject_to(constraint).inv(value)` (unconstrained space), as NumPyro does.
     - `event_dim`: the number of rightmost dimensions that form one event (NumPyro's meaning;
-      recorded in traces).
+      recorded in traces). With it, inside a subsampled plate, the value is indexed by the
+      plate's indices along the plate's dim, as `subsample` does (traces and SVI keep the
+      whole value).
 
-    **Returns:** the value, an array of `init_value`'s shape.
+    **Returns:** the value, an array of `init_value`'s shape (subsampled as above).
 
     **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
     value's shape while tracing) or `constraint` is not a constraint.
@@ -688,4 +704,7 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     init_fn = init_value if callable(init_value) else None
     value = None if init_fn is not None else jnp.asarray(init_value)
     msg = {"value": value, "constraint": constraint}
-    return _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
+    value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
+    if event_dim is None:
+        return value
+    return subsample(value, event_dim, what=f"effppl.param({name!r}, ..., event_dim={event_dim})")

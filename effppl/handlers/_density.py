@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax.numpy as jnp
+from numpyro.distributions.transforms import biject_to
 
-from ..primitives import sample_op
+from ..primitives import param_op, sample_op
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_sites
-from ._handler import Handler, forward, run_outermost
+from ._handler import Handler, forward, forward_param, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
 
@@ -95,7 +96,12 @@ class _Unconstrain(Handler):
                 log_det = jnp.sum(log_det * msg["scale"])
             state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
             return resume(state, forward(dict(msg, value=value), name=name, **static))
-        return {sample_op: sample}
+
+        def param(state, msg, *, resume, name, **static):
+            if name in self.values:  # NumPyro's constrain_fn: `biject_to(constraint)`, no Jacobian
+                msg = dict(msg, value=biject_to(msg["constraint"])(self.values[name]))
+            return resume(state, forward_param(msg, name=name, **static))
+        return {sample_op: sample, param_op: param}
 
     def ret(self, state, result):
         counts, log_det_total, per_site = state
@@ -226,7 +232,8 @@ def constrain_fn(model, model_args, model_kwargs, params, return_deterministic=F
 
 
 def unconstrain_fn(model, model_args, model_kwargs, params):
-    """Map constrained `params` to unconstrained space (inverse of `constrain_fn`)."""
+    """Map constrained `params` to unconstrained space (inverse of `constrain_fn`); a `param`
+    site by the inverse of `biject_to` of its constraint, as NumPyro's."""
     check_call("effppl.handlers.unconstrain_fn", model_args, model_kwargs, params)
     if enumerated_sites(model, model_args, model_kwargs or {}):
         model = enum(model)
@@ -236,4 +243,5 @@ def unconstrain_fn(model, model_args, model_kwargs, params):
     tracer.record_unconstrained = tracer.values_only = True
     tracer.keep = lambda name, site: name in params
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
-    return {name: tr[name]["unconstrained"] for name in params}
+    return {name: biject_to(tr[name]["kwargs"]["constraint"]).inv(tr[name]["value"])
+            if tr[name]["type"] == "param" else tr[name]["unconstrained"] for name in params}

@@ -8,6 +8,7 @@ potential or gradient is not finite, at most `max_tries` times, then raises `Ini
 import dataclasses
 import functools
 import math
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +60,7 @@ class InitStrategy:
         """NumPyro's protocol: the constrained initial value of `site` (a site dict), or None."""
         if site is None:
             return self
-        return self.site_fn()(site)
+        return self.site_fn()(site_message(site))
 
     def site_fn(self):
         """NumPyro's function of a site message doing what this strategy does."""
@@ -198,6 +199,18 @@ class _InitToValue(InitStrategy):
 def is_site(site) -> bool:
     """Whether `site` is a site message (a strategy is being asked for a site's value)."""
     return isinstance(site, Mapping) and "fn" in site and "name" in site
+
+
+def site_message(site) -> dict:
+    """A site message or trace entry with the fields NumPyro's site functions read. A site
+    without a key (a trace entry: effppl's traces do not keep the key a site was drawn with)
+    gets the key `PRNGKey(0)` folded with a hash of its name, so a strategy that draws
+    (`init_to_uniform`, `init_to_median`, `init_to_sample`) gives each site its own draw."""
+    site = _model.numpyro_site(site)
+    if site["kwargs"].get("rng_key") is None:
+        key = jax.random.fold_in(jax.random.PRNGKey(0), zlib.crc32(site["name"].encode()))
+        site["kwargs"] = {"sample_shape": (), **site["kwargs"], "rng_key": key}
+    return site
 
 
 def init_to_uniform(site=None, radius: float = 2.0) -> InitStrategy:

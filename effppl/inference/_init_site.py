@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpyro.infer
 
-from ._init import InitStrategy, is_site
+from ._init import InitStrategy, is_site, site_message
 
 __all__ = ["init_to_feasible", "init_to_mean", "init_to_sample", "as_strategy"]
 
@@ -51,7 +51,7 @@ def _numpyro(name, site):
         if not is_site(site):
             raise TypeError(f"`effppl.infer.{name}(site)` expected a site message (a dict with "
                             f"`name` and `fn`), but got {site!r}.")
-        return fn(site)
+        return fn(site_message(site))
     return _InitBySite(fn=fn, name=f"{name}()")
 
 

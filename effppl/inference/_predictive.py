@@ -1,5 +1,6 @@
 """Prior and posterior predictive draws, and pointwise log likelihoods."""
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -10,6 +11,7 @@ import numpy as np
 from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ..primitives import SiteError
+from ._cache import cached
 from ._fns import model_fns, prepare
 from ._mcmc import _as_key
 from ._model import site_errors
@@ -19,6 +21,22 @@ __all__ = ["Predictive", "log_likelihood"]
 
 class PredictiveError(EffpplError, ValueError):
     """Invalid arguments to `Predictive` or `log_likelihood`."""
+
+
+def _unscored(model: Callable) -> Callable:
+    """`model` inside `with mask(mask=False)`, as NumPyro's `Predictive` runs it (no draw needs a
+    log density, and `get_mask()` is False, so a model may skip work that only feeds `factor`s).
+    One wrapper per model (kept in the compiled-function store), so the compiled predictor of a
+    model is found again by later `Predictive` objects."""
+    def build():
+        from ..handlers import mask
+
+        @functools.wraps(model)  # keeps the signature: errors name the model's arguments
+        def unscored(*args, **kwargs):
+            with mask(mask=False):
+                return model(*args, **kwargs)
+        return unscored
+    return cached(("predictive-unscored", model), build)
 
 
 def _batch_shape(api, samples: dict, batch_ndims: int):
@@ -184,7 +202,8 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = _as_key(rng_key, api, PredictiveError)
-        fns, dynamic = prepare(api, self.model, args, kwargs)
+        model = self.model if self.infer_discrete else _unscored(self.model)  # as NumPyro's
+        fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)
         sample_sites = set(info.latent) | set(info.observed) | set(info.enumerated)
         fixable = sample_sites | (set(info.deterministic) if self.condition_deterministic else set())
@@ -229,7 +248,7 @@ class Predictive:
 
     def _guide_draws(self, key, structure, dynamic, model_sites):
         """`num_samples` draws of the guide's sample sites that are sample sites of the model."""
-        guide_fns = model_fns(self.guide, structure, dynamic)
+        guide_fns = model_fns(_unscored(self.guide), structure, dynamic)
         info = guide_fns.site_info(dynamic)
         names = tuple(sorted(n for n in info.latent if n in model_sites))
         draw = guide_fns.predictor(names)

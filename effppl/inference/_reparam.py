@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from ..primitives import SiteError, sample
+from ..primitives import SiteError, param, sample
 
 
 class Reparam:
@@ -46,7 +46,8 @@ class LocScaleReparam(Reparam):
     """Decenter a location-scale site (`Normal`, `StudentT`, `Cauchy`, ...): draw
     `{name}_decentered ~ D(c * loc, scale**c)` and set `name = loc + scale**(1 - c) *
     (decentered - c * loc)`. `centered=0` is the non-centred parametrization, `1` leaves the
-    site alone. `centered=None` (learnable, a `param` site) needs SVI's `param`.
+    site alone. `centered=None` learns it: the param site `{name}_centered` (initially 0.5, in
+    the unit interval, of the site's event shape), fitted by `SVI` as in NumPyro.
 
     **Arguments:** `centered`: float in [0, 1] or None; `shape_params`: names of other
     parameters of the distribution passed through unchanged (e.g. `("df",)` for `StudentT`).
@@ -69,14 +70,7 @@ class LocScaleReparam(Reparam):
             return fn, obs
         event_shape = fn.event_shape
         fn, expand_shape, event_dim = self._unwrap(fn)
-        if centered is None:
-            from .. import primitives
-            param = getattr(primitives, "param", None)
-            if param is None:
-                raise NotImplementedError(
-                    f"LocScaleReparam(centered=None) learns how much to centre site `{name}` "
-                    f"with a `param` site, which this effppl has not got; give `centered=` a "
-                    f"number in [0, 1].")
+        if centered is None:  # learnt (by SVI): a param site in [0, 1], one per event element
             centered = param(f"{name}_centered", jnp.full(event_shape, 0.5),
                              constraint=dist.constraints.unit_interval)
         params = {key: getattr(fn, key) for key in self.shape_params}

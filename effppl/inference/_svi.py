@@ -24,7 +24,7 @@ from numpyro.distributions.transforms import biject_to
 from .._errors import EffpplError
 from ..effects._values import describe_non_array
 from ._arguments import model_arguments
-from ._cache import UnhashableArgumentError, cached, split_args
+from ._cache import cached, split_args
 from ._mcmc import _advance
 from ._optim import as_optimizer
 
@@ -125,14 +125,11 @@ class _Compiled:
         loss or new params are not finite leaves the state as it was (NumPyro)."""
         args, kwargs = self.args(dynamic)
         rng_key, sub = jax.random.split(state.rng_key)
-        params = self.optimizer.get_params(state.optim_state)
         objective = self._objective(sub, constraints, args, kwargs)
-        if self.forward_mode:
-            loss, grads = objective(params), jax.jacfwd(objective)(params)
-        else:
-            loss, grads = jax.value_and_grad(objective)(params)
-        optim_state = self.optimizer.update(grads, state.optim_state)
-        grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grads.items()}
+        loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
+                                                       self.forward_mode)
+        grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
+                   for n in constraints}
         if stable:
             ok = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
             optim_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old),
@@ -200,6 +197,14 @@ class _Compiled:
         return jnp.result_type(float)
 
 
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _init_params(api, init_params):
     """`init_params` as a dict of arrays, or an `SVIError` naming what is wrong."""
     if init_params is None:
@@ -222,11 +227,11 @@ class SVI:
     **Arguments:**
     - `model`, `guide`: effppl models; the guide's latent sample sites name the model's, and both
       may have `effppl.param` sites. Autoguides: `effppl.infer.autoguide`.
-    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`) or a `numpyro.optim`
-      optimiser.
+    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`), or an optimiser with
+      NumPyro's interface: `effppl.optim.Adam(1e-2)` (NumPyro's names), NumPyro's own.
     - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
-    - `**static_kwargs`: keyword arguments passed to the model and guide on every call (hashable;
-      they key the compiled update).
+    - `**static_kwargs`: keyword arguments passed to the model and guide on every call
+      (hashable ones key the compiled update; arrays are passed to it as arguments).
 
     **Raises:** `SVIError` for calls out of order (`update` before `init`), and from `run` for a
     non-finite loss; `OptimizerError` for an `optim` that is not an optimiser.
@@ -255,19 +260,16 @@ class SVI:
         if not callable(getattr(loss, "loss", None)):
             raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO (e.g. "
                            f"`effppl.infer.Trace_ELBO()`), but got {type(loss).__name__}.")
-        try:
-            self._static = tuple(sorted(static_kwargs.items()))
-            hash(self._static)
-        except TypeError:
-            raise UnhashableArgumentError(
-                "`effppl.infer.SVI(..., **static_kwargs)` expected hashable static keyword "
-                "arguments (they key the compiled update); pass arrays as arguments of "
-                "`init`/`update`/`run` instead.") from None
+        # hashable values key the compiled update; arrays (NumPyro's `SVI(..., X=X)`) are passed
+        # to it as arguments, like those of `init`/`update`/`run`
+        self._array_kwargs = {k: v for k, v in static_kwargs.items() if not _hashable(v)}
+        self._static = tuple(sorted((k, v) for k, v in static_kwargs.items()
+                                    if k not in self._array_kwargs))
         self.static_kwargs = dict(static_kwargs)
         self._constraints = None
 
     def _compiled(self, api, args, kwargs, forward_mode=False):
-        structure, dynamic = split_args(api, args, kwargs)
+        structure, dynamic = split_args(api, args, {**self._array_kwargs, **kwargs})
         key = ("svi", self.model, self.guide, self.loss, self._optimizer, structure, self._static,
                bool(forward_mode))
         fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,
@@ -313,6 +315,12 @@ class SVI:
         """The current params, constrained (dict name -> array)."""
         self._check_state(svi_state, "effppl.infer.SVI.get_params")
         return _constrain(self._optimizer.get_params(svi_state.optim_state), self._constraints)
+
+    def constrain_fn(self, params: dict) -> dict:
+        """Unconstrained params (as the optimiser holds them) mapped to their constraints'
+        spaces, as NumPyro's `SVI.constrain_fn` (after `init`)."""
+        self._check_state(SVIState(None, None, None), "effppl.infer.SVI.constrain_fn")
+        return _constrain(params, self._constraints)
 
     def update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
         """One optimisation step: `(new_state, loss)` (the loss before the step)."""

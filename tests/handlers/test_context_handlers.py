@@ -211,6 +211,66 @@ def test_subsampled_plate_draws_numpyros_indices_and_scales_the_density():
     _close(lp, np_lp)
 
 
+def test_param_in_a_subsampled_plate_is_indexed_like_numpyros():
+    def model(param, plate):
+        with plate("a", 10, subsample_size=3) as idx:
+            p0 = param("p0", 0.0, event_dim=0)              # no plate dim: left whole
+            p = param("p", jnp.arange(10.0), event_dim=0)
+            q = param("q", jnp.arange(20.0).reshape(10, 2), event_dim=1)
+        return idx, p0, p, q
+    ours = handlers.seed(lambda: model(effppl.param, effppl.plate), 2)()
+    theirs = nh.seed(lambda: model(numpyro.param, numpyro.plate), 2)()
+    idx = ours[0]
+    np.testing.assert_array_equal(idx, theirs[0])
+    assert ours[1].shape == () and ours[2].shape == (3,) and ours[3].shape == (3, 2)
+    np.testing.assert_array_equal(ours[2], jnp.arange(10.0)[idx])
+    np.testing.assert_array_equal(ours[3], theirs[3])
+    tr = handlers.trace(handlers.seed(lambda: model(effppl.param, effppl.plate), 2)).get_trace()
+    assert tr["p"]["value"].shape == (10,)  # the trace keeps the whole param, as NumPyro's
+
+    def bad():
+        with effppl.plate("a", 10, subsample_size=3):
+            effppl.param("bad", jnp.zeros(4), event_dim=0)
+    with pytest.raises(effppl.SiteError, match="param\\('bad'.*size 4 at dim -1.*`a` has size 10"):
+        handlers.seed(bad, 0)()
+
+
+def test_svi_on_a_subsampled_plate_with_a_subsampled_param():
+    # a deterministic guide (Delta): the loss of each one-point subsample, scaled by 2, averages
+    # to the full loss, and so do the gradients (NumPyro's test_subsample_gradient, exactly)
+    from effppl.infer import SVI, Trace_ELBO
+    from effppl.optim import Adam
+
+    data = jnp.array([-0.5, 2.0])
+
+    def model(idx, size):
+        with handlers.substitute(data={"N": idx}):
+            with effppl.plate("N", 2, size) as i:
+                z = effppl.sample("z", dist.Normal(0.0, 1.0))
+                effppl.sample("x", dist.Normal(z, 1.0), obs=data[i])
+
+    def guide(idx, size):
+        with handlers.substitute(data={"N": idx}):
+            with effppl.plate("N", 2, size):
+                loc = effppl.param("loc", jnp.array([0.3, -0.2]), event_dim=0)
+                effppl.sample("z", dist.Delta(loc))
+
+    svi = SVI(model, guide, Adam(0.1), Trace_ELBO())
+    state = svi.init(jax.random.PRNGKey(0), None, 2)
+    params = svi.optim.get_params(state.optim_state)
+
+    def loss(p, idx, size):
+        return svi.loss.loss(state.rng_key, svi.constrain_fn(p), model, guide, idx, size)
+
+    full, g_full = jax.value_and_grad(loss)(params, None, 2)
+    parts = [jax.value_and_grad(loss)(params, jnp.array([i]), 1) for i in (0, 1)]
+    loc = np.array([0.3, -0.2])
+    _close(full, -np.sum(stats.norm.logpdf(loc) + stats.norm.logpdf(data, loc, 1.0)))
+    _close((parts[0][0] + parts[1][0]) / 2, full)
+    _close((parts[0][1]["loc"] + parts[1][1]["loc"]) / 2, g_full["loc"])
+    _close(g_full["loc"], 2 * loc - np.asarray(data))
+
+
 def test_traces_hold_plate_entries_and_plate_stack():
     def model(sample, plate_stack):
         with plate_stack("p", (2, 3)):

@@ -450,6 +450,29 @@ def test_dependent_support_uses_current_values():
         _close(-handlers.potential_energy(model, (), {}, {"a": ua, "b": ub}), ref)
 
 
+def test_constrain_and_unconstrain_fn_map_param_sites_like_numpyro():
+    def model(sample, param):
+        z = param("z", 2.0, constraint=dist.constraints.positive)
+        sample("x", dist.Normal(0.0, z))  # a later site sees the constrained param
+
+    def ours(fn, values):
+        return fn(lambda: model(effppl.sample, effppl.param), (), {}, values)
+
+    def theirs(fn, values):
+        return fn(lambda: model(numpyro.sample, numpyro.param), (), {}, values)
+
+    u = {"z": jnp.array(0.7), "x": jnp.array(-1.2)}
+    c = ours(handlers.constrain_fn, u)
+    _close(c["z"], np.exp(0.7))
+    _close(c["x"], -1.2)
+    for name, value in theirs(numpyro.infer.util.constrain_fn, u).items():
+        _close(c[name], value)
+    back = ours(handlers.unconstrain_fn, c)
+    for name in u:
+        _close(back[name], u[name])
+        _close(back[name], theirs(numpyro.infer.util.unconstrain_fn, c)[name])
+
+
 def test_handlers_mask_scale_block_condition_replay():
     model = eight_schools(effppl.sample, effppl.plate)
     params = {"mu": 0.5, "tau": 1.5, "theta_tilde": jnp.zeros(8)}

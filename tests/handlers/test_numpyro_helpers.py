@@ -7,6 +7,7 @@ import numpy as np
 import numpyro
 import numpyro.handlers
 import pytest
+from jax.scipy import stats
 from numpyro.infer.util import log_density as np_log_density
 
 import effppl
@@ -20,11 +21,18 @@ def test_prng_key_comes_from_the_seed_handler():
         return effppl.prng_key(), effppl.prng_key()
 
     a, b = handlers.seed(model, 0)()
-    assert a.shape == (2,) and a.dtype == jnp.uint32 and not np.array_equal(a, b)
+    assert a.shape == () and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)  # as NumPyro's
+    a, b = jax.random.key_data(a), jax.random.key_data(b)
+    assert not np.array_equal(a, b)
     a2, _ = handlers.seed(model, 0)()
-    np.testing.assert_array_equal(a, a2)
+    np.testing.assert_array_equal(a, jax.random.key_data(a2))
+    with numpyro.handlers.seed(rng_seed=0):
+        theirs = numpyro.prng_key()
+    np.testing.assert_array_equal(a, jax.random.key_data(theirs))  # NumPyro's key too
     with pytest.raises(Exception, match="prng_key"):
         handlers.trace(model).get_trace()
+    with pytest.warns(UserWarning, match="outside of `seed`"):  # at top level: None, as NumPyro
+        assert effppl.prng_key() is None
 
 
 def test_get_mask_sees_the_enclosing_masks():
@@ -91,3 +99,30 @@ def test_predictive_takes_numpyros_arguments():
     redone = Predictive(model, samples, return_sites=["twice"], parallel=False)(key)
     np.testing.assert_allclose(redone["twice"], [0.0, 2.0])
     assert set(redone) == {"twice"}
+
+
+def test_predictive_runs_model_and_guide_masked_as_numpyro():
+    called = []
+
+    def model(y):
+        x = effppl.sample("x", dist.Normal(0.0, 1.0))
+        if effppl.get_mask() is not False:  # work only a log density needs
+            called.append("model")
+            effppl.factor("f", -x**2)
+        effppl.sample("y", dist.Normal(x, 1.0), obs=y)
+
+    def guide(y):
+        if effppl.get_mask() is not False:
+            called.append("guide")
+        effppl.sample("x", dist.Normal(effppl.param("loc", 0.5), 1.0))
+
+    out = Predictive(model, guide=guide, params={"loc": jnp.array(3.0)}, num_samples=400)(
+        jax.random.PRNGKey(0), None)
+    assert called == [] and out["y"].shape == (400,)
+    np.testing.assert_allclose(out["y"].mean(), 3.0, atol=0.25)  # x ~ N(3, 1), y ~ N(x, 1)
+    Predictive(model, num_samples=2)(jax.random.PRNGKey(0), None)
+    assert called == []
+    lp, _ = effppl.log_density(model, (jnp.array(0.0),), {}, {"x": 1.0})  # not masked elsewhere
+    assert "model" in called
+    np.testing.assert_allclose(lp, -1.0 + stats.norm.logpdf(1.0) + stats.norm.logpdf(0.0, 1.0),
+                               rtol=1e-6)

@@ -117,3 +117,36 @@ def test_reparam_block_inside_a_model_runs_under_nuts():
     mcmc.run(jax.random.PRNGKey(1), data)
     assert set(mcmc.get_samples()) == {"alpha", "loc_base", "loc"}
     assert abs(float(mcmc.get_samples()["loc"].mean()) - float(data.mean())) < 0.05
+
+
+def test_learnable_centering_is_a_param_site_fitted_by_svi_as_numpyros():
+    from numpyro.infer import Trace_ELBO as NumPyroELBO
+
+    from effppl.infer import SVI, Trace_ELBO
+    from effppl.optim import Adam
+
+    def guide(sample, param):
+        def g():
+            sample("y", dist.Delta(param("y_loc", 0.4)))
+            sample("x_decentered", dist.Delta(param("xd_loc", jnp.array([0.3, -1.0, 0.8]))))
+        return g
+
+    ours = handlers.reparam(funnel(effppl.sample), config={"x": LocScaleReparam(centered=None)})
+    theirs = nh.reparam(funnel(numpyro.sample), config={"x": np_reparam.LocScaleReparam(None)})
+    params = {"y_loc": jnp.array(-0.6), "xd_loc": jnp.array([0.1, 0.5, -2.0]),
+              "x_centered": jnp.array(0.3)}  # the site's event shape: ()
+
+    def loss(elbo, model, g):
+        return jax.value_and_grad(lambda p: elbo.loss(jax.random.PRNGKey(0), p, model, g))(params)
+
+    value, grads = loss(Trace_ELBO(), ours, guide(effppl.sample, effppl.param))
+    np_value, np_grads = loss(NumPyroELBO(), theirs, guide(numpyro.sample, numpyro.param))
+    _close(value, np_value, 1e-8)
+    for name in params:
+        _close(grads[name], np_grads[name], 1e-8)
+    assert abs(float(grads["x_centered"])) > 1e-3  # the centering is learnt
+
+    svi = SVI(ours, guide(effppl.sample, effppl.param), Adam(0.05), Trace_ELBO())
+    result = svi.run(jax.random.PRNGKey(1), 30, progress_bar=False)
+    c = result.params["x_centered"]
+    assert c.shape == () and 0 < float(c) < 1 and abs(float(c) - 0.5) > 1e-3

@@ -137,3 +137,27 @@ def test_strategies_are_callable_on_a_site_message():
     np.testing.assert_allclose(init_to_value(site, values={"s": 2.0}), 2.0)
     assert 0 < float(init_to_uniform(radius=1.0)(site)) < np.e
     assert float(init_to_sample(site)) > 0
+
+
+@pytest.mark.parametrize("strategy", [init_to_feasible, init_to_mean, init_to_median,
+                                      init_to_sample, init_to_uniform, init_to_value,
+                                      init_to_uniform(radius=3.0), init_to_median(num_samples=2)])
+def test_strategies_are_callable_on_a_trace_entry(strategy):
+    # a trace entry keeps no key: the strategies draw with one of their own, per site name
+    import effppl
+    from effppl import handlers
+
+    def model():
+        effppl.sample("x", dist.ZeroSumNormal(1.0, (3,)))
+        effppl.sample("s", dist.LogNormal(0.0, 1.0))
+
+    tr = handlers.trace(handlers.seed(model, 3)).get_trace()
+    for name in ("x", "s"):
+        site = dict(tr[name], value=None)
+        value = strategy(site)
+        assert jnp.shape(value) == jnp.shape(tr[name]["value"])
+        assert bool(site["fn"].support(value).all())
+    # two sites drawing from the same distribution get different draws
+    a, b = (dict(tr["s"], name=n, value=None) for n in ("s", "t"))
+    if strategy in (init_to_sample, init_to_uniform):
+        assert float(strategy(a)) != float(strategy(b))

