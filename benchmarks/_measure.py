@@ -16,7 +16,8 @@ import collections
 import re
 import statistics
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -21,7 +21,8 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 warnings.filterwarnings("ignore")
 

@@ -19,7 +19,8 @@ drawn with numpy and a fixed seed:
 `SHOWCASE` maps each name to a `Showcase` of its functions.
 """
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np

@@ -16,7 +16,8 @@ import dataclasses
 import functools
 import inspect
 import sys
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,7 @@ from ._values import check_arrays
 class OpEffect(_compat.Effect):
     """The effect of performing `op`."""
 
-    op: "Operation"
+    op: Operation
 
 
 class HandleEffect(_compat.Effect):

@@ -16,7 +16,8 @@ tail-resumptive (every PPL handler is).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import jax
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

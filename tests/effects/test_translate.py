@@ -199,7 +199,8 @@ def test_side_effects_of_loops_with_an_abortive_clause_run_once_per_iteration(de
         return c + jax.lax.cond(c > 1e9, lambda: ask(c), lambda: 1.0), None
 
     def prog(c):
-        loop = lambda c: jax.lax.scan(step, c, None, length=2)[0]
+        def loop(c):
+            return jax.lax.scan(step, c, None, length=2)[0]
         for _ in range(depth - 1):
             loop = (lambda f: lambda c: jax.lax.scan(lambda c, _: (f(c), None), c, None,
                                                      length=2)[0])(loop)
@@ -271,7 +272,8 @@ def test_choose_enumerates_all_paths_outside_loops():
 
 def test_choose_across_while_is_unsupported():
     def prog():
-        step = lambda i: i + jnp.where(choose(), 1, 2)
+        def step(i):
+            return i + jnp.where(choose(), 1, 2)
         return jax.lax.while_loop(lambda i: i < 3, step, 0).astype(jnp.float64)
     handled = fx.handle(prog, clauses={choose: lambda p, resume: resume(p, True)
                                        + resume(p, False)})

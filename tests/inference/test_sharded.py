@@ -46,7 +46,7 @@ def test_sharded_chains_match_vectorized_chains():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT"))
     out = json.loads(line[len("RESULT"):])
     assert out["devices"] == 4
     assert out["sharded_devices"] == 4 and out["vectorized_devices"] == 1
