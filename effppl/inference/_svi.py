@@ -136,6 +136,16 @@ class _Compiled:
                                        optim_state, state.optim_state)
         return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok
 
+    def _applied_update(self, state, constraints, dynamic):
+        """A stable step and whether it was applied: `(state, loss, grad_ok, applied)`. A step is
+        not applied when its loss or its new params are not finite (a finite loss at the old
+        params does not make the new ones finite, e.g. a NaN learning rate)."""
+        new, loss, grad_ok = self._update(state, constraints, dynamic, False)
+        applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(new.optim_state))
+        optim_state = jax.tree.map(lambda a, b: jnp.where(applied, a, b), new.optim_state,
+                                   state.optim_state)
+        return new._replace(optim_state=optim_state), loss, grad_ok, applied
+
     def _evaluate(self, state, constraints, dynamic):
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
@@ -144,29 +154,31 @@ class _Compiled:
 
     def chunk(self, length: int, stable: bool):
         """Compiled `(state, constraints, dynamic, num) -> (state, losses[length], grad_ok,
-        failed)`: `num <= length` updates in a `lax.scan`. A non-finite step is not applied;
-        without `stable`, the steps after it are not run (`failed` is set)."""
+        applied[length], failed)`: `num <= length` updates in a `lax.scan`. A step whose loss or
+        new params are not finite is not applied; without `stable`, the steps after it are not run
+        (`failed` is set)."""
         if (length, stable) not in self._chunks:
             def run(state, constraints, dynamic, num):
                 def body(carry, i):
                     state, failed = carry
 
                     def step(state):
-                        new, loss, grad_ok = self._update(state, constraints, dynamic, True)
-                        return new, loss, grad_ok
+                        return self._applied_update(state, constraints, dynamic)
 
                     def skip(state):
                         grad_ok = {n: jnp.asarray(True) for n in constraints}
-                        return state, jnp.asarray(jnp.nan, self._loss_dtype()), grad_ok
+                        return (state, jnp.asarray(jnp.nan, self._loss_dtype()), grad_ok,
+                                jnp.asarray(False))
 
-                    new, loss, grad_ok = jax.lax.cond((i < num) & ~failed, step, skip, state)
+                    runs = (i < num) & ~failed
+                    new, loss, grad_ok, applied = jax.lax.cond(runs, step, skip, state)
                     if not stable:
-                        failed = failed | ((i < num) & ~jnp.isfinite(loss))
-                    return (new, failed), (loss, grad_ok)
+                        failed = failed | (runs & ~applied)
+                    return (new, failed), (loss, grad_ok, applied | ~runs)
 
-                (state, failed), (losses, grad_ok) = jax.lax.scan(
+                (state, failed), (losses, grad_ok, applied) = jax.lax.scan(
                     body, (state, jnp.asarray(False)), jnp.arange(length))
-                return state, losses, grad_ok, failed
+                return state, losses, grad_ok, applied, failed
 
             self._chunks[(length, stable)] = jax.jit(run)
         return self._chunks[(length, stable)]
@@ -375,32 +387,37 @@ class SVI:
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)
         length = math.ceil(num_steps / 20) if progress_bar else int(num_steps)
         chunk = fns.chunk(length, bool(stable_update))
-        losses = []
+        losses, skipped = [], 0
         with tqdm.tqdm(total=num_steps, disable=not progress_bar, desc="SVI") as bar:
             for start in range(0, num_steps, length):
                 num = min(length, num_steps - start)
-                state, chunk_losses, grad_ok, failed = chunk(state, self._constraints, dynamic,
-                                                             np.int32(num))
+                state, chunk_losses, grad_ok, applied, failed = chunk(
+                    state, self._constraints, dynamic, np.int32(num))
                 chunk_losses = np.asarray(chunk_losses[:num])
+                applied = np.asarray(applied[:num])
                 if bool(failed):
                     sites = fns.nonfinite_sites(state, self._constraints, dynamic)
-                    self._raise_nonfinite(api, start, chunk_losses, grad_ok, losses, state, sites)
+                    self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok, losses,
+                                          state, sites)
+                skipped += int(np.sum(~applied))
                 losses.append(chunk_losses)
                 if progress_bar:
                     _advance(bar, num, f"loss={np.nanmean(chunk_losses):.4g}")
         losses = np.concatenate(losses)
-        skipped = int(np.sum(~np.isfinite(losses)))
         if skipped:
-            warnings.warn(f"{api}: {skipped} of {num_steps} steps had a non-finite loss and were "
-                          f"skipped (stable_update=True).", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{api}: {skipped} of {num_steps} steps had a non-finite loss or gave "
+                          f"non-finite params and were skipped (stable_update=True).",
+                          RuntimeWarning, stacklevel=2)
         return SVIRunResult(self.get_params(state), state, losses)
 
-    def _raise_nonfinite(self, api, start, chunk_losses, grad_ok, losses, state, sites):
-        i = int(np.flatnonzero(~np.isfinite(chunk_losses))[0])
+    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites):
+        i = int(np.flatnonzero(~applied)[0])
         bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
         losses = np.concatenate(losses + [chunk_losses[:i]])
+        what = (f"the loss is {chunk_losses[i]}" if not np.isfinite(chunk_losses[i]) else
+                f"the loss is {chunk_losses[i]} but the step made the params non-finite")
         err = SVIError(
-            f"`{api}`: the loss is {chunk_losses[i]} at step {start + i} (counting from 0)"
+            f"`{api}`: {what} at step {start + i} (counting from 0)"
             + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
             + (f"; the gradient is not finite for params {bad}" if bad else "")
             + ". The params are those before that step (`err.result`). Check the model's "

@@ -229,6 +229,17 @@ def test_nonfinite_loss_names_the_step_and_param():
     np.testing.assert_allclose(out.params["mu_loc"], -5.5)  # every later step is skipped
 
 
+def test_a_step_that_makes_the_params_nonfinite_is_reported_not_dropped():
+    """A NaN learning rate: each loss is finite (taken at the old params), the new params are
+    not. NumPyro returns NaN params; effppl raises naming the step (before: the steps were
+    silently skipped and the initial params came back with normal-looking losses)."""
+    svi = SVI(model, guide, optax.sgd(float("nan")), Trace_ELBO())
+    with pytest.raises(SVIError, match=r"made the params non-finite at step 0"):
+        svi.run(jax.random.PRNGKey(0), 20, _data(), progress_bar=False)
+    with pytest.warns(RuntimeWarning, match="20 of 20 steps"):
+        svi.run(jax.random.PRNGKey(0), 20, _data(), progress_bar=False, stable_update=True)
+
+
 def test_new_data_of_the_same_shapes_compiles_nothing():
     y = _data()
     svi = SVI(model, guide, optax.adam(0.05), Trace_ELBO())
