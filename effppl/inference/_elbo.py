@@ -59,6 +59,7 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     from effppl.handlers._handler import run_outermost
 
     log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
+    check_model_guide_match(model, guide_tr, args, kwargs)
     model = handlers.seed(model, k_model)
     if model_trace:
         log_p, model_tr = handlers.log_density(model, args, kwargs, values)
@@ -67,6 +68,29 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     given.entry_point = "log_density"
     _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
     return log_p, log_q, None, guide_tr
+
+
+def check_model_guide_match(model, guide_tr, args, kwargs):
+    """`ELBOError` naming the first latent site whose value in the guide has a shape the model's
+    site does not have (stacked over the loops around it), as NumPyro's
+    `check_model_guide_match`: the shapes, aligned on the right, must agree, a missing leading
+    axis counting as 1. Without it the model would broadcast the guide's value (e.g. one scalar
+    for a whole plate) and the ELBO would be a silently different number."""
+    from itertools import zip_longest
+
+    from effppl.handlers._basic import _analyzed
+
+    for name, site in _analyzed(model, args, kwargs).items():
+        if site.type != "sample" or site.is_observed or not site.bounded or name not in guide_tr:
+            continue
+        model_shape = (*site.loops, *site.aval.shape)
+        guide_shape = tuple(jnp.shape(guide_tr[name]["value"]))
+        if any(m != g for m, g in zip_longest(reversed(model_shape), reversed(guide_shape),
+                                              fillvalue=1)):
+            raise ELBOError(f"Model and guide shapes disagree at site `{name}`: the model's "
+                            f"site has shape {model_shape}, the guide's value {guide_shape} "
+                            f"(stacked over the loops and plates around the site). Sample it "
+                            f"in the guide with the model's shape, e.g. inside the same plates.")
 
 
 def _score_surrogate(elbo, guide_tr):
@@ -233,7 +257,8 @@ class TraceEnum_ELBO(_ELBO):
         from effppl import handlers
 
         log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
-        _check_enumeration(model, guide_tr, args, kwargs)
+        _check_enumeration(model, guide_tr, args, kwargs)  # first: an enumerated guide site
+        check_model_guide_match(model, guide_tr, args, kwargs)  # has the support's shape
         model = handlers.seed(_unmarked(model, frozenset(_latent(guide_tr))), k_model)
         first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
         log_p = _marginal_log_joint(model, args, kwargs, values, first)

@@ -240,6 +240,27 @@ def test_a_step_that_makes_the_params_nonfinite_is_reported_not_dropped():
         svi.run(jax.random.PRNGKey(0), 20, _data(), progress_bar=False, stable_update=True)
 
 
+@pytest.mark.parametrize("elbo", [Trace_ELBO(), TraceMeanField_ELBO(), RenyiELBO(0.5)])
+def test_model_and_guide_shapes_must_agree(elbo):
+    """As NumPyro's `check_model_guide_match`: a scalar guide value for a site in a plate of 3
+    is an error naming the site (before: it broadcast, and the ELBO was another number)."""
+    def plate_model():
+        with effppl.plate("N", 3):
+            effppl.sample("z", dist.Normal(0.0, 1.0))
+
+    def scalar_guide():
+        effppl.sample("z", dist.Normal(effppl.param("loc", 0.0), 1.0))
+
+    def plate_guide():
+        with effppl.plate("N", 3):
+            effppl.sample("z", dist.Normal(effppl.param("loc", jnp.zeros(3)), 1.0))
+
+    with pytest.raises(effppl.infer.ELBOError, match=r"disagree at site `z`.*\(3,\).*\(\)"):
+        elbo.loss(jax.random.PRNGKey(0), {"loc": 0.0}, plate_model, scalar_guide)
+    loss = elbo.loss(jax.random.PRNGKey(0), {"loc": jnp.zeros(3)}, plate_model, plate_guide)
+    assert np.isfinite(float(loss))
+
+
 def test_new_data_of_the_same_shapes_compiles_nothing():
     y = _data()
     svi = SVI(model, guide, optax.adam(0.05), Trace_ELBO())
