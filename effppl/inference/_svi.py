@@ -121,8 +121,10 @@ class _Compiled:
         return objective
 
     def _update(self, state, constraints, dynamic, stable):
-        """One step: `(state, loss, {param: gradient finite})`; with `stable`, a step whose
-        loss or new params are not finite leaves the state as it was (NumPyro)."""
+        """One step: `(state, loss, {param: gradient finite}, applied)`. `applied` is False when
+        the loss or the new params are not finite (a finite loss at the old params does not make
+        the new ones finite, e.g. a NaN learning rate); with `stable` such a step leaves the
+        params as they were (NumPyro's `stable_update`)."""
         args, kwargs = self.args(dynamic)
         rng_key, sub = jax.random.split(state.rng_key)
         objective = self._objective(sub, constraints, args, kwargs)
@@ -130,21 +132,11 @@ class _Compiled:
                                                        self.forward_mode)
         grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
                    for n in constraints}
+        applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
         if stable:
-            ok = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
-            optim_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old),
+            optim_state = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
                                        optim_state, state.optim_state)
-        return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok
-
-    def _applied_update(self, state, constraints, dynamic):
-        """A stable step and whether it was applied: `(state, loss, grad_ok, applied)`. A step is
-        not applied when its loss or its new params are not finite (a finite loss at the old
-        params does not make the new ones finite, e.g. a NaN learning rate)."""
-        new, loss, grad_ok = self._update(state, constraints, dynamic, False)
-        applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(new.optim_state))
-        optim_state = jax.tree.map(lambda a, b: jnp.where(applied, a, b), new.optim_state,
-                                   state.optim_state)
-        return new._replace(optim_state=optim_state), loss, grad_ok, applied
+        return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok, applied
 
     def _evaluate(self, state, constraints, dynamic):
         args, kwargs = self.args(dynamic)
@@ -163,7 +155,7 @@ class _Compiled:
                     state, failed = carry
 
                     def step(state):
-                        return self._applied_update(state, constraints, dynamic)
+                        return self._update(state, constraints, dynamic, True)
 
                     def skip(state):
                         grad_ok = {n: jnp.asarray(True) for n in constraints}
@@ -347,7 +339,7 @@ class SVI:
     def _step(self, api, stable, svi_state, args, kwargs, forward_mode):
         self._check_state(svi_state, api)
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode)
-        state, loss, _ = fns.update(svi_state, self._constraints, dynamic, stable)
+        state, loss, _, _ = fns.update(svi_state, self._constraints, dynamic, stable)
         return state, loss
 
     def evaluate(self, svi_state, *args, **kwargs):

@@ -17,21 +17,13 @@ import pytest
 
 from effppl.effects import _translate
 
+from ..test_readme import _float32
+
 README = pathlib.Path(__file__).resolve().parents[2] / "effppl" / "effects" / "README.md"
 
 
 def _blocks(lang):
     return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.S)
-
-
-@contextlib.contextmanager
-def _float32():
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", x64)
 
 
 @contextlib.contextmanager
