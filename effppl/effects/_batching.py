@@ -23,6 +23,7 @@ import jax
 from . import _compat
 from ._errors import UnsupportedHandlerError
 from ._primitives import OpEffect
+from ._walk import iter_eqns
 
 
 def _performs(*jaxprs) -> bool:
@@ -32,14 +33,10 @@ def _performs(*jaxprs) -> bool:
 
 def _uses_axis(jaxpr, name) -> bool:
     """Whether `jaxpr` (or one nested in it) has a collective over the axis called `name`."""
-    for eqn in jaxpr.eqns:
-        for key in ("axes", "axis_name"):
-            value = eqn.params.get(key)
-            if value == name or (isinstance(value, tuple) and name in value):
-                return True
-        if any(_uses_axis(sub, name) for sub in _compat.jaxprs_in_params(eqn.params)):
-            return True
-    return False
+    def names(eqn):
+        return any(value == name or (isinstance(value, tuple) and name in value)
+                   for value in (eqn.params.get("axes"), eqn.params.get("axis_name")))
+    return any(names(eqn) for eqn in iter_eqns(jaxpr))
 
 
 def _map_elements(primitive, axis_data, args, dims, params):

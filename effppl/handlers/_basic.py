@@ -15,7 +15,6 @@ from ..primitives import (SiteError, _param_type, _value_type, deterministic_op,
                           param_op, prng_key_op, sample_op)
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
-from ..effects._primitives import _Eqns
 
 
 def _as_key(rng_seed, what="effppl.handlers.seed(fn, rng_seed=...)"):
@@ -199,7 +198,7 @@ class _SetValue(Handler):
         return h
 
     def scope_setup(self, eqns):
-        return analyze(_Eqns(eqns))
+        return analyze(eqns)
 
     def clauses(self):
         def given(counts, name, shape):

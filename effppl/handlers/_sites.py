@@ -2,8 +2,9 @@
 and the static lengths of the loops around them (a site in a loop of static length T holds one
 row per occurrence: shape `(T, *site_shape)`, nested loops outermost first).
 
-The analysis walks the model's effectful jaxpr. A perform inside a nested handler is attributed to
-that handler's clause, whose own re-performs then inherit the perform's loop context.
+The analysis reads the model's effectful jaxpr through `effects.iter_performs`, which owns control
+flow: a perform inside a nested handler is attributed to that handler's clause, whose own
+re-performs then inherit the perform's loops and branches.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import _compat
-from ..effects._primitives import _Eqns, handle_p, perform_p, site_key
-from ..effects._scope import split_scopes
+from ..effects._walk import exclusive, iter_performs
 from ..primitives import SiteError, deterministic_op, param_op, sample_op
 
 
@@ -82,76 +82,35 @@ def bijector(name, fn):
     return biject_to(fn.support)
 
 
-def _walk(jaxpr, loops, branch, out, origin=None):
-    """Append `(eqn, loops, branch, origin)` for each site perform; `origin` is the model's own
-    perform a nested handler's clause re-performs (its source location names the site)."""
-    for eqn, block in split_scopes(jaxpr.eqns):
-        prim, p = eqn.primitive, eqn.params
-        if prim is perform_p and p["op"] in _SITE_OPS:
-            out.append((eqn, loops, branch, origin or eqn))
-        elif prim is handle_p or block is not None:
-            inner = []
-            _walk(_Eqns(block) if block is not None else p["body"].jaxpr, loops, branch, inner,
-                  origin)
-            spec = p["spec"]
-            for item in inner:
-                e, lp, br, org = item
-                if e.params["op"] in spec.ops:
-                    _walk(spec.clauses[site_key(e)].jaxpr.jaxpr, lp, br, out, org)
-                else:
-                    out.append(item)
-            if spec.ret is not None:
-                _walk(spec.ret.jaxpr, loops, branch, out, origin)
-        elif prim is _compat.scan_p:
-            _walk(p["jaxpr"].jaxpr, loops + ((p["length"], p["reverse"]),), branch, out, origin)
-        elif prim is _compat.while_p:
-            _walk(p["cond_jaxpr"].jaxpr, loops + ((None, False),), branch, out, origin)
-            _walk(p["body_jaxpr"].jaxpr, loops + ((None, False),), branch, out, origin)
-        elif prim is _compat.cond_p:
-            for b, sub in enumerate(p["branches"]):
-                _walk(sub.jaxpr, loops, branch + ((id(eqn), b),), out, origin)
-        else:
-            for sub in _compat.jaxprs_in_params(p):
-                _walk(sub, loops, branch, out, origin)
-
-
-def _exclusive(a, b):
-    """Whether two occurrences sit in different branches of one `cond`."""
-    da, db = dict(a), dict(b)
-    return any(k in db and db[k] != v for k, v in da.items())
-
-
 def analyze(jaxpr) -> dict:
     """`{name: Site}` for every site of the model whose effectful jaxpr is `jaxpr`.
 
     **Raises:** `SiteError` for a name used twice (outside mutually exclusive `cond` branches),
     or at two different loop depths.
     """
-    found = []
-    _walk(jaxpr, (), (), found)
     sites, seen = {}, {}
-    for eqn, loops_reverse, branch, origin in found:
+    for perform in iter_performs(jaxpr, _SITE_OPS):
+        eqn, branch = perform.eqn, perform.branch
         kind = _KIND[eqn.params["op"]]
         if kind == "sample":  # a subsampled plate's indices: "plate"
             kind = dict(eqn.params["static"]).get("site_type", "sample")
-        if kind == "param":  # one value, however often it is read (also inside loops)
-            loops_reverse = ()
-        loops = tuple(length for length, _ in loops_reverse)
-        reverse = tuple(rev for _, rev in loops_reverse)
+        around = () if kind == "param" else perform.loops  # one value, however often it is read
+        loops = tuple(loop.length for loop in around)
+        reverse = tuple(loop.reverse for loop in around)
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
-        where = _compat.summarize_source(origin.source_info)
+        where = perform.source
         if name in sites and (sites[name].type == "param") != (kind == "param"):
             raise SiteError(f"Site name `{name}` is used by a param site and by a {kind} or "
                             f"sample site (at {where}); names must be unique.")
-        for other_branch, other_where in ([] if kind == "param" else seen.get(name, [])):
-            if not _exclusive(branch, other_branch):
+        for other, other_where in ([] if kind == "param" else seen.get(name, [])):
+            if not exclusive(perform, other):
                 raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
                                 f"at {where}. Site names must be unique (inside a loop, one "
                                 f"statement per name; each iteration is a row of its value).")
-        seen.setdefault(name, []).append((branch, where))
+        seen.setdefault(name, []).append((perform, where))
         static = dict(eqn.params["static"])
         site = Site(name, kind, _compat.abstractify(eqn.outvars[0].aval), loops,
-                    bool(static.get("is_observed", False)), site_key(eqn), reverse=reverse)
+                    bool(static.get("is_observed", False)), perform.key, reverse=reverse)
         if name in sites and sites[name].loops != loops:
             raise SiteError(f"Site `{name}` occurs inside loops of lengths {sites[name].loops} "
                             f"and {loops}; one name must always sit in the same loops.")
