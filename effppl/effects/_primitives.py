@@ -376,44 +376,16 @@ _compat.batching.primitive_batchers[handle_p] = _handle_batch
 _compat.mlir.register_lowering(handle_p, _handle_lowering)
 
 
-def _perform_sites(jaxpr, ops, found):
-    """Collect the `SiteKey`s of every perform of `ops` that reaches a handler around `jaxpr`: at
+def _perform_sites(jaxpr, ops):
+    """The `SiteKey`s of every perform of `ops` that reaches a handler around `jaxpr`: at
     any depth, except those a nested handler handles, whose clauses are searched instead."""
-    from ._scope import split_scopes  # it builds on this module
-    for eqn, block in split_scopes(jaxpr.eqns):
-        if block is not None or eqn.primitive is handle_p:
-            spec = eqn.params["spec"]
-            body = block if block is not None else eqn.params["body"].jaxpr.eqns
-            for key in _perform_sites(_Eqns(body), ops | spec.ops, {}):
-                if key.op in spec.ops:
-                    _perform_sites(spec.clauses[key].jaxpr.jaxpr, ops, found)
-                else:
-                    found.setdefault(key, None)
-            if spec.ret is not None:
-                _perform_sites(spec.ret.jaxpr, ops, found)
-        elif eqn.primitive is perform_p and eqn.params["op"] in ops:
-            found.setdefault(site_key(eqn), eqn)
-        else:
-            for sub in _compat.jaxprs_in_params(eqn.params):
-                _perform_sites(sub, ops, found)
-    return found
-
-
-class _Eqns(NamedTuple):
-    """A list of equations where a jaxpr is expected (the body of a `with` block)."""
-
-    eqns: list
+    from ._walk import iter_performs  # it builds on this module
+    return dict.fromkeys(p.key for p in iter_performs(jaxpr, ops, distinct=True))
 
 
 def _count_resumes(jaxpr):
-    n = 0
-    for eqn in jaxpr.eqns:
-        n += eqn.primitive is resume_p
-        for sub in _compat.jaxprs_in_params(eqn.params):
-            n += _count_resumes(sub)
-        if eqn.primitive is handle_p:
-            n += sum(_count_resumes(j.jaxpr) for j in eqn.params["spec"].jaxprs())
-    return n
+    from ._walk import iter_eqns  # it builds on this module
+    return sum(eqn.primitive is resume_p for eqn in iter_eqns(jaxpr))
 
 
 def classify_clause(closed) -> str:
@@ -549,7 +521,7 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
 
     traced = {}
     ops = frozenset(clauses)
-    for key in _perform_sites(body_jaxpr.jaxpr, ops, {}):
+    for key in _perform_sites(body_jaxpr.jaxpr, ops):
         clause_jaxpr, consts = _trace_clause(clauses[key.op], key, p_tree, p_avals, answer_tree,
                                              answer_avals)
         start = len(frame_consts)
