@@ -27,8 +27,8 @@ from numpyro.distributions import batch_util
 from numpyro.primitives import CondIndepStackFrame
 
 from . import effects as fx
-from .effects import _compat
-from .effects._values import describe_non_array, describe_non_bool
+from .effects import internal
+from .effects.internal import describe_non_array, describe_non_bool
 from ._errors import EffpplError
 
 
@@ -109,7 +109,7 @@ def _with_vmap_index(msg):
     clause (`in_clause`): a clause is traced outside the model's own `vmap`s."""
     if getattr(_plates, "in_clause", False):
         return msg
-    index = _compat.vmap_index()
+    index = internal.vmap_index()
     return msg if index is None else dict(msg, plates=(*msg.get("plates", ()), index))
 
 

@@ -7,45 +7,30 @@ from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-from jax._src import ad_checkpoint as _ad_checkpoint
+from jax.core import ShapedArray, Tracer, eval_jaxpr
+from jax.extend import linear_util as _lu
+from jax.extend import source_info_util as _source_info_util
+from jax.extend.core import ClosedJaxpr, Effect, Jaxpr, Literal, Primitive, jaxpr_as_fun, \
+    jaxprs_in_params
+from jax.extend.core.primitives import call_p, closed_call_p, cond_p, custom_jvp_call_p, \
+    custom_vjp_call_p, jit_p, remat_p, scan_p, while_p
+# What `jax.extend` does not export: effect-type registries, the tracing entry point with closure
+# conversion, the current trace, and the transformation rule tables.
 from jax._src import api_util as _api_util
 from jax._src import core as _core
-from jax._src import custom_derivatives as _custom_derivatives
 from jax._src import effects as _effects
-from jax._src import pjit as _pjit
-from jax._src import source_info_util as _source_info_util
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
-from jax._src.lax.control_flow import conditionals as _conditionals
-from jax._src.lax.control_flow import loops as _loops
-from jax._src import linear_util as _lu
 from ._errors import LeakedTracerError
 from ._values import describe_non_array
 
-Primitive = _core.Primitive
-ClosedJaxpr = _core.ClosedJaxpr
-Jaxpr = _core.Jaxpr
-Literal = _core.Literal
-ShapedArray = _core.ShapedArray
-Effect = _core.Effect
-jaxprs_in_params = _core.jaxprs_in_params
-jaxpr_as_fun = _core.jaxpr_as_fun
-eval_jaxpr = _core.eval_jaxpr
-typeof = _core.typeof
+typeof = jax.typeof
 
-jit_p = _pjit.jit_p
-closed_call_p = _core.closed_call_p
-call_p = _core.call_p
-remat_p = _ad_checkpoint.remat_p
-custom_jvp_call_p = _custom_derivatives.custom_jvp_call_p
-custom_vjp_call_p = _custom_derivatives.custom_vjp_call_p
-cond_p = _conditionals.cond_p
-scan_p = _loops.scan_p
-while_p = _loops.while_p
-
-__all__ = [
+__all__ = [  # re-exported for the rest of `effppl.effects`
     "ad", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
-    "Effect", "register_effect_type", "trace_to_jaxpr", "bind_eqn", "summarize_source",
+    "Tracer", "Effect", "eval_jaxpr", "jaxpr_as_fun", "jaxprs_in_params", "typeof", "call_p",
+    "closed_call_p", "cond_p", "custom_jvp_call_p", "custom_vjp_call_p", "jit_p", "remat_p",
+    "scan_p", "while_p",
 ]
 
 
@@ -68,7 +53,7 @@ def abstractify(x: Any) -> ShapedArray:
         return ShapedArray(x.shape, x.dtype)
     if isinstance(x, jax.ShapeDtypeStruct):
         return ShapedArray(x.shape, x.dtype)
-    aval = _core.typeof(x)
+    aval = typeof(x)
     return ShapedArray(aval.shape, aval.dtype)
 
 
@@ -102,7 +87,7 @@ def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
     """Raise `LeakedTracerError` naming `name` when, outside every JAX transformation, a value
     the traced function `name` closes over (`consts`) is a tracer: it leaked out of an earlier
     trace (JAX would fail later, naming neither the function nor the cause)."""
-    if _core.trace_state_clean() and any(isinstance(c, _core.Tracer) for c in consts):
+    if _core.trace_state_clean() and any(isinstance(c, Tracer) for c in consts):
         raise LeakedTracerError(
             f"`{name}` reads a JAX value that leaked out of another trace: a tracer (an "
             f"intermediate value of a function being traced, such as a model run by a handler or "
@@ -112,7 +97,7 @@ def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
 
 
 def _is_array_like(x) -> bool:
-    return isinstance(x, (jax.Array, _core.Tracer, np.ndarray, np.generic, bool, int, float,
+    return isinstance(x, (jax.Array, Tracer, np.ndarray, np.generic, bool, int, float,
                           complex))
 
 
@@ -134,7 +119,7 @@ def trace_to_closed_jaxpr(fn: Callable, avals: Sequence[Any], name: str) -> Clos
 
 
 def _is_dynamic(x) -> bool:
-    return isinstance(x, (jax.Array, _core.Tracer, np.ndarray, np.generic, float, complex)) \
+    return isinstance(x, (jax.Array, Tracer, np.ndarray, np.generic, float, complex)) \
         and not isinstance(x, bool)
 
 
@@ -201,6 +186,12 @@ def bind_eqn(eqn, invals):
                                         name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
         out = eqn.primitive.bind(*invals, **bind_params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def dce(closed: ClosedJaxpr) -> Jaxpr:
+    """`closed`'s jaxpr without the equations no output depends on (every output kept)."""
+    jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
+    return jaxpr
 
 
 def summarize_source(source_info) -> str:

@@ -17,7 +17,7 @@ import threading
 
 import jax
 
-from ..effects import _compat
+from ..effects import internal
 from ..primitives import SiteError, _plate_frames, site_contexts
 from . import _markov
 from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
@@ -99,7 +99,7 @@ class _Context:
 
     def at_top_level(self):
         traces = handler_traces()[self.top:]
-        return any(t is _compat.current_trace() for t in traces)
+        return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
         if is_observed or msg["value"] is not None or not is_enumerated(infer):

@@ -19,7 +19,7 @@ import numpyro.distributions
 import numpyro.primitives
 
 from .. import effects as fx
-from ..effects import _compat
+from ..effects import internal
 from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
                           sample_op)
 from ._sites import analyze
@@ -58,7 +58,7 @@ def handler_traces() -> list:
 @contextlib.contextmanager
 def _inside():
     _depth.n = _nesting() + 1
-    handler_traces().append(_compat.current_trace())
+    handler_traces().append(internal.current_trace())
     try:
         with _NoNumPyroPrimitives():
             yield
@@ -297,12 +297,12 @@ def call_unhandled(fn, *args, **kwargs):
 
 def trace_model(fn, *args, **kwargs):
     """The effectful jaxpr of `fn(*args, **kwargs)` (for site analysis); never runs it."""
-    leaves, rebuild = _compat.split_args(args, kwargs)
+    leaves, rebuild = internal.split_args(args, kwargs)
 
     def flat(*xs):
         a, kw = rebuild(xs)
         return call_unhandled(fn, *a, **kw)
 
-    closed, _, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in leaves],
+    closed, _, _ = internal.trace_to_jaxpr(flat, [internal.abstractify(x) for x in leaves],
                                           model_name(fn))
     return closed.jaxpr

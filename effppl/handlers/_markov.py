@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from ..effects import _compat
-from ..effects._primitives import perform_p
+from ..effects import internal
+from ..effects.internal import perform_p
 from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
 from ._enum_chains import chains_of, reducer
 from ._handler import call_unhandled, model_name
@@ -68,13 +68,13 @@ def _deferred_inside(jaxpr) -> list:
     for eqn in jaxpr.eqns:
         if _deferred(eqn):
             found.append(_name(eqn))
-        for sub in _compat.jaxprs_in_params(eqn.params):
+        for sub in internal.jaxprs_in_params(eqn.params):
             found.extend(_deferred_inside(sub))
     return found
 
 
 def _read(env, v):
-    return v.val if isinstance(v, _compat.Literal) else env[v]
+    return v.val if isinstance(v, internal.Literal) else env[v]
 
 
 def _evaluate(jaxpr, consts, args, on_eqn):
@@ -86,7 +86,7 @@ def _evaluate(jaxpr, consts, args, on_eqn):
         ins = [_read(env, v) for v in eqn.invars]
         outs = on_eqn(index, eqn, ins)
         if outs is None:
-            outs = _compat.bind_eqn(eqn, ins)
+            outs = internal.bind_eqn(eqn, ins)
         env.update(zip(eqn.outvars, outs))
     return [_read(env, v) for v in jaxpr.outvars]
 
@@ -97,7 +97,7 @@ def _dependence(jaxpr, sources):
     deps = {v: frozenset([sources[v]]) if v in sources else frozenset() for v in jaxpr.invars}
     for index, eqn in enumerate(jaxpr.eqns):
         ins = frozenset().union(*(deps.get(v, frozenset()) for v in eqn.invars
-                                  if not isinstance(v, _compat.Literal)))
+                                  if not isinstance(v, internal.Literal)))
         if eqn.primitive is perform_p and eqn.params["op"] is sample_op:
             ins = frozenset([sources[index]]) if index in sources else frozenset()
         for v in eqn.outvars:
@@ -112,14 +112,14 @@ def run(fn, args, kwargs, discrete=None):
     given everything else (temperature 1: forward filtering, backward sampling) or takes their
     most likely joint path (temperature 0: Viterbi), recorded as deterministic sites
     `_infer_discrete_<site>` of the sites' stacked shape."""
-    leaves, rebuild = _compat.split_args(args, kwargs)
+    leaves, rebuild = internal.split_args(args, kwargs)
 
     def flat(*xs):
         a, kw = rebuild(xs)
         return call_unhandled(fn, *a, **kw)
 
-    closed, consts, out_tree = _compat.trace_to_jaxpr(
-        flat, [_compat.abstractify(x) for x in leaves], model_name(fn))
+    closed, consts, out_tree = internal.trace_to_jaxpr(
+        flat, [internal.abstractify(x) for x in leaves], model_name(fn))
     jaxpr = closed.jaxpr
     if not _deferred_inside(jaxpr):
         return fn(*args, **kwargs)
@@ -128,13 +128,13 @@ def run(fn, args, kwargs, discrete=None):
     global_enum = {}  # variable -> a top-level enumerated site it depends on (broadcast dims)
 
     def on_eqn(index, eqn, ins):
-        used = [v for v in eqn.invars if not isinstance(v, _compat.Literal)]
+        used = [v for v in eqn.invars if not isinstance(v, internal.Literal)]
         bad = next((poisoned[v] for v in used if v in poisoned), None)
         if bad is not None:
             raise SiteError(
                 f"effppl.handlers.enum: a value computed from the enumerated site `{bad}` inside "
                 f"a `lax.scan` (the scan's final carry or stacked outputs) is used after the "
-                f"scan ({eqn.primitive.name} at {_compat.summarize_source(eqn.source_info)}). "
+                f"scan ({eqn.primitive.name} at {internal.summarize_source(eqn.source_info)}). "
                 f"Enumerated values exist only inside the scan: use them there.")
         outer = next((global_enum[v] for v in used if v in global_enum), None)
         if _is_enumerated_at_top(eqn):
@@ -145,7 +145,7 @@ def run(fn, args, kwargs, discrete=None):
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
                 f"`lax.scan` under a handler inside the model; put `enum` around the model "
                 f"itself, not inside it.")
-        if names and eqn.primitive is not _compat.scan_p:
+        if names and eqn.primitive is not internal.scan_p:
             raise SiteError(
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
                 f"`{eqn.primitive.name}` of the model; effppl enumerates sites at the model's top "
@@ -177,7 +177,7 @@ def run(fn, args, kwargs, discrete=None):
 
 def _deferred_inside_eqn(eqn):
     names = []
-    for sub in _compat.jaxprs_in_params(eqn.params):
+    for sub in internal.jaxprs_in_params(eqn.params):
         names.extend(_deferred_inside(sub))
     return names
 
@@ -190,14 +190,14 @@ def _no_nested_sites(body, names):
                                 f"`{names[0]}` performs `{eqn.params['op'].name}`, which its "
                                 f"forward algorithm cannot evaluate.")
             continue
-        for sub in _compat.jaxprs_in_params(eqn.params):
+        for sub in internal.jaxprs_in_params(eqn.params):
             inner = [_name(e) for e in _all_eqns(sub) if e.primitive is perform_p]
             if inner or sub.effects:
                 what = f"site `{inner[0]}`" if inner and inner[0] else "sites (or handlers)"
                 raise SiteError(
                     f"effppl.handlers.enum: the `lax.scan` holding enumerated site `{names[0]}` "
                     f"has {what} inside a nested `{eqn.primitive.name}` "
-                    f"({_compat.summarize_source(eqn.source_info)}); its forward algorithm "
+                    f"({internal.summarize_source(eqn.source_info)}); its forward algorithm "
                     f"needs every site of the body at the body's top level (for a `cond`, "
                     f"compute both branches' values and select them with `jnp.where`, or mask "
                     f"the site with `effppl.handlers.mask`).")
@@ -206,7 +206,7 @@ def _no_nested_sites(body, names):
 def _all_eqns(jaxpr):
     for eqn in jaxpr.eqns:
         yield eqn
-        for sub in _compat.jaxprs_in_params(eqn.params):
+        for sub in internal.jaxprs_in_params(eqn.params):
             yield from _all_eqns(sub)
 
 
@@ -226,7 +226,7 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
     deps = _dependence(body, sources)
 
     def of(v):
-        return frozenset() if isinstance(v, _compat.Literal) else deps.get(v, frozenset())
+        return frozenset() if isinstance(v, internal.Literal) else deps.get(v, frozenset())
 
     carry_out = body.outvars[:n_carry]
     markov = [any(s[0] == "z" for s in of(v)) for v in carry_out]
@@ -272,7 +272,7 @@ def forward_scan(eqn, ins, names, discrete=None):
     the sites that do not depend on the enumerated ones are summed apart); (3) the recursion
     over `t`, a scan as light as a hand-written one."""
     params = eqn.params
-    n_consts, n_carry = _compat.scan_counts(params)
+    n_consts, n_carry = internal.scan_counts(params)
     closed = params["jaxpr"]
     body = closed.jaxpr
     _no_nested_sites(body, names)

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
-from ..effects import _compat
-from ..effects._walk import exclusive, iter_performs
+from ..effects import internal
+from ..effects.internal import exclusive, iter_performs
 from ..primitives import SiteError, deterministic_op, param_op, sample_op
 
 
@@ -109,7 +109,7 @@ def analyze(jaxpr) -> dict:
                                 f"statement per name; each iteration is a row of its value).")
         seen.setdefault(name, []).append((perform, where))
         static = dict(eqn.params["static"])
-        site = Site(name, kind, _compat.abstractify(eqn.outvars[0].aval), loops,
+        site = Site(name, kind, internal.abstractify(eqn.outvars[0].aval), loops,
                     bool(static.get("is_observed", False)), perform.key, reverse=reverse)
         if name in sites and sites[name].loops != loops:
             raise SiteError(f"Site `{name}` occurs inside loops of lengths {sites[name].loops} "

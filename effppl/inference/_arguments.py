@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
-from ..effects._values import describe_non_array
+from ..effects.internal import describe_non_array
 
 __all__ = ["ModelArgumentError", "model_arguments"]
 

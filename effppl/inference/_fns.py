@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..effects import _compat
+from ..effects import internal
 from . import _model
 from ._arguments import model_arguments
 from ._arviz import plate_dims
@@ -104,7 +104,7 @@ class ModelFns:
         initial point's check, the sampler), not translated again for each."""
         leaves = jax.tree.leaves((params, dynamic))
         key = (jax.tree.structure((params, dynamic)),
-               tuple(_compat.abstractify(x) for x in leaves))
+               tuple(internal.abstractify(x) for x in leaves))
         if key not in self._potentials:
             def potential(params, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -116,7 +116,7 @@ class ModelFns:
             if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
                 return potential(params, dynamic)
             self._potentials[key] = closed
-        (out,) = _compat.jaxpr_as_fun(self._potentials[key])(*leaves)
+        (out,) = internal.jaxpr_as_fun(self._potentials[key])(*leaves)
         return out
 
     def logdensity_fn(self, dynamic: tuple) -> Callable:
@@ -270,12 +270,11 @@ def _program(model: Callable, structure: ArgsStructure, dynamic: tuple) -> _Prog
         args, kwargs = structure.rebuild(leaves)
         return _model.run_unhandled(model, args, kwargs)
 
-    closed, consts, _ = _compat.trace_to_jaxpr(flat, [_compat.abstractify(x) for x in dynamic],
+    closed, consts, _ = internal.trace_to_jaxpr(flat, [internal.abstractify(x) for x in dynamic],
                                                _model.model_name(model))
-    _compat.check_no_leaked_tracers(consts, _model.model_name(model))
+    internal.check_no_leaked_tracers(consts, _model.model_name(model))
     # Without dead equations (a first-use cache may stage some into the first trace only).
-    jaxpr, _ = _compat.pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars),
-                                    instantiate=True)
+    jaxpr = internal.dce(closed)
     # A numpy constant may be a view of a global array that is later changed in place: keep a copy.
     consts = tuple(np.array(c) if isinstance(c, np.ndarray) else c for c in consts)
     return _Program(str(jaxpr), consts)
@@ -391,9 +390,9 @@ def _culprits(err: Exception, model: Callable, structure: ArgsStructure, dynamic
         def flat(*leaves, j=j):
             args, kwargs = structure.rebuild(leaves[:j] + (leaf,) + leaves[j:])
             return _model.run_unhandled(with_static_arrays(model), args, kwargs)
-        rest = [_compat.abstractify(x) for k, x in enumerate(dynamic) if k != j]
+        rest = [internal.abstractify(x) for k, x in enumerate(dynamic) if k != j]
         try:
-            _compat.trace_to_jaxpr(flat, rest, _model.model_name(model))
+            internal.trace_to_jaxpr(flat, rest, _model.model_name(model))
         except _NEEDS_VALUE as other:
             if str(other) == str(err):
                 continue

@@ -19,7 +19,7 @@ import numpyro.infer
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
-from ..effects._values import describe_non_array
+from ..effects.internal import describe_non_array
 from . import _model
 
 __all__ = [

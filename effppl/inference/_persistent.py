@@ -25,7 +25,9 @@ import os
 import threading
 from pathlib import Path
 
-from jax._src import compilation_cache as _jax_cache
+from jax.experimental.compilation_cache import compilation_cache as _jax_cache
+# `jax.config` sets these options process-wide only; their context managers, which scope the
+# folder to one entry point's compilations, are not exported.
 from jax._src import config as _jax_config
 
 __all__ = ["cache_dir", "persistent_cache", "with_persistent_cache"]

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
-from ..effects._values import describe_non_array
+from ..effects.internal import describe_non_array
 from ..primitives import SiteError
 from ._cache import cached
 from ._fns import model_fns, prepare

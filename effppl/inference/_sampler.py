@@ -22,7 +22,7 @@ import numpy as np
 from blackjax.adaptation.metric_recipes import lookup_recipe
 from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
-from ..effects import _compat
+from ..effects import internal
 from ._cache import cached
 from ._chains import over_chains
 from ._persistent import with_persistent_cache
@@ -149,7 +149,7 @@ class Sampler:
         out_tree = jax.tree.structure(shapes)
 
         def recorded(state, stats):
-            outs = _compat.jaxpr_as_fun(record_jaxpr)(*jax.tree.leaves((state, stats)))
+            outs = internal.jaxpr_as_fun(record_jaxpr)(*jax.tree.leaves((state, stats)))
             return jax.tree.unflatten(out_tree, outs)
 
         def one_draw(n, carry):

@@ -22,7 +22,7 @@ import tqdm.auto as tqdm
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
-from ..effects._values import describe_non_array
+from ..effects.internal import describe_non_array
 from ._arguments import model_arguments
 from ._cache import cached, split_args
 from ._mcmc import _advance

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer.util import ModelInfo, ParamInfo
 
-from ..effects._values import describe_non_array
+from ..effects.internal import describe_non_array
 from . import _model
 from ._fns import prepare
 from ._init import find_initial_params, init_to_uniform

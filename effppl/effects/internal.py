@@ -1,0 +1,31 @@
+"""`effppl.effects.internal`: the semi-public layer a library built on `effppl.effects` uses.
+
+effppl's PPL (`effppl.handlers`, `effppl.inference`, `effppl.primitives`) imports from the effects
+library only its public API (`effppl.effects`) and this module, never a private `_module`. What is
+here is stable within a release but, unlike the public API, may change between releases: it reads
+and traces jaxprs, so it moves with JAX. `README.md` beside this file has a short tour.
+
+- Reading programs: `iter_performs` (each perform with its loops, `cond` branches and source;
+  control flow is named nowhere else), `iter_eqns`, `exclusive`, `Perform`, `Loop`, `SiteKey`,
+  `perform_p` (to recognise a perform equation).
+- Tracing: `split_args` (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
+  `check_no_leaked_tracers`, `dce`, `current_trace`, `vmap_index`.
+- Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
+  `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
+  forward algorithm: the one place outside the translator that must know a loop primitive).
+- Argument checks: `describe_non_array`, `describe_non_bool`.
+"""
+
+from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, current_trace, dce,
+                      jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_args,
+                      summarize_source, trace_to_jaxpr, vmap_index)
+from ._primitives import SiteKey, perform_p
+from ._values import describe_non_array, describe_non_bool
+from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
+
+__all__ = [
+    "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop", "SiteKey", "perform_p",
+    "split_args", "trace_to_jaxpr", "abstractify", "check_no_leaked_tracers", "dce",
+    "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
+    "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
+]
