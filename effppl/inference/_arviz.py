@@ -9,8 +9,8 @@ import numpy as np
 __all__ = ["plate_dims", "to_inference_data"]
 
 
-def to_inference_data(results: dict):
-    """Build `arviz.InferenceData` from the results stored by `MCMC.run`.
+def to_inference_data(results):
+    """Build `arviz.InferenceData` from the `MCMCResults` stored by `MCMC.run`.
 
     Groups: `posterior` (constrained latent and deterministic sites, `[chain, draw, ...]`),
     `sample_stats` (`diverging`, `acceptance_rate`, `energy`, `n_steps`, `tree_depth` for NUTS,
@@ -22,8 +22,8 @@ def to_inference_data(results: dict):
     """
     import arviz as az
 
-    samples, stats = results["samples"], results["stats"]
-    fns, dynamic, info = results["fns"], results["dynamic"], results["info"]
+    samples, stats = results.samples, results.stats
+    fns, dynamic, info = results.fns, results.dynamic, results.info
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     latent = {n: samples[n] for n in info.latent}
     flat = jax.tree.map(lambda x: x.reshape((num_chains * num_draws,) + x.shape[2:]), latent)

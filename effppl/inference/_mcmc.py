@@ -22,7 +22,7 @@ from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
 from ._kernels import _HMCFamily
 from ._persistent import persistent_cache
-from ._sampler import sampler_for, warmup_schedule
+from ._sampler import Span, sampler_for, warmup_schedule
 
 __all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
 
@@ -49,6 +49,22 @@ class MCMCState(NamedTuple):
     logdensity_grad: dict
     step_size: Any
     inverse_mass_matrix: Any
+
+
+class MCMCResults(NamedTuple):
+    """What `MCMC.run` keeps: the draws and everything needed to describe them.
+
+    `samples`: dict site -> constrained draws `[chain, draw, ...]`; `stats`: dict statistic ->
+    `[chain, draw]`; `fns`: the model's `ModelFns`; `dynamic`: the model's array arguments;
+    `info`: its `ModelInfo`; `last_state`: the chains' final `MCMCState`.
+    """
+
+    samples: dict
+    stats: dict
+    fns: Any
+    dynamic: tuple
+    info: Any
+    last_state: MCMCState
 
 
 def _as_key(rng_key, api, error=MCMCError):
@@ -208,7 +224,7 @@ class MCMC:
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
 
     def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws, init_params):
-        """`(state, adapt_state, (step_size, imm), num_warmup)` to start from."""
+        """`(ChainState, num_warmup)` to start from."""
         if pws is not None and init_params is not None:
             raise MCMCError(
                 f"`{api}` got `init_params` while `post_warmup_state` is set: a run continuing "
@@ -235,15 +251,15 @@ class MCMC:
                     f"`{api}`: the log density of model `{fns.name}` is not finite at the "
                     f"`post_warmup_state`'s position (a state of another model or data?). Set "
                     f"`post_warmup_state = None` to initialise and warm up anew.")
-            state, astate, _ = sampler.start(position, pe, grad)
-            return state, astate, (pws.step_size, pws.inverse_mass_matrix), 0
+            chain = sampler.start(position, pe, grad)
+            return chain._replace(step_size=pws.step_size,
+                                  inverse_mass_matrix=pws.inverse_mass_matrix), 0
         if init_params is not None:
             init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
         else:
             init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains,
                                        dynamic, api=api)
-        state, astate, tuned = sampler.start(*self._place(init, mesh, PartitionSpec("chain")))
-        return state, astate, tuned, self.num_warmup
+        return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         with persistent_cache():  # every program compiled for the run, from disk when cached
@@ -255,7 +271,7 @@ class MCMC:
         sampler = sampler_for(fns, self.kernel)
         init_key, run_key = jax.random.split(key)
         pws = self.post_warmup_state if sample else None
-        state, astate, tuned, num_warmup = self._initial_state(
+        chain, num_warmup = self._initial_state(
             sampler, fns, info, init_key, dynamic, mesh, api, pws, init_params
         )
         thinning = self.thinning
@@ -267,16 +283,17 @@ class MCMC:
         keys = _split_each(keys, num_warmup + num_draws * thinning)
         schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
 
-        def call(state, astate, tuned, start, num, sampling):
-            return chunk(state, astate, *tuned, keys, schedule, np.int32(start), np.int32(num),
-                         np.bool_(sampling), np.int32(thinning), np.int32(num_warmup), dynamic)
+        def call(chain, start, num, sampling):
+            span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
+                        thinning=np.int32(thinning), offset=np.int32(num_warmup))
+            return chunk(chain, keys, span, schedule, dynamic)
 
         values, stats, n_div = [], [], 0
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
             for start in range(0, num_warmup, warmup_length):
                 num = min(warmup_length, num_warmup - start)
-                state, astate, tuned, _, _, nd = call(state, astate, tuned, start, num, False)
+                chain, _, _, nd = call(chain, start, num, False)
                 if self.progress_bar:
                     n_div += int(np.sum(np.asarray(nd)))
                     _advance(bar, num, f"{n_div} divergences in warmup")
@@ -285,7 +302,9 @@ class MCMC:
             n_div = 0
             for start in range(0, num_draws, length):
                 num = min(length, num_draws - start)
-                state, _, _, v, st, _ = call(state, astate, tuned, start, num, True)
+                # draws move the chain only: its kernel parameters are those of the warmup
+                out, v, st, _ = call(chain, start, num, True)
+                chain = chain._replace(state=out.state)
                 if num < length:
                     v, st = jax.tree.map(lambda x: x[:, :num], (v, st))
                 values.append(v)
@@ -293,18 +312,19 @@ class MCMC:
                 if self.progress_bar:
                     n_div += int(np.sum(np.asarray(st["diverging"])))
                     _advance(bar, num * thinning, f"{n_div} divergences")
+        state = chain.state
         last = MCMCState(position=state.position, logdensity=state.logdensity,
-                         logdensity_grad=state.logdensity_grad, step_size=tuned[0],
-                         inverse_mass_matrix=tuned[1])
+                         logdensity_grad=state.logdensity_grad, step_size=chain.step_size,
+                         inverse_mass_matrix=chain.inverse_mass_matrix)
         if not sample:
             self.post_warmup_state = last
             return
-        self._results = dict(samples=_concat(values), stats=_concat(stats), fns=fns,
-                             dynamic=dynamic, info=info, last_state=last)
+        self._results = MCMCResults(samples=_concat(values), stats=_concat(stats), fns=fns,
+                                    dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
 
     def _warn_divergences(self, fns, num_draws):
-        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
+        n_div = int(np.sum(np.asarray(self._results.stats["diverging"])))
         if n_div:
             warnings.warn(
                 f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
@@ -354,7 +374,7 @@ class MCMC:
         with site_errors():
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params)
-        stats = self._results["stats"]
+        stats = self._results.stats
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     # -- results ---------------------------------------------------------------------------
@@ -362,7 +382,7 @@ class MCMC:
     def _get(self, name, api):
         if self._results is None:
             raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
-        return self._results[name]
+        return getattr(self._results, name)
 
     @staticmethod
     def _flatten(tree, group_by_chain):
@@ -400,11 +420,11 @@ class MCMC:
         from numpyro.diagnostics import print_summary
 
         samples = self._get("samples", "print_summary")
-        info = self._results["info"]
+        info = self._results.info
         if exclude_deterministic:
             samples = {k: v for k, v in samples.items() if k not in info.deterministic}
         print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
-        n_div = int(np.sum(np.asarray(self._results["stats"]["diverging"])))
+        n_div = int(np.sum(np.asarray(self._results.stats["diverging"])))
         print(f"Number of divergences: {n_div}")
 
     def to_arviz(self):

@@ -15,6 +15,7 @@ update of blackjax's staged-adaptation engine (`_make_engine`: the engine behind
 """
 
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,35 @@ from ._cache import cached
 from ._chains import over_chains
 from ._persistent import with_persistent_cache
 
-__all__ = ["Sampler", "sampler_for", "warmup_schedule", "adaptation_engine"]
+__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule",
+           "adaptation_engine"]
+
+
+class ChainState(NamedTuple):
+    """A chain's state between chunks (with a leading chain axis outside `Sampler.chunk`).
+
+    `state`: the blackjax kernel's state; `adapt_state`: blackjax's window-adaptation state;
+    `step_size`, `inverse_mass_matrix`: the kernel parameters used while sampling (warmup uses
+    those of `adapt_state`)."""
+
+    state: Any
+    adapt_state: Any
+    step_size: Any
+    inverse_mass_matrix: Any
+
+
+class Span(NamedTuple):
+    """Which transitions one chunk runs (scalars, the same for every chain).
+
+    `start`: index of its first warmup step or draw; `num`: how many (at most the chunk's
+    length); `sampling`: draws (True) or warmup steps; `thinning`: transitions per draw;
+    `offset`: the number of warmup transitions (where the sampling keys start)."""
+
+    start: Any
+    num: Any
+    sampling: Any
+    thinning: Any
+    offset: Any
 
 
 def adaptation_engine(dense_mass: bool, target_accept_prob: float):
@@ -62,7 +91,7 @@ def _select(pred, on_true, on_false):
 class Sampler:
     """Compiled, chain-vectorised functions of one model + argument structure + kernel settings.
 
-    - `start(params, potential_energy, grad)` -> `(state, adapt_state, (step_size, imm))`.
+    - `start(params, potential_energy, grad)` -> `ChainState`.
     - `chunk(length)`: the compiled chunk with output buffers of `length` draws (see `_chunk`).
     """
 
@@ -81,7 +110,7 @@ class Sampler:
         """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws (cached per length)."""
         if length not in self._chunks:
             fn = functools.partial(self._chunk, length=length)
-            in_axes = (0, 0, 0, 0, 0) + (None,) * 7
+            in_axes = (0, 0, None, None, None)  # chain, keys: per chain
             self._chunks[length] = with_persistent_cache(jax.jit(over_chains(fn, in_axes)))
         return self._chunks[length]
 
@@ -102,22 +131,22 @@ class Sampler:
     def _start(self, params, potential_energy, grad):
         state = self.kernel.init_state(params, -potential_energy, jax.tree.map(jnp.negative, grad))
         astate = self._adapt_init(params, self.kernel.step_size)
-        return _strong((state, astate, self.tuned(astate)))
+        return _strong(ChainState(state, astate, *self.tuned(astate)))
 
-    def _chunk(self, state, astate, step_size, imm, keys, schedule, start, num, sampling,
-               thinning, offset, dynamic, *, length):
-        """Run `num` warmup steps, or `num` (<= `length`) draws, of one chain.
+    def _chunk(self, chain: ChainState, keys, span: Span, schedule, dynamic, *, length):
+        """Run `span.num` warmup steps, or `span.num` (<= `length`) draws, of one chain.
 
-        **Arguments:** `state`/`astate`: chain and adaptation states; `step_size`/`imm`: the
-        kernel parameters while sampling (ignored in warmup, which uses the adaptation state's);
-        `keys[num_warmup + num_draws * thinning]`: every key of the run; `schedule`: Stan's
-        schedule; `start`: index of the first warmup step / draw; `sampling`: phase flag;
-        `thinning`: transitions per draw; `offset`: number of warmup transitions (where the
-        sampling keys start); `dynamic`: the model data.
+        **Arguments:** `chain`: the chain's `ChainState`;
+        `keys[num_warmup + num_draws * thinning]`: every key of the run; `span`: which
+        transitions (`Span`); `schedule`: Stan's schedule; `dynamic`: the model data.
 
-        **Returns:** `(state, astate, (step_size, imm) after warmup, values[length],
-        stats[length], number of divergent transitions)`; buffer rows past `num` are zeros.
+        **Returns:** `(chain, values[length], stats[length], number of divergent transitions)`,
+        the new `ChainState` holding the kernel parameters adapted so far (`final`); buffer rows
+        past `span.num` are zeros.
         """
+        state, astate = chain.state, chain.adapt_state
+        step_size, imm = chain.step_size, chain.inverse_mass_matrix
+        start, num, sampling, thinning, offset = span
         logdensity = self.fns.logdensity_fn(dynamic)
         schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
@@ -169,7 +198,8 @@ class Sampler:
         buffers = jax.tree.map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
         carry = (state, astate, zero_stats, buffers, jnp.int32(0))
         state, astate, _, (values, stats), n_div = jax.lax.fori_loop(0, num, one_draw, carry)
-        return _strong(state), astate, _strong(self.final(astate)), values, stats, n_div
+        chain = ChainState(_strong(state), astate, *_strong(self.final(astate)))
+        return chain, values, stats, n_div
 
 
 def sampler_for(fns, kernel) -> Sampler:

@@ -232,11 +232,13 @@ def test_window_adaptation_matches_blackjax(y):
 
     def ours(position):
         pe, grad = jax.value_and_grad(lambda p: -logdensity(p))(position)
-        state, astate, tuned = sampler._start(position, pe, grad)
+        chain = sampler._start(position, pe, grad)
         keys = jax.random.split(key, num_warmup)
-        out = sampler._chunk(state, astate, *tuned, keys, _sampler.warmup_schedule(num_warmup),
-                             0, num_warmup, False, 1, num_warmup, dynamic, length=1)
-        return out[0], out[2]
+        span = _sampler.Span(start=0, num=num_warmup, sampling=False, thinning=1,
+                             offset=num_warmup)
+        chain, *_ = sampler._chunk(chain, keys, span, _sampler.warmup_schedule(num_warmup),
+                                   dynamic, length=1)
+        return chain.state, (chain.step_size, chain.inverse_mass_matrix)
 
     state, (step_size, imm) = jax.jit(ours)(position)
     np.testing.assert_allclose(state.position["mu"], expected.position["mu"], rtol=1e-5)
