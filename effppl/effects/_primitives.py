@@ -13,6 +13,7 @@ compiles the handlers away. Paper §3 (the calculus) and §6 (implementation).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import sys
@@ -275,12 +276,20 @@ _compat.mlir.register_lowering(resume_p, _resume_outside)
 # Handlers
 
 
+class ClauseKind(enum.StrEnum):
+    """How a clause uses `resume` (paper §5), which decides how it is compiled away."""
+
+    TAIL = "tail"          # ends by returning `resume(...)`, called once: inlined in place
+    ABORTIVE = "abortive"  # never resumes: the rest of the handled computation is dropped
+    GENERAL = "general"    # anything else: continuation-passing with static continuations
+
+
 class Clause(NamedTuple):
     """One clause traced for one site: `jaxpr(consts..., params..., args...) -> answer`."""
 
     jaxpr: Any          # ClosedJaxpr
     consts: slice       # where its closed-over values sit among the frame's consts
-    kind: str           # "tail" | "abortive" | "general"
+    kind: ClauseKind
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -388,21 +397,21 @@ def _count_resumes(jaxpr):
     return sum(eqn.primitive is resume_p for eqn in iter_eqns(jaxpr))
 
 
-def classify_clause(closed) -> str:
-    """`"tail"` if the clause ends by returning `resume(...)` (called exactly once, nothing
-    effectful after it), `"abortive"` if it never resumes, `"general"` otherwise (paper §5)."""
+def classify_clause(closed) -> ClauseKind:
+    """`TAIL` if the clause ends by returning `resume(...)` (called exactly once, nothing
+    effectful after it), `ABORTIVE` if it never resumes, `GENERAL` otherwise (paper §5)."""
     jaxpr = closed.jaxpr
     n = _count_resumes(jaxpr)
     if n == 0:
-        return "abortive"
+        return ClauseKind.ABORTIVE
     tops = [i for i, e in enumerate(jaxpr.eqns) if e.primitive is resume_p]
     if n == 1 and len(tops) == 1:
         i = tops[0]
         eqn = jaxpr.eqns[i]
         after_pure = all(not in_play(e.effects) for e in jaxpr.eqns[i + 1:])
         if after_pure and list(jaxpr.outvars) == list(eqn.outvars):
-            return "tail"
-    return "general"
+            return ClauseKind.TAIL
+    return ClauseKind.GENERAL
 
 
 def _same_types(tree_a, avals_a, tree_b, avals_b):

@@ -24,7 +24,8 @@ import jax
 from . import _compat
 from ._compat import abstractify
 from ._errors import UnsupportedHandlerError
-from ._primitives import SCOPE_EFFECT, Clause, SiteKey, _trace_clause, classify_clause
+from ._primitives import SCOPE_EFFECT, Clause, ClauseKind, SiteKey, _trace_clause, \
+    classify_clause
 
 
 class _LazyClauses(dict):
@@ -55,7 +56,7 @@ class _LazyClauses(dict):
                 lambda *xs: fun(*closed_over, *xs), closed.in_avals[len(closed_over):],
                 "scoped clause")
         clause = Clause(closed, slice(0, len(spec.const_avals)), classify_clause(closed))
-        if clause.kind != "tail":
+        if clause.kind is not ClauseKind.TAIL:
             raise UnsupportedHandlerError(
                 f"The `with`-scoped handler `{spec.name}` has a clause for `{key.op.name}` that is "
                 f"not tail-resumptive (it must end with `return resume(...)`); install it around "
