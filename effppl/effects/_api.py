@@ -12,16 +12,8 @@ from . import _compat
 from ._translate import eliminate_jaxpr
 
 
-def _trace(f, args, kwargs):
-    leaves, rebuild = _compat.split_args(args, kwargs)
-
-    def flat(*xs):
-        a, kw = rebuild(xs)
-        return f(*a, **kw)
-
-    closed, consts, out_tree = _compat.trace_to_jaxpr(
-        flat, [_compat.abstractify(x) for x in leaves], getattr(f, "__name__", "f"))
-    return closed, consts, leaves, out_tree
+def _name(f) -> str:
+    return getattr(f, "__name__", "f")
 
 
 def _check_callable(f, api):
@@ -59,8 +51,8 @@ def eliminate(f: Callable) -> Callable:
 
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
-        closed, consts, leaves, out_tree = _trace(f, args, kwargs)
-        _compat.check_no_leaked_tracers(consts, getattr(f, "__name__", "f"))
+        closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, _name(f))
+        _compat.check_no_leaked_tracers(consts, _name(f))
         out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
@@ -94,7 +86,7 @@ def make_jaxpr(f: Callable) -> Callable:
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
         leaves, rebuild = _compat.split_args(args, kwargs)
-        closed = _compat.trace_to_closed_jaxpr(flat, leaves, getattr(f, "__name__", "f"))
+        closed = _compat.trace_to_closed_jaxpr(flat, leaves, _name(f))
         return eliminate_jaxpr(closed)
 
     return make

@@ -150,6 +150,23 @@ def split_args(args, kwargs):
     return [x for x, d in zip(leaves, dynamic) if d], rebuild
 
 
+def trace_call(fn: Callable, args, kwargs, name: str):
+    """Trace `fn(*args, **kwargs)` at the types of its array arguments (`split_args` says which
+    are traced; the others stay static), with closure conversion as `trace_to_jaxpr`.
+
+    **Returns:** `(closed_jaxpr, consts, leaves, out_tree)`: the jaxpr takes `consts` then the
+    traced `leaves` of `(args, kwargs)`; `out_tree` is the treedef of `fn`'s result.
+    """
+    leaves, rebuild = split_args(args, kwargs)
+
+    def flat(*xs):
+        a, kw = rebuild(xs)
+        return fn(*a, **kw)
+
+    closed, consts, out_tree = trace_to_jaxpr(flat, [abstractify(x) for x in leaves], name)
+    return closed, consts, leaves, out_tree
+
+
 def scan_counts(params) -> tuple[int, int]:
     """`(num_consts, num_carry)` of a scan equation (JAX 0.11 groups its inputs in `ft_in`, a
     `FlatTree` of (consts, carry, xs) whose `len` counts leaves)."""

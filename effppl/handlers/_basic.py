@@ -11,29 +11,11 @@ import numpy as np
 import jax.numpy as jnp
 
 from ..effects.internal import describe_non_array, describe_non_bool
+from .._keys import key_data
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
-
-
-def _as_key(rng_seed, what="effppl.handlers.seed(fn, rng_seed=...)"):
-    """`rng_seed` (an int or 0-d int array, a raw `PRNGKey` or a typed key) as raw key data,
-    `uint32[2]`. **Raises:** `TypeError` for anything else, e.g. a batch of keys."""
-    if isinstance(rng_seed, (int, np.integer)):
-        return jax.random.PRNGKey(rng_seed)
-    dtype = getattr(rng_seed, "dtype", None)
-    shape = np.shape(rng_seed) if dtype is not None else None
-    if shape == () and jnp.issubdtype(dtype, jnp.integer):  # a seed as a 0-d array (NumPyro)
-        return jax.random.PRNGKey(rng_seed)
-    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
-        return jax.random.key_data(rng_seed)
-    if dtype == jnp.uint32 and shape == (2,):
-        return jnp.asarray(rng_seed)
-    raise TypeError(f"{what} expected an int, a raw key "
-                    f"`jax.random.PRNGKey(...)` (uint32[2]) or a typed key `jax.random.key(...)`, "
-                    f"one key (not a batch of keys), but got {type(rng_seed).__name__}"
-                    + (f" of dtype {dtype} and shape {shape}." if dtype is not None else "."))
 
 
 class seed(Handler):
@@ -49,7 +31,7 @@ class seed(Handler):
 
     def __init__(self, fn=None, rng_seed=None):
         super().__init__(fn)
-        self.rng_key = _as_key(rng_seed)
+        self.rng_key = key_data(rng_seed, "effppl.handlers.seed(fn, rng_seed=...)")
 
     def params(self, *args, **kwargs):
         return self.rng_key

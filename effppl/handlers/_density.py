@@ -12,7 +12,7 @@ from ..primitives import param_op, sample_op
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_sites
-from ._handler import Handler, forward, forward_param, run_outermost
+from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
 
@@ -26,11 +26,7 @@ class _LogJoint(Handler):
     def clauses(self):
         def sample(total, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            lp = msg["fn"].log_prob(value)
-            if msg["mask"] is not None:
-                lp = jnp.where(msg["mask"], lp, 0.0)
-            if msg["scale"] is not None:
-                lp = lp * msg["scale"]
+            lp = masked_log_prob(msg["fn"], value, msg["mask"], msg["scale"])
             return resume(total + jnp.sum(lp).astype(total.dtype), value)
         return {sample_op: sample}
 

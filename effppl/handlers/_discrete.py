@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import EffpplError
-from ._basic import _as_key, block, substitute
+from .._keys import key_data
+from ._basic import block, substitute
 from ._contract import sample as sample_plates
 from ._enum import enum
 from ._handler import model_name, run_outermost, trace_model
@@ -63,7 +64,7 @@ class infer_discrete:
         self.fn = fn
         self.first_available_dim = first_available_dim
         self.temperature = temperature
-        self.rng_key = None if rng_key is None else _as_key(
+        self.rng_key = None if rng_key is None else key_data(
             rng_key, "effppl.infer.infer_discrete(fn, rng_key=...)")
         functools.update_wrapper(self, fn, updated=())
 

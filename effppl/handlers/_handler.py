@@ -15,6 +15,7 @@ import copy
 import functools
 import threading
 
+import jax.numpy as jnp
 import numpyro.distributions
 import numpyro.primitives
 
@@ -97,6 +98,17 @@ _BASE = {sample_op: _base_sample, param_op: _base_param,
 def forward_param(msg, **static):
     """Re-perform the param operation for the handlers outside the current one."""
     return param_op(msg, **static)
+
+
+def masked_log_prob(fn, value, mask=None, scale=None):
+    """`fn.log_prob(value)`, zero where `mask` is False, times `scale`: a site's elementwise log
+    density under `handlers.mask`/`handlers.scale` (NumPyro's masked and scaled distribution)."""
+    lp = fn.log_prob(value)
+    if mask is not None:
+        lp = jnp.where(mask, lp, 0.0)
+    if scale is not None:
+        lp = lp * scale
+    return lp
 
 
 def model_name(fn) -> str:
@@ -297,12 +309,6 @@ def call_unhandled(fn, *args, **kwargs):
 
 def trace_model(fn, *args, **kwargs):
     """The effectful jaxpr of `fn(*args, **kwargs)` (for site analysis); never runs it."""
-    leaves, rebuild = internal.split_args(args, kwargs)
-
-    def flat(*xs):
-        a, kw = rebuild(xs)
-        return call_unhandled(fn, *a, **kw)
-
-    closed, _, _ = internal.trace_to_jaxpr(flat, [internal.abstractify(x) for x in leaves],
-                                          model_name(fn))
+    closed, *_ = internal.trace_call(functools.partial(call_unhandled, fn), args, kwargs,
+                                     model_name(fn))
     return closed.jaxpr

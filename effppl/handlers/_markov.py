@@ -27,6 +27,7 @@ apart, each would re-derive it.)
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -37,7 +38,7 @@ from ..effects import internal
 from ..effects.internal import perform_p
 from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
 from ._enum_chains import chains_of, reducer
-from ._handler import call_unhandled, model_name
+from ._handler import call_unhandled, masked_log_prob, model_name
 from ._trace import is_enumerated
 
 
@@ -112,14 +113,8 @@ def run(fn, args, kwargs, discrete=None):
     given everything else (temperature 1: forward filtering, backward sampling) or takes their
     most likely joint path (temperature 0: Viterbi), recorded as deterministic sites
     `_infer_discrete_<site>` of the sites' stacked shape."""
-    leaves, rebuild = internal.split_args(args, kwargs)
-
-    def flat(*xs):
-        a, kw = rebuild(xs)
-        return call_unhandled(fn, *a, **kw)
-
-    closed, consts, out_tree = internal.trace_to_jaxpr(
-        flat, [internal.abstractify(x) for x in leaves], model_name(fn))
+    closed, consts, leaves, out_tree = internal.trace_call(
+        functools.partial(call_unhandled, fn), args, kwargs, model_name(fn))
     jaxpr = closed.jaxpr
     if not _deferred_inside(jaxpr):
         return fn(*args, **kwargs)
@@ -191,7 +186,7 @@ def _no_nested_sites(body, names):
                                 f"forward algorithm cannot evaluate.")
             continue
         for sub in internal.jaxprs_in_params(eqn.params):
-            inner = [_name(e) for e in _all_eqns(sub) if e.primitive is perform_p]
+            inner = [_name(e) for e in internal.iter_eqns(sub) if e.primitive is perform_p]
             if inner or sub.effects:
                 what = f"site `{inner[0]}`" if inner and inner[0] else "sites (or handlers)"
                 raise SiteError(
@@ -201,13 +196,6 @@ def _no_nested_sites(body, names):
                     f"needs every site of the body at the body's top level (for a `cond`, "
                     f"compute both branches' values and select them with `jnp.where`, or mask "
                     f"the site with `effppl.handlers.mask`).")
-
-
-def _all_eqns(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in internal.jaxprs_in_params(eqn.params):
-            yield from _all_eqns(sub)
 
 
 def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
@@ -248,15 +236,6 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
     dependent = {i for i in sources if isinstance(i, int) and (i in enum_eqns or enumerated(
         frozenset().union(*(of(v) for v in body.eqns[i].invars))))}
     return markov, poisoned, fixed, dependent
-
-
-def _log_prob(msg, value):
-    lp = msg["fn"].log_prob(value)
-    if msg["mask"] is not None:
-        lp = jnp.where(msg["mask"], lp, 0.0)
-    if msg["scale"] is not None:
-        lp = lp * msg["scale"]
-    return lp
 
 
 def forward_scan(eqn, ins, names, discrete=None):
@@ -344,7 +323,7 @@ def forward_scan(eqn, ins, names, discrete=None):
                 value = state_value(k, states[i, k])
             else:
                 value = given[index]
-            lp = _log_prob(msg, value)
+            lp = masked_log_prob(msg["fn"], value, msg["mask"], msg["scale"])
             if index in reducers:
                 chained.append(reducers[index](lp))
             else:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, _nesting, forward, forward_param, run_outermost
+from ._handler import Handler, _nesting, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
 
 
@@ -147,9 +147,7 @@ class trace(Handler):
                     same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
                     if same and tree == self._fn_tree(site):
                         updates += list(zip(fields["fn"], leaves))
-                lp = fn.log_prob(value)
-                if mask is not None:  # as NumPyro's `mask` makes `fn` a masked distribution
-                    lp = jnp.where(mask, lp, 0.0)
+                lp = masked_log_prob(fn, value, mask)  # not scaled: the scale is recorded beside it
                 if jnp.shape(lp) == fields["log_prob"].shape:
                     updates.append((fields["log_prob"], lp))
                 if "scale" in fields:

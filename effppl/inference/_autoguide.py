@@ -135,7 +135,8 @@ class AutoGuide:
         self._prototype_args = (args, kwargs)
 
     def _latent_sites(self, args, kwargs) -> dict:
-        """`{name: (Site, unconstrained stacked shape, dtype)}` of the model's latent sites."""
+        """`{name: (handlers._sites.Site, unconstrained stacked shape, dtype)}` of the model's
+        latent sites."""
         from effppl.handlers._basic import _analyzed
         from effppl.handlers._sites import unconstrained_type
         from effppl.handlers._trace import is_enumerated
@@ -275,7 +276,7 @@ class AutoGuide:
             return draw
 
         fn, dynamic = self._compiled("sample_posterior", build, args, kwargs)
-        key = jax.random.key_data(rng_key) if jax.dtypes.issubdtype(
+        key = jax.random.key_data(rng_key) if jnp.issubdtype(
             getattr(rng_key, "dtype", None), jax.dtypes.prng_key) else rng_key
         out = fn(jax.random.split(key, max(n, 1)), params, dynamic)
         return jax.tree.map(lambda x: x[:n].reshape(sample_shape + x.shape[1:]), out)

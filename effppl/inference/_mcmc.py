@@ -17,6 +17,7 @@ import tqdm.auto as tqdm
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
+from .._keys import typed_key
 from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
@@ -67,18 +68,12 @@ class MCMCResults(NamedTuple):
     last_state: MCMCState
 
 
-def _as_key(rng_key, api, error=MCMCError):
-    if isinstance(rng_key, jax.Array) and jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
-        if rng_key.shape != ():
-            raise error(f"`{api}` expected a single PRNG key, but got key array of shape {rng_key.shape}.")
-        return rng_key
-    arr = np.asarray(rng_key) if not isinstance(rng_key, jax.Array) else rng_key
-    if arr.dtype != np.uint32 or arr.shape != (2,):
-        raise error(
-            f"`{api}` expected a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), but "
-            f"got {type(rng_key).__name__} of dtype {arr.dtype} and shape {arr.shape}."
-        )
-    return jax.random.wrap_key_data(arr)
+def _as_key(rng_key, api, error: type[Exception] = MCMCError):
+    """`rng_key` as a typed key; raises `error` naming `api` for anything but one key."""
+    try:
+        return typed_key(rng_key, f"`{api}`")
+    except TypeError as err:
+        raise error(str(err)) from None
 
 
 _NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's statistics

@@ -16,7 +16,7 @@ from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
 
-__all__ = ["Site", "potential_energy", "constrain", "unconstrain", "get_trace", "initialising"]
+__all__ = ["TracedSite", "potential_energy", "constrain", "unconstrain", "get_trace", "initialising"]
 
 _REQUIRED = ("potential_energy", "constrain_fn", "unconstrain_fn", "seed", "substitute", "trace")
 
@@ -45,8 +45,9 @@ def _handlers():
     return handlers
 
 
-class Site(NamedTuple):
-    """One site of a model trace, as inference sees it.
+class TracedSite(NamedTuple):
+    """One site of a model trace, as inference sees it: its values (the static description of a
+    site, before any value, is `handlers._sites.Site`).
 
     `kind` is `"sample"`, `"deterministic"`, ...; `value` the (possibly loop-stacked) value;
     `fn` the distribution (`None` for non-sample sites).
@@ -112,7 +113,7 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
             fn = jax.tree_util.tree_unflatten(
                 tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves])
         stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
-        sites[name] = Site(
+        sites[name] = TracedSite(
             kind=site.type,
             value=jax.ShapeDtypeStruct(site.loops + site.aval.shape, site.aval.dtype),
             is_observed=site.is_observed, fn=fn,
@@ -224,7 +225,7 @@ def get_trace(
     rng_key: Any = None,
     substitutions: dict | None = None,
     substitute_fn: Callable | None = None,
-) -> dict[str, Site]:
+) -> dict[str, TracedSite]:
     """Run `model(*args, **kwargs)` and return its sites, in execution order.
 
     **Arguments:**
@@ -235,7 +236,7 @@ def get_trace(
     - `substitute_fn`: a function of a NumPyro-style site dict giving a latent site's constrained
       value, or None to draw it (an init strategy); it sees the site's key from `seed`.
 
-    **Returns:** dict site name -> `Site`, sample and deterministic sites only.
+    **Returns:** dict site name -> `TracedSite`, sample and deterministic sites only.
     """
     h = _handlers()
     fn = model
@@ -251,7 +252,7 @@ def get_trace(
         kind = site.get("type")
         if kind not in ("sample", "deterministic"):
             continue
-        sites[name] = Site(
+        sites[name] = TracedSite(
             kind=kind,
             value=site["value"],
             is_observed=bool(site.get("is_observed", False)),

@@ -22,6 +22,7 @@ import tqdm.auto as tqdm
 from numpyro.distributions.transforms import biject_to
 
 from .._errors import EffpplError
+from .._keys import key_data
 from ..effects.internal import describe_non_array
 from ._arguments import model_arguments
 from ._cache import cached, split_args
@@ -57,12 +58,10 @@ class SVIRunResult(NamedTuple):
 
 
 def _raw_key(rng_key, api):
-    from effppl.handlers._basic import _as_key
-
     try:
-        return _as_key(rng_key)
+        return key_data(rng_key, f"`{api}`")
     except TypeError as err:
-        raise SVIError(f"`{api}` expected a PRNG key: {err}") from None
+        raise SVIError(str(err)) from None
 
 
 def _constrain(params, constraints):
