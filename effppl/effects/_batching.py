@@ -106,5 +106,12 @@ def _while_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, bo
     return _map_elements(_compat.while_p, axis_data, args, dims, params)
 
 
+# Why JAX's own batching rules are replaced, process-wide, at import: JAX batches a `cond` or
+# `while_loop` when the user's `jax.vmap` inside a handled body is traced, and JAX has no
+# per-trace hook for a primitive's batching rule; swapping its rule table in and out around each
+# of our traces would race with other threads tracing plain JAX code meanwhile. The wrappers are
+# inert for every `cond` and `while_loop` that performs none of our operations, or whose
+# predicate is not batched: they call JAX's rule unchanged, so a program that does not perform
+# operations is batched exactly as without effppl.
 _compat.wrap_batching_rule(_compat.cond_p, _cond_rule)
 _compat.wrap_batching_rule(_compat.while_p, _while_rule)

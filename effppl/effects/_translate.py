@@ -386,7 +386,13 @@ def eliminate_jaxpr(closed):
 
 @contextlib.contextmanager
 def _deep_recursion(limit=100_000):
-    """General clauses are compiled by CPS: each captured continuation nests Python calls."""
+    """Raise Python's recursion limit while a program is eliminated, restoring it after.
+
+    Why it must exist: general clauses are compiled by CPS, and each captured continuation
+    nests Python calls (the rest of the program is translated inside the clause that resumes),
+    so a program with a few such operations in a row passes the default limit of 1,000. Scoped
+    to one elimination; the limit is process-wide, so another thread sees the raised limit
+    meanwhile (harmless: a limit, not a behaviour)."""
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, limit))
     try:

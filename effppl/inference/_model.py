@@ -175,8 +175,14 @@ def unconstrain(model: Callable, args: tuple, kwargs: dict, values: dict) -> dic
 # sampler (`ImproperUniform`: flat priors). As NumPyro's initialisation does, such a site gets a
 # point uniform in (-2, 2) in unconstrained space -- but only inside `initialising()` and only in
 # the thread that entered it; everywhere else (`Predictive`) the distribution raises as usual.
+# Why a patch of numpyro's class: the draw happens in `fn.sample(key)`, called by whichever `seed`
+# handler runs the model (effppl's, or NumPyro's under the test seam `_backend`), so no handler of
+# ours can intercept it. It is scoped: installed while some thread is inside `initialising()`,
+# the original method restored when the last one leaves.
 _init_state = threading.local()
 _improper_sample = ImproperUniform.sample
+_patch_lock = threading.Lock()
+_patch_users = 0
 
 
 def _improper_sample_for_init(self, key, sample_shape=()):
@@ -190,14 +196,21 @@ def _improper_sample_for_init(self, key, sample_shape=()):
 @contextlib.contextmanager
 def initialising():
     """Within this context (this thread), improper sites draw an initialisation point."""
-    if ImproperUniform.sample is not _improper_sample_for_init:
-        ImproperUniform.sample = _improper_sample_for_init
+    global _patch_users
+    with _patch_lock:
+        if _patch_users == 0:
+            ImproperUniform.sample = _improper_sample_for_init
+        _patch_users += 1
     previous = getattr(_init_state, "active", False)
     _init_state.active = True
     try:
         yield
     finally:
         _init_state.active = previous
+        with _patch_lock:
+            _patch_users -= 1
+            if _patch_users == 0:
+                ImproperUniform.sample = _improper_sample
 
 
 def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
