@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpyro.distributions as dist
 import numpyro.primitives

@@ -49,7 +49,7 @@ def _map_elements(primitive, axis_data, args, dims, params):
             f"performs operations runs element by element, so a collective over the vmapped axis "
             f"{name!r} (`psum`, `pmean`, `axis_index`, ...) cannot be used inside it. Compute the "
             f"collective outside the `{what}` and pass its result in.")
-    mapped = [_compat.batching.moveaxis(x, d, 0) for x, d in zip(args, dims) if d is not None]
+    mapped = [jax.numpy.moveaxis(x, d, 0) for x, d in zip(args, dims) if d is not None]
 
     def one(xs):
         it = iter(xs)

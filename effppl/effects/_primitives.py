@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from collections.abc import Callable, Mapping
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

@@ -20,6 +20,7 @@ from typing import Any
 from collections.abc import Callable
 
 import jax
+import jax.core
 
 from . import _compat
 from ._compat import abstractify

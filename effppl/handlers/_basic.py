@@ -7,11 +7,12 @@ import copy
 from collections.abc import Mapping
 
 import jax
+import jax.core
 import numpy as np
 import jax.numpy as jnp
 
-from ..effects.internal import describe_non_array, describe_non_bool
 from .._keys import key_data
+from ..effects.internal import describe_non_array, describe_non_bool
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
 from ._handler import Handler, forward, forward_param, trace_model

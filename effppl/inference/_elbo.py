@@ -22,7 +22,7 @@ class ELBOError(EffpplError, ValueError):
 
 
 def _raw_key(rng_key):
-    if jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
+    if jnp.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
         return jax.random.key_data(rng_key)
     return rng_key
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -253,7 +254,7 @@ def _same_value(a: Any, b: Any) -> bool:
         return True
     if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
         return False
-    if any(jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key) for x in (a, b)):
+    if any(jnp.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key) for x in (a, b)):
         try:
             a, b = jax.random.key_data(a), jax.random.key_data(b)
         except TypeError:

@@ -173,7 +173,7 @@ class MCMC:
         self.num_chains, self.thinning = int(num_chains), int(thinning)
         self.chain_method, self.progress_bar = chain_method, bool(progress_bar)
         self.post_warmup_state: MCMCState | None = None
-        self._results = None
+        self._results: MCMCResults | None = None
 
     # -- running ---------------------------------------------------------------------------
 
@@ -319,7 +319,7 @@ class MCMC:
         self._warn_divergences(fns, num_draws)
 
     def _warn_divergences(self, fns, num_draws):
-        n_div = int(np.sum(np.asarray(self._results.stats["diverging"])))
+        n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
         if n_div:
             warnings.warn(
                 f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
@@ -369,15 +369,18 @@ class MCMC:
         with site_errors():
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params)
-        stats = self._results.stats
+        stats = self._get("stats", "run")
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     # -- results ---------------------------------------------------------------------------
 
-    def _get(self, name, api):
+    def _results_for(self, api) -> MCMCResults:
         if self._results is None:
             raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
-        return getattr(self._results, name)
+        return self._results
+
+    def _get(self, name, api):
+        return getattr(self._results_for(api), name)
 
     @staticmethod
     def _flatten(tree, group_by_chain):
@@ -415,11 +418,11 @@ class MCMC:
         from numpyro.diagnostics import print_summary
 
         samples = self._get("samples", "print_summary")
-        info = self._results.info
+        info = self._get("info", "print_summary")
         if exclude_deterministic:
             samples = {k: v for k, v in samples.items() if k not in info.deterministic}
         print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
-        n_div = int(np.sum(np.asarray(self._results.stats["diverging"])))
+        n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
         print(f"Number of divergences: {n_div}")
 
     def to_arviz(self):
@@ -428,5 +431,4 @@ class MCMC:
         """
         from ._arviz import to_inference_data
 
-        self._get("samples", "to_arviz")
-        return to_inference_data(self._results)
+        return to_inference_data(self._results_for("to_arviz"))

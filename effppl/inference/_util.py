@@ -16,7 +16,7 @@ __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 
 def _keys(rng_key, api):
     """`(typed keys of shape (N,), batched)` for one key (N = 1) or a batch of N keys."""
-    if not jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
+    if not jnp.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
         if describe_non_array(rng_key) is not None:
             raise TypeError(f"`{api}(rng_key, ...)` expected a PRNG key or a batch of keys, but "
                             f"got {describe_non_array(rng_key)}.")
