@@ -30,14 +30,9 @@ from ._persistent import with_persistent_cache
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
 
-def _compiled(fn: Callable, runs_few_times: bool = False) -> Callable:
-    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves. With
-    `runs_few_times` (initial points: a call or a few per run), XLA's backend does not optimise the
-    program: it compiles in a fraction of the time and runs a little slower, which only pays
-    where it runs once or twice. Such a function cannot be called inside another `jax.jit`
-    (nor `jax.eval_shape`d): JAX takes compiler options only at the top level."""
-    options = {"xla_backend_optimization_level": 0} if runs_few_times else None
-    return with_persistent_cache(jax.jit(fn, compiler_options=options))
+def _compiled(fn: Callable) -> Callable:
+    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves."""
+    return with_persistent_cache(jax.jit(fn))
 
 
 class SiteInfo(NamedTuple):
@@ -85,8 +80,11 @@ class ModelFns:
         self._proposers: dict = {}
         self._predictors: dict = {}
         self._potentials: dict = {}  # argument types -> handler-free jaxpr of the potential
-        self.potential_and_grad = _compiled(over_chains(self._potential_and_grad, (0, None)),
-                                            runs_few_times=True)
+        # Not compiled: it runs once or a few times per run (initial points), and evaluating
+        # the potential's jaxpr and its gradient primitive by primitive takes a fraction of the
+        # time XLA needs to compile them (2 s against 12-20 s at 400 sites), which the sampler's
+        # program does anyway.
+        self.potential_and_grad = over_chains(self._potential_and_grad, (0, None))
         self.observed_values = _compiled(self._observed_values)
         self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
 
