@@ -22,7 +22,8 @@ points in a plate (alternately Normal and StudentT); 3 sites per group, plus 2 g
 
 With `--models` (e.g. `--models all`), the same figures for the main harness's models at quick size
 (`make_data("quick", seed)`, the harness's quick NUTS settings: 100 warmup, 100 draws, 2 chains,
-tree depth 6); the second process runs on the data of the next seed.
+tree depth 6) and for `lotka_volterra_scan` (an RK4 ODE in a plain 1,000-step `lax.scan`; `all`
+includes it); the second process runs on the data of the next seed.
 
 Usage: `python -m benchmarks.compile_bench [--sites 10,100,1000 | --models all]
 [--frameworks effppl,numpyro] [--json benchmarks/results/compile_cpu.json] [--cache]`.
@@ -61,6 +62,66 @@ def model_for(p):
                 p.sample(f"y_{g}", like, obs=y[g])
 
     return hierarchical_loop
+
+
+SCAN_STEPS = 1000  # RK4 steps of `lotka_volterra_scan`
+SCAN_EVERY = 10  # observed every this many steps
+
+
+def scan_model_for(p):
+    """A Lotka-Volterra model whose ODE is solved by RK4 in a plain `lax.scan` of `SCAN_STEPS`
+    steps (step 0.01), observed (log-normal noise) every `SCAN_EVERY` steps:
+    `model(y)` with `y` of shape `(SCAN_STEPS // SCAN_EVERY, 2)`."""
+    import jax
+    import jax.numpy as jnp
+
+    def lotka_volterra_scan(y):
+        dist = p.dist
+        theta = p.sample("theta", dist.LogNormal(jnp.log(jnp.array([1.0, 0.05, 1.0, 0.05])),
+                                                 0.3).to_event(1))
+        z0 = p.sample("z0", dist.LogNormal(jnp.log(10.0), 0.5).expand([2]).to_event(1))
+        sigma = p.sample("sigma", dist.HalfNormal(0.5))
+        a, b, c, d = theta[0], theta[1], theta[2], theta[3]
+
+        def f(z):
+            return jnp.stack([a * z[0] - b * z[0] * z[1], -c * z[1] + d * z[0] * z[1]])
+
+        def rk4(z, _):
+            h = 0.01
+            k1 = f(z)
+            k2 = f(z + h / 2 * k1)
+            k3 = f(z + h / 2 * k2)
+            k4 = f(z + h * k3)
+            z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            return z, z
+
+        _, path = jax.lax.scan(rk4, z0, None, length=SCAN_STEPS)
+        with p.plate("t", y.shape[0], dim=-2):
+            p.sample("y", dist.LogNormal(jnp.log(path[SCAN_EVERY - 1::SCAN_EVERY]), sigma), obs=y)
+
+    return lotka_volterra_scan
+
+
+def scan_data(seed: int = 0):
+    """Observations of `lotka_volterra_scan` at its prior mean, with log-normal noise 0.1."""
+    import numpy as np
+
+    z, h, out = np.array([10.0, 10.0]), 0.01, []
+    a, b, c, d = 1.0, 0.05, 1.0, 0.05
+
+    def f(z):
+        return np.array([a * z[0] - b * z[0] * z[1], -c * z[1] + d * z[0] * z[1]])
+
+    for t in range(SCAN_STEPS):
+        k1 = f(z)
+        k2 = f(z + h / 2 * k1)
+        k3 = f(z + h / 2 * k2)
+        k4 = f(z + h * k3)
+        z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        if (t + 1) % SCAN_EVERY == 0:
+            out.append(z)
+    rng = np.random.default_rng(seed)
+    return (np.array(out) * np.exp(0.1 * rng.normal(size=(len(out), 2)))).astype(np.float32)
 
 
 def groups_for(sites: int) -> int:
@@ -155,10 +216,13 @@ def model_worker(framework: str, name: str, seed: int) -> dict:
 
     from ._config import MODES
 
-    module = importlib.import_module(f"models.{name}")
-    args, kwargs = module.make_data("quick", seed)
     p = _namespace(framework)
-    model = getattr(module, f"{framework}_model")
+    if name == "lotka_volterra_scan":
+        model, args, kwargs = scan_model_for(p), (scan_data(seed),), {}
+    else:
+        module = importlib.import_module(f"models.{name}")
+        args, kwargs = module.make_data("quick", seed)
+        model = getattr(module, f"{framework}_model")
     mode = MODES["quick"]
     mcmc = p.MCMC(p.NUTS(model, max_tree_depth=mode.max_tree_depth), num_warmup=mode.num_warmup,
                   num_samples=mode.num_samples, num_chains=mode.num_chains, progress_bar=False,
@@ -243,7 +307,8 @@ def main(argv=None):
         return 0
     if args.models:
         from ._config import MODEL_NAMES
-        targets = list(MODEL_NAMES) if args.models == "all" else args.models.split(",")
+        targets = ([*MODEL_NAMES, "lotka_volterra_scan"] if args.models == "all"
+                   else args.models.split(","))
         args.no_eliminate = True
     else:
         targets = [int(s) for s in args.sites.split(",")]
