@@ -30,10 +30,10 @@ def key_data(rng_key: Any, what: str, *, seeds: bool = True) -> jax.Array:
         return jnp.asarray(rng_key)
     got = type(rng_key).__name__ + (f" of dtype {dtype} and shape {shape}" if dtype is not None
                                     else "")
-    accepted = "an int, " if seeds else "a PRNG key: "
-    raise TypeError(f"{what} expected {accepted}a raw key `jax.random.PRNGKey(...)` "
-                    f"(uint32[2]) or a typed key `jax.random.key(...)`, one key (not a batch of "
-                    f"keys), but got {got}.")
+    accepted = "an int seed, " if seeds else "a PRNG key: "
+    raise TypeError(f"{what} expected {accepted}a raw PRNG key `jax.random.PRNGKey(...)` "
+                    f"(uint32[2]) or a typed PRNG key `jax.random.key(...)`, one key (not a batch "
+                    f"of keys), but got {got}.")
 
 
 def typed_key(rng_key: Any, what: str) -> jax.Array:
