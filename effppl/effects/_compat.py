@@ -21,6 +21,7 @@ from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
+from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
 from ._errors import LeakedTracerError
 from ._values import describe_non_array
 
