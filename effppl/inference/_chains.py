@@ -7,6 +7,7 @@ batching: it runs unbatched, its outputs given a chain axis of length 1 (NumPyro
 is not vmapped either). Values are those `vmap` gives.
 """
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -35,4 +36,7 @@ def over_chains(fn: Callable, in_axes: tuple) -> Callable:
                  for x, axis in zip(args, in_axes)]
         return jax.tree.map(lambda a: a[None], fn(*inner))
 
+    # Named after `fn`: JAX names the compiled program (and its compile logs) after it.
+    base = fn.func if isinstance(fn, functools.partial) else fn
+    mapped.__name__ = mapped.__qualname__ = getattr(base, "__name__", "mapped").lstrip("_")
     return mapped
