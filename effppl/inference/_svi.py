@@ -175,9 +175,10 @@ class _Compiled:
             self._chunks[(length, stable)] = jax.jit(run)
         return self._chunks[(length, stable)]
 
-    def nonfinite_sites(self, state, constraints, dynamic) -> list:
-        """The sample sites (model's and guide's) whose log density is not finite in some
-        particle of the step that `state` would take next (its key is the state's)."""
+    def nonfinite_sites(self, state, constraints, dynamic) -> tuple[list, list]:
+        """`(sites, nan_data)`: the sample sites (model's and guide's) whose log density is not
+        finite in some particle of the step that `state` would take next (its key is the
+        state's), and the observed sites whose data hold NaN."""
         from ._elbo import run_guide_and_model
 
         args, kwargs = self.args(dynamic)
@@ -189,12 +190,16 @@ class _Compiled:
         def finite(key):
             _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
                                                            args, kwargs)
-            return {f"{which} site `{n}`": jnp.all(jnp.isfinite(s["log_prob"]))
-                    for which, tr in (("model", model_tr), ("guide", guide_tr))
-                    for n, s in tr.items() if s["type"] == "sample"}
+            sites = {f"{which} site `{n}`": s
+                     for which, tr in (("model", model_tr), ("guide", guide_tr))
+                     for n, s in tr.items() if s["type"] == "sample"}
+            return ({n: jnp.all(jnp.isfinite(s["log_prob"])) for n, s in sites.items()},
+                    {n: jnp.any(jnp.isnan(s["value"])) for n, s in sites.items()
+                     if s["is_observed"] and jnp.issubdtype(s["value"].dtype, jnp.inexact)})
 
-        flags = jax.jit(jax.vmap(finite))(keys)
-        return sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok)))
+        flags, nans = jax.jit(jax.vmap(finite))(keys)
+        return (sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok))),
+                sorted(n for n, nan in nans.items() if np.any(np.asarray(nan))))
 
     @staticmethod
     def _loss_dtype():
@@ -366,7 +371,8 @@ class SVI:
         the `SVIRunResult` of the steps before it.
         """
         api = "effppl.infer.SVI.run"
-        if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        if isinstance(num_steps, (bool, np.bool_)) or not isinstance(num_steps, (int, np.integer)) \
+                or num_steps < 1:
             raise SVIError(f"`{api}(rng_key, num_steps={num_steps!r}, ...)` expected a positive "
                            f"int.")
         if init_state is None:
@@ -388,9 +394,9 @@ class SVI:
                 chunk_losses = np.asarray(chunk_losses[:num])
                 applied = np.asarray(applied[:num])
                 if bool(failed):
-                    sites = fns.nonfinite_sites(state, self._constraints, dynamic)
+                    sites, nan_data = fns.nonfinite_sites(state, self._constraints, dynamic)
                     self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok, losses,
-                                          state, sites)
+                                          state, sites, nan_data)
                 skipped += int(np.sum(~applied))
                 losses.append(chunk_losses)
                 if progress_bar:
@@ -402,7 +408,8 @@ class SVI:
                           RuntimeWarning, stacklevel=2)
         return SVIRunResult(self.get_params(state), state, losses)
 
-    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites):
+    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites,
+                         nan_data):
         i = int(np.flatnonzero(~applied)[0])
         bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
         losses = np.concatenate(losses + [chunk_losses[:i]])
@@ -412,6 +419,9 @@ class SVI:
             f"`{api}`: {what} at step {start + i} (counting from 0)"
             + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
             + (f"; the gradient is not finite for params {bad}" if bad else "")
+            + (f"; the data of {', '.join(nan_data)} hold NaN (out of every distribution's "
+               f"support, so the log density is -inf, as in NumPyro): remove or mask them "
+               f"(`obs_mask`, `effppl.handlers.mask`)" if nan_data else "")
             + ". The params are those before that step (`err.result`). Check the model's "
             "density on the guide's support, lower the learning rate, or pass "
             "`stable_update=True` to skip such steps.")

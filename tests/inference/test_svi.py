@@ -288,3 +288,25 @@ def test_model_params_are_fitted_by_maximum_likelihood():
     result = svi.run(jax.random.PRNGKey(0), 1500, y, progress_bar=False)
     np.testing.assert_allclose(result.params["sigma"], np.sqrt(np.mean(np.asarray(y) ** 2)),
                                rtol=1e-3)
+
+
+def test_nan_data_loss_is_numpyros_and_the_error_says_nan():
+    """NumPyro 0.22 validates samples by default: a NaN observation is out of the support, its
+    log density -inf, so the loss is +inf in both (not NaN); effppl's error says the data hold
+    NaN."""
+    y = _data(5).at[2].set(jnp.nan)
+    params = {"loc": 0.5, "scale": 0.7}
+    ours = Trace_ELBO().loss(jax.random.PRNGKey(0), params, model, guide, y)
+    theirs = numpyro.infer.Trace_ELBO().loss(jax.random.PRNGKey(0), params, _normal_model(numpyro),
+                                             _normal_guide(numpyro), y)
+    assert float(ours) == float(theirs) == np.inf
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    with pytest.raises(SVIError, match=r"step 0 .*the data of model site `y` hold NaN"):
+        svi.run(jax.random.PRNGKey(0), 5, y, progress_bar=False)
+
+
+def test_num_steps_must_be_a_positive_int_not_a_bool():
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    for bad in (True, 0, 2.5, "10", None):
+        with pytest.raises(SVIError, match="num_steps=.*expected a positive int"):
+            svi.run(jax.random.PRNGKey(0), bad, _data(), progress_bar=False)
