@@ -134,7 +134,8 @@ def check_values(api, values, sites=None):
     in `sites`, the analysis: a pytree of them)."""
     for name, value in values.items():
         site = (sites or {}).get(name)
-        if site is not None and site.type == "mutable":
+        unused = sites is not None and site is None and isinstance(value, (dict, list, tuple))
+        if unused or (site is not None and site.type == "mutable"):  # a pytree of arrays
             check_values(api, {name: leaf for leaf in jax.tree.leaves(value)})
             continue
         problem = describe_non_array(value)

@@ -40,7 +40,8 @@ class SVIError(EffpplError, FloatingPointError):
 
 class SVIState(NamedTuple):
     """NumPyro's SVI state: the optimiser's state (holding the unconstrained params), the mutable
-    state (always None: `numpyro.mutable` has no effppl twin), and a raw PRNG key."""
+    state (dict name -> value of the model's and guide's `effppl.mutable` sites, None without
+    any), and a raw PRNG key."""
 
     optim_state: Any
     mutable_state: Any
@@ -101,6 +102,8 @@ class _Compiled:
         model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)
         model_tr = handlers.trace(model).get_trace(*args, **kwargs)
         sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
+        mutable = {n: s["value"] for tr in (model_tr, guide_tr) for n, s in tr.items()
+                   if s["type"] == "mutable"} or None
         constraints = {n: s["kwargs"]["constraint"] for n, s in sites.items()}
         values = {n: init_params.get(n, s["value"]) for n, s in sites.items()}
         wrong = [(n, jnp.shape(v), sites[n]["value"].shape) for n, v in init_params.items()
@@ -112,12 +115,12 @@ class _Compiled:
                            f"{got}.")
         params = {n: biject_to(constraints[n]).inv(jnp.asarray(v, sites[n]["value"].dtype))
                   for n, v in values.items()}
-        return params, constraints, rng_key
+        return params, constraints, rng_key, mutable
 
-    def _objective(self, rng_key, constraints, args, kwargs):
+    def _objective(self, rng_key, constraints, args, kwargs, mutable=None):
         def objective(params):
-            return self.loss.loss(rng_key, _constrain(params, constraints), self.model,
-                                  self.guide, *args, **kwargs)
+            return self.loss.loss(rng_key, _with_mutable(_constrain(params, constraints), mutable),
+                                  self.model, self.guide, *args, **kwargs)
         return objective
 
     def _update(self, state, constraints, dynamic, stable):
@@ -127,22 +130,29 @@ class _Compiled:
         params as they were (NumPyro's `stable_update`)."""
         args, kwargs = self.args(dynamic)
         rng_key, sub = jax.random.split(state.rng_key)
-        objective = self._objective(sub, constraints, args, kwargs)
+        mutable = state.mutable_state
+        objective = self._objective(sub, constraints, args, kwargs, mutable)
+        if mutable is not None:  # the values the model leaves, at the params before the step
+            before = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                              constraints), mutable)
+            mutable = self.loss.mutable_state(sub, before, self.model, self.guide, *args,
+                                              **kwargs) or mutable
         loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
                                                        self.forward_mode)
         grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
                    for n in constraints}
         applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
         if stable:
-            optim_state = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
-                                       optim_state, state.optim_state)
-        return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok, applied
+            optim_state, mutable = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
+                                                (optim_state, mutable),
+                                                (state.optim_state, state.mutable_state))
+        return SVIState(optim_state, mutable, rng_key), loss, grad_ok, applied
 
     def _evaluate(self, state, constraints, dynamic):
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
         params = self.optimizer.get_params(state.optim_state)
-        return self._objective(sub, constraints, args, kwargs)(params)
+        return self._objective(sub, constraints, args, kwargs, state.mutable_state)(params)
 
     def chunk(self, length: int, stable: bool):
         """Compiled `(state, constraints, dynamic, num) -> (state, losses[length], grad_ok,
@@ -183,7 +193,8 @@ class _Compiled:
 
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
-        params = _constrain(self.optimizer.get_params(state.optim_state), constraints)
+        params = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                          constraints), state.mutable_state)
         n = getattr(self.loss, "num_particles", 1)
         keys = sub[None] if n == 1 else jax.random.split(sub, n)  # the ELBO's particle keys
 
@@ -204,6 +215,14 @@ class _Compiled:
     @staticmethod
     def _loss_dtype():
         return jnp.result_type(float)
+
+
+def _with_mutable(params, mutable):
+    """The param map with the mutable state's values (no gradient flows into them, as in
+    NumPyro)."""
+    if mutable is None:
+        return params
+    return {**params, **jax.lax.stop_gradient(mutable)}
 
 
 def _hashable(value) -> bool:
@@ -300,7 +319,7 @@ class SVI:
             if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
                 setup(*args, **{**kwargs, **self.static_kwargs})
             fns, dynamic = self._compiled(api, args, kwargs)
-            params, constraints, key = fns.init(key, dynamic, init_params)
+            params, constraints, key, mutable = fns.init(key, dynamic, init_params)
         unknown = sorted(set(init_params) - set(params))
         if unknown:
             raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
@@ -310,7 +329,7 @@ class SVI:
                            f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
                            f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
         self._constraints = constraints
-        return SVIState(self._optimizer.init(params), None, key)
+        return SVIState(self._optimizer.init(params), mutable, key)
 
     def _check_state(self, svi_state, api):
         if self._constraints is None:
