@@ -233,7 +233,7 @@ class trace(Handler):
                     jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(
                         site.key.in_tree, site.key.in_avals)[0]),
                     [self._layout.read(bufs, f) for f in fields["value"]])
-                out[name] = {"type": "mutable", "name": name, "value": value}
+                out[name] = {"type": "mutable", "name": name, "value": value, "is_observed": False}
                 continue
             # `cond` branches that put the site in different plates: no plates are recorded
             stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
