@@ -83,6 +83,9 @@ class trace(Handler):
     # be computed into the packed buffers, which XLA cannot prune
     values_only = False
     keep = None  # `keep(name, site) -> bool`: record only these sites (None: all)
+    # record sample sites' `log_prob` and `scale` only (no `value`, `fn`): for a contraction,
+    # whose gradient would otherwise pass through the packed buffers of the unread fields
+    scores_only = False
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -114,12 +117,14 @@ class trace(Handler):
                 self._layout.fields[name] = {"value": [
                     self._layout.add(a.shape, a.dtype, None) for a in site.key.in_avals]}
                 continue
-            fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
+            fields = {}
+            if not (self.scores_only and site.type == "sample"):
+                fields["value"] = self._layout.add(site.aval.shape, site.aval.dtype, lead)
             if site.type == "param":
                 fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
                                         jax.tree_util.tree_leaves(msg_avals["constraint"])]
             if site.type == "sample" and not self.values_only:
-                if site.one_family:
+                if site.one_family and not self.scores_only:
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
                                     for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
                 lp = _log_prob_type(site.aval, msg_avals["fn"])
@@ -143,7 +148,7 @@ class trace(Handler):
             fields, site = self._layout.fields[name], self._recorded[name]
             if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
-            updates = [(fields["value"], value)]
+            updates = [(fields["value"], value)] if "value" in fields else []
             if constraint is not None and "constraint" in fields:
                 updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
             if fn is not None and "log_prob" in fields:
@@ -237,7 +242,8 @@ class trace(Handler):
                 continue
             # `cond` branches that put the site in different plates: no plates are recorded
             stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
-            rec = {"type": site.type, "name": name, "value": read(fields["value"]),
+            rec = {"type": site.type, "name": name,
+                   "value": read(fields["value"]) if "value" in fields else None,
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":

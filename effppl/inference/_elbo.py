@@ -350,6 +350,8 @@ def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
         _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
         return log_p
     tracer = trace(given)
+    tracer.keep = lambda name, site: site.type == "sample"  # what the contraction reads
+    tracer.scores_only = True
     _, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
     return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO
