@@ -20,8 +20,13 @@ The model (`hierarchical_loop`): groups in a Python loop, each with a latent gro
 a latent positive scale (alternately LogNormal and HalfNormal) and an observed vector of 5
 points in a plate (alternately Normal and StudentT); 3 sites per group, plus 2 globals.
 
-Usage: `python -m benchmarks.compile_bench [--sites 10,100,1000] [--frameworks effppl,numpyro]
-[--json benchmarks/results/compile_cpu.json] [--cache]`.
+With `--models` (e.g. `--models all`), the same figures for the main harness's models at quick size
+(`make_data("quick", seed)`, the harness's quick NUTS settings: 100 warmup, 100 draws, 2 chains,
+tree depth 6) and for `lotka_volterra_scan` (an RK4 ODE in a plain 1,000-step `lax.scan`; `all`
+includes it); the second process runs on the data of the next seed.
+
+Usage: `python -m benchmarks.compile_bench [--sites 10,100,1000 | --models all]
+[--frameworks effppl,numpyro] [--json benchmarks/results/compile_cpu.json] [--cache]`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,66 @@ def model_for(p):
                 p.sample(f"y_{g}", like, obs=y[g])
 
     return hierarchical_loop
+
+
+SCAN_STEPS = 1000  # RK4 steps of `lotka_volterra_scan`
+SCAN_EVERY = 10  # observed every this many steps
+
+
+def scan_model_for(p):
+    """A Lotka-Volterra model whose ODE is solved by RK4 in a plain `lax.scan` of `SCAN_STEPS`
+    steps (step 0.01), observed (log-normal noise) every `SCAN_EVERY` steps:
+    `model(y)` with `y` of shape `(SCAN_STEPS // SCAN_EVERY, 2)`."""
+    import jax
+    import jax.numpy as jnp
+
+    def lotka_volterra_scan(y):
+        dist = p.dist
+        theta = p.sample("theta", dist.LogNormal(jnp.log(jnp.array([1.0, 0.05, 1.0, 0.05])),
+                                                 0.3).to_event(1))
+        z0 = p.sample("z0", dist.LogNormal(jnp.log(10.0), 0.5).expand([2]).to_event(1))
+        sigma = p.sample("sigma", dist.HalfNormal(0.5))
+        a, b, c, d = theta[0], theta[1], theta[2], theta[3]
+
+        def f(z):
+            return jnp.stack([a * z[0] - b * z[0] * z[1], -c * z[1] + d * z[0] * z[1]])
+
+        def rk4(z, _):
+            h = 0.01
+            k1 = f(z)
+            k2 = f(z + h / 2 * k1)
+            k3 = f(z + h / 2 * k2)
+            k4 = f(z + h * k3)
+            z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            return z, z
+
+        _, path = jax.lax.scan(rk4, z0, None, length=SCAN_STEPS)
+        with p.plate("t", y.shape[0], dim=-2):
+            p.sample("y", dist.LogNormal(jnp.log(path[SCAN_EVERY - 1::SCAN_EVERY]), sigma), obs=y)
+
+    return lotka_volterra_scan
+
+
+def scan_data(seed: int = 0):
+    """Observations of `lotka_volterra_scan` at its prior mean, with log-normal noise 0.1."""
+    import numpy as np
+
+    z, h, out = np.array([10.0, 10.0]), 0.01, []
+    a, b, c, d = 1.0, 0.05, 1.0, 0.05
+
+    def f(z):
+        return np.array([a * z[0] - b * z[0] * z[1], -c * z[1] + d * z[0] * z[1]])
+
+    for t in range(SCAN_STEPS):
+        k1 = f(z)
+        k2 = f(z + h / 2 * k1)
+        k3 = f(z + h / 2 * k2)
+        k4 = f(z + h * k3)
+        z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        if (t + 1) % SCAN_EVERY == 0:
+            out.append(z)
+    rng = np.random.default_rng(seed)
+    return (np.array(out) * np.exp(0.1 * rng.normal(size=(len(out), 2)))).astype(np.float32)
 
 
 def groups_for(sites: int) -> int:
@@ -131,6 +196,41 @@ def _elimination_s(framework, model, y, jax):
     return time.process_time() - start, len(closed.jaxpr.eqns)
 
 
+def _first_draw(jax, mcmc, key, args, kwargs) -> dict:
+    """Time and compilations of `mcmc.run(key, *args, **kwargs)` until the draws are ready."""
+    count = _count_compilations(jax)
+    start, cpu = time.perf_counter(), time.process_time()
+    mcmc.run(key, *args, **kwargs)
+    compiled = list(count)  # during `run` only
+    jax.block_until_ready(mcmc.get_samples())
+    first, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"first_draw_s": first, "first_draw_cpu_s": cpu,
+            "compilations": compiled[0] - compiled[1], "cache_hits": compiled[1]}
+
+
+def model_worker(framework: str, name: str, seed: int) -> dict:
+    """One harness model at quick size, NUTS with the harness's quick settings."""
+    import importlib
+
+    import jax
+
+    from ._config import MODES
+
+    p = _namespace(framework)
+    if name == "lotka_volterra_scan":
+        model, args, kwargs = scan_model_for(p), (scan_data(seed),), {}
+    else:
+        module = importlib.import_module(f"models.{name}")
+        args, kwargs = module.make_data("quick", seed)
+        model = getattr(module, f"{framework}_model")
+    mode = MODES["quick"]
+    mcmc = p.MCMC(p.NUTS(model, max_tree_depth=mode.max_tree_depth), num_warmup=mode.num_warmup,
+                  num_samples=mode.num_samples, num_chains=mode.num_chains, progress_bar=False,
+                  **({"chain_method": "vectorized"} if framework == "numpyro" else {}))
+    out = _first_draw(jax, mcmc, jax.random.PRNGKey(seed), args, kwargs)
+    return {"framework": framework, "sites": name, **out}
+
+
 def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
     """One measurement in this (fresh) process: returns a JSON-able dict."""
     import jax
@@ -140,26 +240,19 @@ def worker(framework: str, sites: int, seed: int, eliminate: bool) -> dict:
     model = model_for(p)
     groups = groups_for(sites)
     y = jnp.asarray(data(groups, seed))
-    key = jax.random.PRNGKey(seed)
     mcmc = p.MCMC(p.NUTS(model), num_warmup=100, num_samples=100, num_chains=1,
                   progress_bar=False)
-    count = _count_compilations(jax)
-    start, cpu = time.perf_counter(), time.process_time()
-    mcmc.run(key, y)
-    compiled = list(count)  # during `run` only
-    jax.block_until_ready(mcmc.get_samples())
-    first, cpu = time.perf_counter() - start, time.process_time() - cpu
     out = {"framework": framework, "sites": 2 + 3 * groups, "groups": groups,
-           "first_draw_s": first, "first_draw_cpu_s": cpu,
-           "compilations": compiled[0] - compiled[1], "cache_hits": compiled[1]}
+           **_first_draw(jax, mcmc, jax.random.PRNGKey(seed), (y,), {})}
     if eliminate:
         out["eliminate_s"], out["jaxpr_eqns"] = _elimination_s(framework, model, y, jax)
     return out
 
 
 def _spawn(framework, sites, seed, eliminate, env=None, timeout=3600):
+    target = ["--sites", str(sites)] if isinstance(sites, int) else ["--models", sites]
     cmd = [sys.executable, "-m", "benchmarks.compile_bench", "--worker", framework,
-           "--sites", str(sites), "--seed", str(seed)] + (["--eliminate"] if eliminate else [])
+           *target, "--seed", str(seed)] + (["--eliminate"] if eliminate else [])
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
     if proc.returncode:
@@ -179,7 +272,7 @@ def render(rows: list) -> str:
     def f(x):
         return "-" if x is None else f"{x:.2f}"
 
-    for sites in sorted(by):
+    for sites in sorted(by, key=lambda s: (isinstance(s, str), s)):
         e, n = by[sites].get("effppl", {}), by[sites].get("numpyro", {})
 
         def ratio(k, e=e, n=n):
@@ -196,6 +289,8 @@ def render(rows: list) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_bench")
     parser.add_argument("--sites", default="10,100,1000")
+    parser.add_argument("--models", default=None,
+                        help="harness models at quick size instead of --sites: names or `all`")
     parser.add_argument("--frameworks", default="effppl,numpyro")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
@@ -206,10 +301,19 @@ def main(argv=None):
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, int(args.sites), args.seed, args.eliminate)))
+        out = (model_worker(args.worker, args.models, args.seed) if args.models else
+               worker(args.worker, int(args.sites), args.seed, args.eliminate))
+        print(json.dumps(out))
         return 0
+    if args.models:
+        from ._config import MODEL_NAMES
+        targets = ([*MODEL_NAMES, "lotka_volterra_scan"] if args.models == "all"
+                   else args.models.split(","))
+        args.no_eliminate = True
+    else:
+        targets = [int(s) for s in args.sites.split(",")]
     rows = []
-    for sites in [int(s) for s in args.sites.split(",")]:
+    for sites in targets:
         for fw in args.frameworks.split(","):
             if fw == "effppl" and args.cache:
                 with tempfile.TemporaryDirectory() as cache:

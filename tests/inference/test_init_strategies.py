@@ -161,3 +161,28 @@ def test_strategies_are_callable_on_a_trace_entry(strategy):
     a, b = (dict(tr["s"], name=n, value=None) for n in ("s", "t"))
     if strategy in (init_to_sample, init_to_uniform):
         assert float(strategy(a)) != float(strategy(b))
+
+
+@pytest.mark.parametrize("eager_from", [0, 10**9], ids=["primitive-by-primitive", "compiled"])
+def test_initial_point_check_evaluates_the_log_density_and_gradient(eager_from, monkeypatch):
+    """Both ways of checking an initial point (a large potential evaluated primitive by
+    primitive, a small one compiled) give the log density and gradient of the model."""
+    from effppl.inference import _fns
+    from jax.scipy.stats import norm
+
+    monkeypatch.setattr(_fns, "EAGER_FROM_EQNS", eager_from)
+    y = jnp.asarray(m.normal_normal_data(n=7))
+
+    def log_joint(mu):
+        return (norm.logpdf(mu, m.PRIOR_LOC, m.PRIOR_SCALE)
+                + jnp.sum(norm.logpdf(y, mu, m.NOISE)))
+
+    mcmc = MCMC(NUTS(m.normal_normal, init_strategy=init_to_value(values={"mu": 1.3})),
+                num_warmup=0, num_samples=1, num_chains=2, progress_bar=False)
+    mcmc.warmup(jax.random.key(0), y)
+    state = mcmc.post_warmup_state
+    np.testing.assert_allclose(state.logdensity, [log_joint(1.3)] * 2, rtol=1e-5)
+    np.testing.assert_allclose(state.logdensity_grad["mu"], [jax.grad(log_joint)(1.3)] * 2,
+                               rtol=1e-5)
+    with pytest.raises(InitializationError, match=r"gradient was non-finite at sites \['x'\]"):
+        _initial_point(m.nan_gradient, init_to_uniform(), jnp.asarray(0.0))

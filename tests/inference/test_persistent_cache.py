@@ -62,7 +62,9 @@ def test_second_process_loads_programs_from_disk_and_a_new_shape_misses(tmp_path
     # The two processes hash strings differently (as two processes without a fixed
     # PYTHONHASHSEED do; these two seeds once gave different programs, numpyro's leaf order).
     first, first_again = _run(cache, 0.0, 20, hash_seed=3)
-    assert first["hits"] == 0 and first["compiled"] > 0, first
+    # (A few hits are possible even here: the initial point's check runs primitive by primitive,
+    # and two of JAX's per-primitive programs can be the same XLA program, stored once.)
+    assert first["compiled"] > 2 * first["hits"], first
     assert first_again["compiled"] == 0, first_again  # same shapes, same process: in memory
     assert any(cache.iterdir())
     # Second process, new data of the same shapes: every program comes from disk (a hit), and
