@@ -47,8 +47,15 @@ def run_guide(rng_key, param_map, guide, args, kwargs):
     k_model, k_guide = jax.random.split(rng_key)
     guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
     log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
-    values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
-    return log_q, guide_tr, k_model, values
+    return log_q, guide_tr, k_model, _model_values(param_map, guide_tr)
+
+
+def _model_values(param_map, guide_tr):
+    """What the model is given: the params, the guide's latent values, and the indices of the
+    guide's subsampled plates (NumPyro replays them: the model's plate takes the same subsample)."""
+    plates = {n: s["value"] for n, s in guide_tr.items()
+              if s["type"] == "plate" and s["args"][1] != s["args"][0]}
+    return {**param_map, **plates, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
 
 
 def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_trace=True):
@@ -177,7 +184,7 @@ def _mutable_sites(rng_key, param_map, model, guide, args, kwargs):
         return None
     guide_tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=param_map),
                                             k_guide)).get_trace(*args, **kwargs)
-    values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
+    values = _model_values(param_map, guide_tr)
     state = {n: guide_tr[n]["value"] for n in guide_sites}
     if model_sites:
         keep = handlers.trace(handlers.seed(handlers.substitute(model, data=values), k_model))

@@ -310,3 +310,30 @@ def test_num_steps_must_be_a_positive_int_not_a_bool():
     for bad in (True, 0, 2.5, "10", None):
         with pytest.raises(SVIError, match="num_steps=.*expected a positive int"):
             svi.run(jax.random.PRNGKey(0), bad, _data(), progress_bar=False)
+
+
+def test_model_takes_the_guides_subsample_as_numpyro_replays_it():
+    """A subsampled plate in guide and model: the model uses the indices the guide drew (before,
+    it drew its own, so guide and model scored different data points)."""
+    y = jnp.arange(10.0)
+
+    def pair(ppl):
+        def model(y):
+            with ppl.plate("n", 10, subsample_size=4) as idx:
+                z = ppl.sample("z", dist.Normal(0.0, 1.0))
+                ppl.sample("y", dist.Normal(z, 1.0), obs=y[idx])
+
+        def guide(y):
+            with ppl.plate("n", 10, subsample_size=4):
+                loc = ppl.param("loc", jnp.zeros(10), event_dim=0)
+                ppl.sample("z", dist.Normal(loc, 1.0))
+        return model, guide
+
+    params = {"loc": jnp.arange(10.0) * 0.5}
+    for seed in range(3):
+        key = jax.random.PRNGKey(seed)
+        ours = jax.value_and_grad(lambda p: Trace_ELBO().loss(key, p, *pair(effppl), y))(params)
+        theirs = jax.value_and_grad(
+            lambda p: numpyro.infer.Trace_ELBO().loss(key, p, *pair(numpyro), y))(params)
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-10)
+        np.testing.assert_allclose(ours[1]["loc"], theirs[1]["loc"], rtol=1e-10, atol=1e-12)
