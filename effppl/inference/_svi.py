@@ -132,11 +132,12 @@ class _Compiled:
         rng_key, sub = jax.random.split(state.rng_key)
         mutable = state.mutable_state
         objective = self._objective(sub, constraints, args, kwargs, mutable)
-        if mutable is not None:  # the values the model leaves, at the params before the step
+        update_state = getattr(self.loss, "mutable_state", None)  # an effppl ELBO's
+        if mutable is not None and update_state is not None:
+            # the values the model leaves, at the params before the step (NumPyro's)
             before = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
                                               constraints), mutable)
-            mutable = self.loss.mutable_state(sub, before, self.model, self.guide, *args,
-                                              **kwargs) or mutable
+            mutable = update_state(sub, before, self.model, self.guide, *args, **kwargs) or mutable
         loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
                                                        self.forward_mode)
         grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
