@@ -52,8 +52,13 @@ class LocScaleReparam(Reparam):
     site alone. `centered=None` learns it: the param site `{name}_centered` (initially 0.5, in
     the unit interval, of the site's event shape), fitted by `SVI` as in NumPyro.
 
-    **Arguments:** `centered`: float in [0, 1] or None; `shape_params`: names of other
+    **Arguments:** `centered`: float in [0, 1], an array of them (one centering per element,
+    broadcasting against the site's value), or None; `shape_params`: names of other
     parameters of the distribution passed through unchanged (e.g. `("df",)` for `StudentT`).
+
+    **Raises:** `ValueError` for another `centered`; `SiteError` naming the site and its
+    distribution (when the model runs) for an observed site, a distribution without `loc` and
+    `scale`, or one whose other parameters are not in `shape_params`.
 
     **References:** Gorinova, Moore and Hoffman (2020), "Automatic Reparameterisation of
     Probabilistic Programs"; NumPyro's `LocScaleReparam`.
