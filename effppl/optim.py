@@ -7,6 +7,11 @@ holds the optax `GradientTransformation` that does the same update as NumPyro's 
 schedule, a function of the step number (from 0). `effppl.infer.SVI` takes these, NumPyro's own
 `numpyro.optim` objects and optax transformations alike.
 
+Every numeric argument is checked when the optimiser is built: None, a str, a bool, an array
+that is not a scalar or a complex number raises `effppl.infer.OptimizerError` naming the
+argument; a NaN, infinite or negative step size is allowed (as in NumPyro) but warned about
+(`RuntimeWarning`).
+
 Example:
     >>> import jax.numpy as jnp
     >>> from effppl import optim
