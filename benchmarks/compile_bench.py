@@ -265,8 +265,9 @@ def render(rows: list) -> str:
     by = {}
     for r in rows:
         by.setdefault(r["sites"], {})[r["framework"]] = r
-    lines = ["| sites | effppl first draw (s) | NumPyro (s) | ratio | effppl eliminate (s) | "
-             "NumPyro trace (s) | ratio | compilations effppl / NumPyro | 2nd process (s) |",
+    lines = ["| sites | effppl first draw, s (CPU s) | NumPyro, s (CPU s) | ratio (CPU) | "
+             "effppl eliminate (s) | NumPyro trace (s) | ratio | compilations effppl / NumPyro | "
+             "2nd process, s (CPU s) |",
              "|---|---|---|---|---|---|---|---|---|"]
 
     def f(x):
@@ -279,10 +280,11 @@ def render(rows: list) -> str:
             return f"{e[k] / n[k]:.2f}x" if k in e and k in n else "-"
 
         lines.append(
-            f"| {sites} | {f(e.get('first_draw_s'))} | {f(n.get('first_draw_s'))} | "
-            f"{ratio('first_draw_s')} | {f(e.get('eliminate_s'))} | {f(n.get('eliminate_s'))} | "
+            f"| {sites} | {f(e.get('first_draw_s'))} ({f(e.get('first_draw_cpu_s'))}) | "
+            f"{f(n.get('first_draw_s'))} ({f(n.get('first_draw_cpu_s'))}) | "
+            f"{ratio('first_draw_s')} ({ratio('first_draw_cpu_s')}) | {f(e.get('eliminate_s'))} | {f(n.get('eliminate_s'))} | "
             f"{ratio('eliminate_s')} | {e.get('compilations', '-')} / {n.get('compilations', '-')}"
-            f" | {f(e.get('second_process_s'))} |")
+            f" | {f(e.get('second_process_s'))} ({f(e.get('second_process_cpu_s'))}) |")
     return "\n".join(lines)
 
 

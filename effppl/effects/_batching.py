@@ -63,7 +63,7 @@ def _map_elements(primitive, axis_data, args, dims, params):
     return outs, [0] * len(outs)
 
 
-def _cond_rule(original, axis_data, args, dims, *, branches, **params):
+def _cond_batch_rule(original, axis_data, args, dims, *, branches, **params):
     index_dim = dims[0]
     if index_dim is None or "branches_platforms" in params or not _performs(*branches):
         return original(axis_data, args, dims, branches=branches, **params)
@@ -99,7 +99,7 @@ def _while_predicate_batched(dims, cond_nconsts, cond_jaxpr, body_nconsts, body_
     return _batched_outputs(cond_jaxpr, cconsts + carry)[0]
 
 
-def _while_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
+def _while_batch_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, body_nconsts,
                 body_jaxpr):
     params = dict(cond_nconsts=cond_nconsts, cond_jaxpr=cond_jaxpr, body_nconsts=body_nconsts,
                   body_jaxpr=body_jaxpr)
@@ -109,5 +109,5 @@ def _while_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jaxpr, bo
     return _map_elements(_compat.while_p, axis_data, args, dims, params)
 
 
-_compat.wrap_batching_rule(_compat.cond_p, _cond_rule)
-_compat.wrap_batching_rule(_compat.while_p, _while_rule)
+_compat.wrap_batching_rule(_compat.cond_p, _cond_batch_rule)
+_compat.wrap_batching_rule(_compat.while_p, _while_batch_rule)

@@ -19,6 +19,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.lax.control_flow import conditionals as _conditionals
 from jax._src.lax.control_flow import loops as _loops
 from jax._src import linear_util as _lu
+from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
 from ._errors import LeakedTracerError
 from ._values import describe_non_array
 

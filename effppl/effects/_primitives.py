@@ -320,60 +320,9 @@ def _handle_abstract_eval(*avals, body, spec, n_body_consts, n_frame_consts):
     return list(spec.answer_avals), _handle_effects(body, spec)
 
 
-def _eliminated(params, avals):
-    """The plain jaxpr of one `handle` equation, translated once per params and input types."""
-    return _eliminated_cached(tuple(sorted(params.items(), key=lambda kv: kv[0])),
-                              tuple(abstractify(a) for a in avals))
-
-
-@functools.lru_cache(maxsize=256)
-def _eliminated_cached(params, avals):
-    from ._translate import eliminate_jaxpr  # the translator depends on this module
-    params = dict(params)
-    closed, _, _ = _compat.trace_to_jaxpr(lambda *a: handle_p.bind(*a, **params), avals, "handle")
-    return eliminate_jaxpr(closed)
-
-
-def _check_closed(eqn_effects, what):
-    leftover = [e for e in eqn_effects if isinstance(e, OpEffect)]
-    if leftover:
-        names = ", ".join(sorted(e.op.name for e in leftover))
-        raise UnsupportedHandlerError(
-            f"A handler is used under {what} while its body performs `{names}`, handled further out; "
-            f"apply {what} outside the outermost handler instead.")
-
-
-def _handle_impl(*args, **params):
-    return _compat.jaxpr_as_fun(_eliminated(params, args))(*args)
-
-
-def _handle_jvp(primals, tangents, **params):
-    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.grad`/`jax.jvp`")
-    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
-    fun = _compat.jaxpr_as_fun(_eliminated(params, primals))
-    return jax.jvp(lambda *a: fun(*a), tuple(primals), tuple(tangents))
-
-
-def _handle_batch(args, dims, **params):
-    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.vmap`")
-    avals = [abstractify(a) if d is None else
-             _compat.ShapedArray(tuple(s for i, s in enumerate(a.shape) if i != d), a.dtype)
-             for a, d in zip(args, dims)]
-    fun = _compat.jaxpr_as_fun(_eliminated(params, avals))
-    outs = jax.vmap(lambda *a: fun(*a), in_axes=tuple(dims))(*args)
-    return outs, [0] * len(outs)
-
-
-def _handle_lowering(ctx, *args, **params):
-    fun = _compat.jaxpr_as_fun(_eliminated(params, ctx.avals_in))
-    return _compat.mlir.lower_fun(lambda *a: fun(*a), multiple_results=True)(ctx, *args)
-
-
 handle_p.def_effectful_abstract_eval(_handle_abstract_eval)
-handle_p.def_impl(_handle_impl)
-_compat.ad.primitive_jvps[handle_p] = _handle_jvp
-_compat.batching.primitive_batchers[handle_p] = _handle_batch
-_compat.mlir.register_lowering(handle_p, _handle_lowering)
+# Its implementation, JVP, batching and lowering rules (eliminate the handler, then run, or
+# differentiate, batch, lower the plain jaxpr) are registered by the translator, `_translate.py`.
 
 
 def _perform_sites(jaxpr, ops, found):

@@ -14,21 +14,23 @@ materialised: the fast path, linear in program size). A general clause whose han
 the region's barrier raises `CrossesBarrier`; the region's rule then retries with the rest of the
 computation pushed in as a continuation (E-Call2/E-Cond2/E-Hop), or, for loops, rewrites the loop
 (abortive clauses, App. B.2) or reports the clause as unsupported. A region's failed attempt is
-recorded (`attempt`), so that translating it again skips straight to the retry; an attempt on a
+recorded (`try_in_place`), so that translating it again skips straight to the retry; an attempt on a
 region with side effects (callbacks, prints) is traced apart first, so a failed one leaves no
 equation behind.
 
-Rules are kept in one table keyed by primitive (`RULES`); a rule has the signature
-`rule(eqn, ins, H, K, resume, rest) -> (outs, H) | Done(answer)` where `rest(outs, H, K)` runs
-the remainder of the current jaxpr and then `K`.
+Rules are kept in one table keyed by primitive (`RULES`); a rule is a `Rule`,
+`rule(eqn, ins, H, K, resume, rest) -> RuleResult`: `(outs, H)` when the rest of the current
+jaxpr is still to run, or `Done(answer)` when the rule ran it itself (by calling
+`rest(outs, H, K)`, which runs the remainder of the current jaxpr and then `K`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, Union
 from collections.abc import Callable
 
 import jax
@@ -36,8 +38,9 @@ import jax.numpy as jnp
 
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError
-from ._primitives import (_OUR_EFFECTS, HandlerSpec, handle_p, in_play, perform_p, resume_p,
-                          site_key)
+from ._compat import abstractify
+from ._primitives import (_OUR_EFFECTS, HandlerSpec, OpEffect, _handle_effects, handle_p, in_play,
+                          perform_p, resume_p, site_key)
 from ._scope import ScopeSpec, enter_p, exit_p
 
 
@@ -83,11 +86,29 @@ class CrossesBarrier(Exception):
         self.key, self.kind, self.where, self.eqn = key, kind, where, eqn
 
 
-RULES: dict = {}
+RuleResult = Union[tuple[list, tuple[Frame, ...]], Done]
+"""A rule's result: `(outs, H)`, the equation's outputs and the handler context after it, the
+rest of the jaxpr still to run; or `Done(answer)`, the region's answer (the rule ran the rest)."""
 
 
-def register(*prims):
-    def deco(rule):
+class Rule(Protocol):
+    """The translation rule of one primitive.
+
+    **Arguments:** `eqn`, the equation; `ins`, its inputs (values of the output trace); `H`, the
+    handler context; `K`, the continuation list; `resume`, inside a clause the function its
+    `resume` calls, else `None`; `rest(outs, H, K)`, the rest of the current jaxpr, then `K`."""
+
+    def __call__(self, eqn: Any, ins: list, H: tuple[Frame, ...], K: tuple,
+                 resume: Callable | None, rest: Callable) -> RuleResult: ...
+
+
+RULES: dict[Any, Rule] = {}
+
+
+def register(*prims) -> Callable[[Rule], Rule]:
+    """Register the decorated rule for each primitive in `prims`."""
+
+    def deco(rule: Rule) -> Rule:
         for p in prims:
             RULES[p] = rule
         return rule
@@ -159,23 +180,28 @@ def apply_k(outs, H, K):
 
 def inline(run_region, H, K, rest, region=None):
     """Translate a region in place; on a crossing clause, redo it with the rest pushed in.
-    `region` (the region's jaxpr) lets a known crossing skip the in-place attempt (`attempt`)."""
+    `region` (the region's jaxpr) lets a known crossing skip the in-place attempt (`try_in_place`)."""
     try:
-        return attempt(region, H, lambda: run_region(H, (BARRIER,)))
+        return try_in_place(region, H, lambda: run_region(H, (BARRIER,)))
     except CrossesBarrier:
         return Done(run_region(H, K + (Cont(rest),)))
 
 
-_memos: list = []  # one dict per elimination in progress: see `attempt` and `memo`
+# The record of the elimination in progress (see `elimination_record`); a context variable, so
+# that an elimination started inside another (a handler run eagerly by a rule) gets its own.
+_record: contextvars.ContextVar = contextvars.ContextVar("effppl_elimination_record",
+                                                         default=None)
 
 
-def memo() -> dict:
-    """The record kept for the elimination in progress (failed attempts, loop rewrites), keyed by
-    static objects (jaxprs, handler specs); a throwaway dict outside any elimination."""
-    return _memos[-1] if _memos else {}
+def elimination_record() -> dict:
+    """The record kept for the elimination in progress (failed in-place attempts, loop
+    rewrites), keyed by static objects (jaxprs, handler specs); a throwaway dict outside any
+    elimination. It holds tracers of the elimination's trace and ends with it."""
+    record = _record.get()
+    return {} if record is None else record
 
 
-def attempt(region, H, in_place):
+def try_in_place(region, H, in_place):
     """`in_place()`, the in-place translation of `region` (a jaxpr, or a tuple of them) under the
     handlers `H`, unless it is already known to raise `CrossesBarrier`: then raise that again.
 
@@ -185,7 +211,7 @@ def attempt(region, H, in_place):
     (exponential in the depth of nested loops with an abortive clause)."""
     if region is None:
         return in_place()
-    record = memo()
+    record = elimination_record()
     key = ("attempt", region, tuple(f.spec for f in H))
     known = record.get(key)
     if known is not None:
@@ -261,8 +287,29 @@ def _ret_index(K, n_inner):
 # perform, handle, resume
 
 
+class _Perform(NamedTuple):
+    """A perform and the frame whose clause handles it."""
+
+    eqn: Any
+    ins: list  # the operation's arguments
+    index: int  # of the handling frame in `H`
+    clause: Any  # `Clause`
+    where: str  # source of the perform, for messages
+
+    def clause_ins(self, H):
+        frame = H[self.index]
+        return [*frame.consts[self.clause.consts], *frame.params, *self.ins]
+
+    def resumed(self, vals, H_outer, H):
+        """The handler context after the clause resumed with `vals` (new params, then the
+        operation's value): the handling frame reinstalled with its new parameters."""
+        frame = H[self.index]
+        new = frame._replace(params=tuple(vals[:frame.spec.n_params]))
+        return H_outer + (new,) + H[self.index + 1:]
+
+
 @register(perform_p)
-def _perform_rule(eqn, ins, H, K, resume, rest):
+def _perform_translate_rule(eqn, ins, H, K, resume, rest):
     op = eqn.params["op"]
     where = _compat.summarize_source(eqn.source_info)
     i = next((i for i in range(len(H) - 1, -1, -1) if op in H[i].spec.ops), None)
@@ -270,41 +317,53 @@ def _perform_rule(eqn, ins, H, K, resume, rest):
         raise UnhandledEffectError(
             f"Operation `{op.name}` (performed at {where}) is not handled by any enclosing handler. "
             f"{op.how_to_handle(eqn.params['static'])}")
-    frame, key = H[i], site_key(eqn)
-    clause = frame.spec.clauses[key]
-    clause_ins = [*frame.consts[clause.consts], *frame.params, *ins]
-    n_params = frame.spec.n_params
-
-    def resumed(vals, H_outer):
-        return H_outer + (frame._replace(params=tuple(vals[:n_params])),) + H[i + 1:]
-
-    kind = clause.kind
+    perform = _Perform(eqn, ins, i, H[i].spec.clauses[site_key(eqn)], where)
+    kind = perform.clause.kind
     if kind == "tail":
         try:
-            vals, H_outer = run(clause.jaxpr.jaxpr, clause.jaxpr.consts, clause_ins, H[:i],
-                                (BARRIER,), _resume_in_place)
-            return vals[n_params:], resumed(vals, H_outer)
+            return _perform_in_place(perform, H)
         except CrossesBarrier as exc:
             # An operation of the clause needs the rest: translate it as a general clause. If
             # that operation aborts and the clause always performs it (at its top level, before
             # its resume), this perform never comes back either: abortive for the region.
-            top_level = any(e is exc.eqn for e in clause.jaxpr.jaxpr.eqns)
+            top_level = any(e is exc.eqn for e in perform.clause.jaxpr.jaxpr.eqns)
             kind = "abortive" if exc.kind == "abortive" and top_level else "general"
+    return _perform_with_continuation(perform, kind, H, K, rest)
+
+
+def _perform_in_place(perform, H):
+    """A tail-resumptive clause (E-Hop2, R-Let): run in a region of its own under the handlers
+    outside its frame; its `resume` ends it. Returns `(value, H)` for the rest of the jaxpr."""
+    n_params = H[perform.index].spec.n_params
+    clause = perform.clause.jaxpr
+    vals, H_outer = run(clause.jaxpr, clause.consts, perform.clause_ins(H), H[:perform.index],
+                        (BARRIER,), _resume_in_place)
+    return vals[n_params:], perform.resumed(vals, H_outer, H)
+
+
+def _perform_with_continuation(perform, kind, H, K, rest):
+    """Any other clause (E-Hop): the continuation list is split at the frame's `RET`; the clause
+    runs under the handlers and continuations outside it, and its `resume` translates the rest
+    of the program up to that `RET` (`rest`, then the inner continuations). Raises
+    `CrossesBarrier` when that `RET` lies beyond the region's barrier."""
+    i, op = perform.index, perform.eqn.params["op"]
     scoped = next((f.spec for f in H[i + 1:] if isinstance(f.spec, ScopeSpec)), None)
     if scoped is not None:
         raise UnsupportedHandlerError(
-            f"Operation `{op.name}` (performed at {where}) is handled by a clause that is not "
-            f"tail-resumptive, outside the `with`-scoped handler `{scoped.name}` around it; wrap "
-            f"that code in the handler (`handler(fn)`) instead of a `with` block.")
+            f"Operation `{op.name}` (performed at {perform.where}) is handled by a clause that is "
+            f"not tail-resumptive, outside the `with`-scoped handler `{scoped.name}` around it; "
+            f"wrap that code in the handler (`handler(fn)`) instead of a `with` block.")
     j = _ret_index(K, len(H) - 1 - i)
     if j is None:
-        raise CrossesBarrier(key, kind, where, eqn)
+        raise CrossesBarrier(site_key(perform.eqn), kind, perform.where, perform.eqn)
     K_outer, K_inner = K[:j], K[j:]
+    n_params = H[i].spec.n_params
 
     def resume_general(vals, H_cur, K_cur):
-        return rest(vals[n_params:], resumed(vals, H_cur), K_cur + K_inner)
+        return rest(vals[n_params:], perform.resumed(vals, H_cur, H), K_cur + K_inner)
 
-    return Done(run(clause.jaxpr.jaxpr, clause.jaxpr.consts, clause_ins, H[:i], K_outer,
+    clause = perform.clause.jaxpr
+    return Done(run(clause.jaxpr, clause.consts, perform.clause_ins(H), H[:i], K_outer,
                     resume_general))
 
 
@@ -313,7 +372,7 @@ def _resume_in_place(vals, H, K):
 
 
 @register(resume_p)
-def _resume_rule(eqn, ins, H, K, resume, rest):
+def _resume_translate_rule(eqn, ins, H, K, resume, rest):
     if resume is None:
         raise UnsupportedHandlerError(
             f"`resume` is called inside a loop or a nested handler of a clause (traced at "
@@ -322,12 +381,10 @@ def _resume_rule(eqn, ins, H, K, resume, rest):
 
 
 @register(handle_p)
-def _handle_rule(eqn, ins, H, K, resume, rest):
-    p = eqn.params
-    spec, body = p["spec"], p["body"]
-    nb, nf = p["n_body_consts"], p["n_frame_consts"]
-    body_consts, frame_consts = ins[:nb], ins[nb:nb + nf]
-    params, args = ins[nb + nf:nb + nf + spec.n_params], ins[nb + nf + spec.n_params:]
+def _handle_translate_rule(eqn, ins, H, K, resume, rest):
+    spec, body = eqn.params["spec"], eqn.params["body"]
+    body_consts, frame_consts, params, args = _compat.split_list(
+        ins, [eqn.params["n_body_consts"], eqn.params["n_frame_consts"], spec.n_params])
     frame = Frame(spec, tuple(params), tuple(frame_consts))
 
     def run_body(H, K):
@@ -337,7 +394,7 @@ def _handle_rule(eqn, ins, H, K, resume, rest):
 
 
 @register(enter_p)
-def _enter_rule(eqn, ins, H, K, resume, rest):
+def _enter_translate_rule(eqn, ins, H, K, resume, rest):
     """A `with`-scoped handler's block begins: install its frame (its constants, then params)."""
     spec, n = eqn.params["spec"], eqn.params["n_consts"]
     jaxpr, i = rest.args[0], rest.args[1]  # the block: the equations up to the matching exit
@@ -351,7 +408,7 @@ def _enter_rule(eqn, ins, H, K, resume, rest):
 
 
 @register(exit_p)
-def _exit_rule(eqn, ins, H, K, resume, rest):
+def _exit_translate_rule(eqn, ins, H, K, resume, rest):
     if not H or H[-1].spec is not eqn.params["spec"]:
         raise UnsupportedHandlerError(
             f"The `with`-scoped handler `{eqn.params['spec'].name}` ends where it was not the "
@@ -397,13 +454,74 @@ def _deep_recursion(limit=100_000):
 
 def _eliminate(closed):
     def fn(*args):
-        _memos.append({})  # dropped before the trace ends: it holds the trace's tracers
+        token = _record.set({})  # reset before the trace ends: it holds the trace's tracers
         try:
             outs, _ = run(closed.jaxpr, closed.consts, args, (), (BARRIER,))
         finally:
-            _memos.pop()
+            _record.reset(token)
         return outs
 
     out = _compat.trace_to_closed_jaxpr(fn, closed.in_avals, "eliminate")
     jaxpr, _ = _compat.pe.dce_jaxpr(out.jaxpr, [True] * len(out.jaxpr.outvars), instantiate=True)
     return _compat.ClosedJaxpr(jaxpr, out.consts)
+
+
+# --------------------------------------------------------------------------------------------
+# `handle_p` outside a translation (run eagerly, differentiated, batched or lowered by JAX):
+# the handler is eliminated first, then JAX runs, differentiates, batches or lowers the plain
+# jaxpr. The translator registers these into the primitive's tables (as JAX's interpreters do),
+# so `_primitives.py` does not depend on this module.
+
+
+def _eliminated(params, avals):
+    """The plain jaxpr of one `handle` equation, translated once per params and input types."""
+    return _eliminated_cached(tuple(sorted(params.items(), key=lambda kv: kv[0])),
+                              tuple(abstractify(a) for a in avals))
+
+
+@functools.lru_cache(maxsize=256)
+def _eliminated_cached(params, avals):
+    params = dict(params)
+    closed, _, _ = _compat.trace_to_jaxpr(lambda *a: handle_p.bind(*a, **params), avals, "handle")
+    return eliminate_jaxpr(closed)
+
+
+def _check_closed(eqn_effects, what):
+    leftover = [e for e in eqn_effects if isinstance(e, OpEffect)]
+    if leftover:
+        names = ", ".join(sorted(e.op.name for e in leftover))
+        raise UnsupportedHandlerError(
+            f"A handler is used under {what} while its body performs `{names}`, handled further out; "
+            f"apply {what} outside the outermost handler instead.")
+
+
+def _handle_impl(*args, **params):
+    return _compat.jaxpr_as_fun(_eliminated(params, args))(*args)
+
+
+def _handle_jvp(primals, tangents, **params):
+    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.grad`/`jax.jvp`")
+    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
+    fun = _compat.jaxpr_as_fun(_eliminated(params, primals))
+    return jax.jvp(lambda *a: fun(*a), tuple(primals), tuple(tangents))
+
+
+def _handle_batch(args, dims, **params):
+    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.vmap`")
+    avals = [abstractify(a) if d is None else
+             _compat.ShapedArray(tuple(s for i, s in enumerate(a.shape) if i != d), a.dtype)
+             for a, d in zip(args, dims)]
+    fun = _compat.jaxpr_as_fun(_eliminated(params, avals))
+    outs = jax.vmap(lambda *a: fun(*a), in_axes=tuple(dims))(*args)
+    return outs, [0] * len(outs)
+
+
+def _handle_lowering(ctx, *args, **params):
+    fun = _compat.jaxpr_as_fun(_eliminated(params, ctx.avals_in))
+    return _compat.mlir.lower_fun(lambda *a: fun(*a), multiple_results=True)(ctx, *args)
+
+
+handle_p.def_impl(_handle_impl)
+_compat.ad.primitive_jvps[handle_p] = _handle_jvp
+_compat.batching.primitive_batchers[handle_p] = _handle_batch
+_compat.mlir.register_lowering(handle_p, _handle_lowering)

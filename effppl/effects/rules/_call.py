@@ -24,7 +24,7 @@ register(_compat.remat_p)(_inline_rule("jaxpr"))
 
 
 @register(_compat.custom_jvp_call_p, _compat.custom_vjp_call_p)
-def _custom_derivative_rule(eqn, ins, H, K, resume, rest):
+def _custom_derivative_translate_rule(eqn, ins, H, K, resume, rest):
     ops = sorted(e.op.name for e in eqn.effects if hasattr(e, "op"))
     raise UnsupportedHandlerError(
         f"Effect operations ({', '.join(ops) or 'a handler'}) are used inside a function with a "

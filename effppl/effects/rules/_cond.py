@@ -9,13 +9,13 @@ enclosing region's barrier, and the `cond` returns that region's answer.
 
 import jax
 
-from .._translate import BARRIER, Cont, CrossesBarrier, Done, attempt, frame_params, register, \
-    run, with_params
+from .._translate import (BARRIER, Cont, CrossesBarrier, Done, frame_params, register, run,
+                          try_in_place, with_params)
 from .. import _compat
 
 
 @register(_compat.cond_p)
-def _cond_rule(eqn, ins, H, K, resume, rest):
+def _cond_translate_rule(eqn, ins, H, K, resume, rest):
     index, ops = ins[0], ins[1:]
     branches = eqn.params["branches"]
 
@@ -26,7 +26,7 @@ def _cond_rule(eqn, ins, H, K, resume, rest):
         return f
 
     try:
-        outs, params = attempt(tuple(b.jaxpr for b in branches) + (resume is None,), H,
+        outs, params = try_in_place(tuple(b.jaxpr for b in branches) + (resume is None,), H,
                                lambda: jax.lax.switch(index, [in_place(b) for b in branches], *ops))
         return outs, with_params(H, params)
     except CrossesBarrier:

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 from .. import _compat
 from .._errors import UnsupportedHandlerError
 from .._primitives import handle, in_play
-from .._translate import BARRIER, CrossesBarrier, attempt, frame_params, inline, memo, register, \
-    run, with_params
+from .._translate import (BARRIER, CrossesBarrier, elimination_record, frame_params, inline,
+                          register, run, try_in_place, with_params)
 
 
 def _cast(xs, avals):
@@ -38,18 +38,18 @@ def _param_avals(H):
     return [_compat.abstractify(x) for x in frame_params(H)]
 
 
-def _translate_rewritten(program, ins, H, K, rest, memo_key=None):
+def _translate_rewritten(program, ins, H, K, rest, record_key=None):
     """Translate the effectful program `program(*ins)`, a rewrite of the current equation.
 
-    The trace of the rewrite is kept for the elimination in progress under `memo_key`: when the
+    The trace of the rewrite is kept for the elimination in progress under `record_key`: when the
     loop is translated again (an enclosing region's retry), the same jaxpr, and so the same
-    `attempt` records, serve."""
+    `try_in_place` records, serve."""
     avals = tuple(_compat.abstractify(x) for x in ins)
-    record = memo() if memo_key is not None else {}
-    closed = record.get((memo_key, avals))
+    record = elimination_record() if record_key is not None else {}
+    closed = record.get((record_key, avals))
     if closed is None:
         closed = _compat.trace_to_closed_jaxpr(program, list(avals), "loop rewrite")
-        record[(memo_key, avals)] = closed
+        record[(record_key, avals)] = closed
     return inline(lambda H, K: run(closed.jaxpr, closed.consts, ins, H, K), H, K, rest,
                   region=closed.jaxpr)
 
@@ -57,7 +57,7 @@ def _translate_rewritten(program, ins, H, K, rest, memo_key=None):
 def _crossing(exc, eqn, rewrite, ins, H, K, rest):
     if exc.kind == "abortive":
         key = ("abortive rewrite", _body(eqn), exc.key)
-        return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest, memo_key=key)
+        return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest, record_key=key)
     raise UnsupportedHandlerError(
         f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) would have to "
         f"capture a continuation across the `{eqn.primitive}` loop traced at "
@@ -78,7 +78,7 @@ def _body(eqn):
 
 
 @register(_compat.scan_p)
-def _scan_rule(eqn, ins, H, K, resume, rest):
+def _scan_translate_rule(eqn, ins, H, K, resume, rest):
     p = eqn.params
     (nc, ncarry), body = _compat.scan_counts(p), p["jaxpr"]
     consts, init, xs = ins[:nc], ins[nc:nc + ncarry], ins[nc + ncarry:]
@@ -92,7 +92,7 @@ def _scan_rule(eqn, ins, H, K, resume, rest):
                 outs[ncarry:])
 
     try:
-        (c, params), ys = attempt(body.jaxpr, H, lambda: jax.lax.scan(
+        (c, params), ys = try_in_place(body.jaxpr, H, lambda: jax.lax.scan(
             step, (init, frame_params(H)), xs, length=p["length"], reverse=p["reverse"],
             unroll=p["unroll"]))
     except CrossesBarrier as exc:
@@ -164,12 +164,12 @@ def _perform_again(key, flag, args, outs):
 
 
 @register(_compat.while_p)
-def _while_rule(eqn, ins, H, K, resume, rest):
+def _while_translate_rule(eqn, ins, H, K, resume, rest):
     p = eqn.params
     cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
     if in_play(cj.effects):
         return _translate_rewritten(_effectful_cond_rewrite(eqn), ins, H, K, rest,
-                                    memo_key=("effectful condition", _body(eqn)))
+                                    record_key=("effectful condition", _body(eqn)))
     cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
     carry_avals, p_avals = bj.out_avals, _param_avals(H)
 
@@ -182,7 +182,7 @@ def _while_rule(eqn, ins, H, K, resume, rest):
         return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
 
     try:
-        c, params = attempt(bj.jaxpr, H, lambda: jax.lax.while_loop(
+        c, params = try_in_place(bj.jaxpr, H, lambda: jax.lax.while_loop(
             cond, body, (list(init), frame_params(H))))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
