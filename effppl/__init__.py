@@ -8,12 +8,13 @@ _pytree_order.install()  # before any distribution is flattened: see the module
 from . import effects
 from .primitives import (SiteError, deterministic, factor, get_mask, param, plate, plate_stack,
                          prng_key, sample, subsample)
+from ._mutable import mutable
 from numpyro.util import enable_x64, set_host_device_count, set_platform
 from . import distributions, handlers
 from .handlers import log_density
 
 __all__ = ["__version__", "EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
-           "deterministic", "factor", "param", "plate", "plate_stack", "subsample", "log_density",
+           "deterministic", "factor", "param", "mutable", "plate", "plate_stack", "subsample", "log_density",
            "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform"]
 
 

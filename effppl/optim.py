@@ -7,6 +7,11 @@ holds the optax `GradientTransformation` that does the same update as NumPyro's 
 schedule, a function of the step number (from 0). `effppl.infer.SVI` takes these, NumPyro's own
 `numpyro.optim` objects and optax transformations alike.
 
+Every numeric argument is checked when the optimiser is built: None, a str, a bool, an array
+that is not a scalar or a complex number raises `effppl.infer.OptimizerError` naming the
+argument; a NaN, infinite or negative step size is allowed (as in NumPyro) but warned about
+(`RuntimeWarning`).
+
 Example:
     >>> import jax.numpy as jnp
     >>> from effppl import optim
@@ -19,12 +24,17 @@ Example:
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
+
+from .inference._optim import OptimizerError
 
 __all__ = ["Adam", "Adagrad", "ClippedAdam", "Minimize", "Momentum", "RMSProp", "RMSPropMomentum",
            "SGD", "SM3", "optax_to_numpyro"]
@@ -97,6 +107,45 @@ class _NumPyroOptim:
         return (jnp.where(ok, out, jnp.nan), aux), state
 
 
+def _checked(api, name, value, schedule=False):
+    """`value` unchanged when it is a real number (a Python or NumPy number, or an array of
+    shape `()`), or, with `schedule`, a callable (a function of the step number); else an
+    `OptimizerError` naming the argument. A step size that is not finite or is negative (an
+    ascent) is allowed, as in NumPyro, but warned about."""
+    if schedule and callable(value):
+        return value
+    what = None
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
+        what = repr(value)
+    elif not isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
+        what = f"{type(value).__name__} {value!r:.40}"
+    elif np.shape(value) != ():
+        what = f"an array of shape {np.shape(value)}"
+    elif not jnp.issubdtype(jnp.result_type(value), jnp.number) or \
+            jnp.issubdtype(jnp.result_type(value), jnp.complexfloating):
+        what = f"a value of dtype {jnp.result_type(value)}"
+    if what is not None:
+        expected = "a real number (or a schedule: a function of the step number)" if schedule \
+            else "a real number"
+        raise OptimizerError(f"`effppl.optim.{api}({name}=...)` expected {expected}, but got "
+                             f"{what}.")
+    if schedule and not isinstance(value, jax.core.Tracer):
+        number = float(value)
+        effect = ("makes the params non-finite" if not math.isfinite(number) else
+                  "climbs the loss instead of descending it" if number < 0 else None)
+        if effect:
+            warnings.warn(f"`effppl.optim.{api}({name}={number})`: this step size {effect}.",
+                          RuntimeWarning, stacklevel=4)
+    return value
+
+
+def _check_all(api, step_size, **numbers):
+    """Check `step_size` (a number or a schedule) and the other numeric `numbers` of `api`."""
+    _checked(api, "step_size", step_size, schedule=True)
+    for name, value in numbers.items():
+        _checked(api, name, value)
+
+
 def _lr(step_size):
     """optax's learning-rate step (`-step_size`, or `-step_size(count)` for a schedule)."""
     return optax.scale_by_learning_rate(step_size)
@@ -106,6 +155,7 @@ class Adam(_NumPyroOptim):
     """Adam (Kingma & Ba, 2014), as `jax.example_libraries.optimizers.adam`: `optax.adam`."""
 
     def __init__(self, step_size, b1=0.9, b2=0.999, eps=1e-8):
+        _check_all("Adam", step_size, b1=b1, b2=b2, eps=eps)
         super().__init__(optax.adam(step_size, b1, b2, eps), key=(step_size, b1, b2, eps))
 
 
@@ -113,6 +163,7 @@ class ClippedAdam(_NumPyroOptim):
     """`Adam` after clipping each gradient element to `[-clip_norm, clip_norm]` (NumPyro's)."""
 
     def __init__(self, step_size, b1=0.9, b2=0.999, eps=1e-8, *, clip_norm=10.0):
+        _check_all("ClippedAdam", step_size, b1=b1, b2=b2, eps=eps, clip_norm=clip_norm)
         self.clip_norm = clip_norm
         super().__init__(optax.chain(optax.clip(clip_norm), optax.adam(step_size, b1, b2, eps)),
                          key=(step_size, b1, b2, eps, clip_norm))
@@ -122,6 +173,7 @@ class SGD(_NumPyroOptim):
     """Plain gradient descent: `optax.sgd`."""
 
     def __init__(self, step_size):
+        _check_all("SGD", step_size)
         super().__init__(optax.sgd(step_size), key=(step_size,))
 
 
@@ -129,6 +181,7 @@ class Momentum(_NumPyroOptim):
     """Gradient descent with momentum `mass` (velocity `mass * v + g`): `optax.sgd(momentum=)`."""
 
     def __init__(self, step_size, mass):
+        _check_all("Momentum", step_size, mass=mass)
         super().__init__(optax.sgd(step_size, momentum=mass), key=(step_size, mass))
 
 
@@ -137,6 +190,7 @@ class Adagrad(_NumPyroOptim):
     summed squared gradients (0 where that sum is 0), averaged with weight `momentum`."""
 
     def __init__(self, step_size, momentum=0.9):
+        _check_all("Adagrad", step_size, momentum=momentum)
         super().__init__(optax.chain(optax.scale_by_rss(initial_accumulator_value=0.0, eps=0.0),
                                      optax.ema(momentum, debias=False), _lr(step_size)),
                          key=(step_size, momentum))
@@ -147,6 +201,7 @@ class RMSProp(_NumPyroOptim):
     average decaying by `gamma`: `optax.rmsprop`."""
 
     def __init__(self, step_size, gamma=0.9, eps=1e-8):
+        _check_all("RMSProp", step_size, gamma=gamma, eps=eps)
         super().__init__(optax.rmsprop(step_size, decay=gamma, eps=eps), key=(step_size, gamma, eps))
 
 
@@ -154,6 +209,7 @@ class RMSPropMomentum(_NumPyroOptim):
     """`RMSProp` whose scaled steps accumulate with `momentum`: `optax.rmsprop(momentum=)`."""
 
     def __init__(self, step_size, gamma=0.9, eps=1e-8, momentum=0.9):
+        _check_all("RMSPropMomentum", step_size, gamma=gamma, eps=eps, momentum=momentum)
         super().__init__(optax.rmsprop(step_size, decay=gamma, eps=eps, momentum=momentum),
                          key=(step_size, gamma, eps, momentum))
 
@@ -162,6 +218,7 @@ class SM3(_NumPyroOptim):
     """SM3 (Anil et al., 2019): `optax.scale_by_sm3` (a schedule `step_size` allowed)."""
 
     def __init__(self, step_size, momentum=0.9):
+        _check_all("SM3", step_size, momentum=momentum)
         super().__init__(optax.chain(optax.scale_by_sm3(momentum), _lr(step_size)),
                          key=(step_size, momentum))
 
@@ -194,5 +251,13 @@ class Minimize(_NumPyroOptim):
 
 def optax_to_numpyro(transformation) -> _NumPyroOptim:
     """An optax `GradientTransformation` behind NumPyro's optimiser interface (as NumPyro's
-    `optax_to_numpyro`; the objective's value is passed to transformations that take it)."""
+    `optax_to_numpyro`; the objective's value is passed to transformations that take it).
+
+    **Raises:** `OptimizerError` when `transformation` has no callable `init` and `update`."""
+    if isinstance(transformation, type) or not (
+            callable(getattr(transformation, "init", None))
+            and callable(getattr(transformation, "update", None))):
+        raise OptimizerError(f"`effppl.optim.optax_to_numpyro(transformation)` expected an optax "
+                             f"GradientTransformation (e.g. `optax.adam(1e-2)`), but got "
+                             f"{type(transformation).__name__} {transformation!r:.40}.")
     return _NumPyroOptim(transformation, update_with_value=True)

@@ -554,6 +554,21 @@ def _svi(g=guide, loss=None, **kw):
     return SVI(plated, g, optax.adam(0.1), Trace_ELBO() if loss is None else loss, **kw)
 
 
+def in_a_scan(y):
+    def step(c, y_t):
+        x = effppl.sample("x", dist.Normal(c, 1.0))
+        effppl.sample("y", dist.Normal(x, 1.0), obs=y_t)
+        return x, None
+    jax.lax.scan(step, 0.0, y)
+
+
+def _svi_scan():
+    import optax
+
+    from effppl.infer.autoguide import AutoDelta
+    return SVI(in_a_scan, AutoDelta(in_a_scan), optax.adam(0.1), Trace_ELBO())
+
+
 def _param(*args, **kwargs):
     return _traced(lambda: effppl.param(*args, **kwargs))
 
@@ -582,6 +597,16 @@ SVI_CASES = [
                  id="SVI-run-num_steps-0"),
     pytest.param(lambda: _svi().run(KEY, 2.5, Y3), SVIError, ["run", "num_steps=2.5"],
                  id="SVI-run-num_steps-a-float"),
+    pytest.param(lambda: _svi().run(KEY, True, Y3), SVIError, ["run", "num_steps=True"],
+                 id="SVI-run-num_steps-a-bool"),
+    pytest.param(lambda: _svi_scan().run(KEY, 2, [0.1, 2.0], progress_bar=False),
+                 effppl.infer.ModelArgumentError,
+                 ["SVI", "argument 0", "`y`", "Python list of numbers", "jnp.asarray"],
+                 id="SVI-run-scan-data-a-list"),
+    pytest.param(lambda: Predictive(in_a_scan, num_samples=2)(KEY, [0.1, 2.0]),
+                 effppl.infer.ModelArgumentError,
+                 ["Predictive", "argument 0", "`y`", "Python list of numbers", "jnp.asarray"],
+                 id="Predictive-scan-data-a-list"),
     pytest.param(lambda: _svi().run("k", 2, Y3), SVIError, ["SVI", "PRNG key", "str"],
                  id="SVI-run-key-a-str"),
     pytest.param(lambda: _svi().run(KEY, 2, "abc", progress_bar=False),

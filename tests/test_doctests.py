@@ -15,7 +15,8 @@ import effppl.effects
 MODULES = sorted(
     ["effppl.effects"]
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
-    + ["effppl.primitives", "effppl.handlers", "effppl.handlers._enum", "effppl.optim"])
+    + ["effppl.primitives", "effppl._mutable", "effppl.handlers", "effppl.handlers._enum",
+       "effppl.optim"])
 
 
 def test_the_modules_hold_examples():

@@ -15,6 +15,7 @@ from .._keys import key_data
 from ..effects.internal import describe_non_array, describe_non_bool
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
+from .._mutable import mutable_op
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 
@@ -109,10 +110,16 @@ def _broadcast_value(values, shape):
     return jnp.broadcast_to(values.reshape(values.shape[max(values.ndim - len(shape), 0):]), shape)
 
 
-def check_values(api, values):
+def check_values(api, values, sites=None):
     """Raise a `SiteError` naming the site whose value in `values` (dict name -> value, given to
-    `effppl.handlers.<api>`) is not an array of real, integer or bool numbers."""
+    `effppl.handlers.<api>`) is not an array of real, integer or bool numbers (for a mutable site
+    in `sites`, the analysis: a pytree of them)."""
     for name, value in values.items():
+        site = (sites or {}).get(name)
+        unused = sites is not None and site is None and isinstance(value, (dict, list, tuple))
+        if unused or (site is not None and site.type == "mutable"):  # a pytree of arrays
+            check_values(api, {name: leaf for leaf in jax.tree.leaves(value)})
+            continue
         problem = describe_non_array(value)
         if problem is None and jnp.iscomplexobj(value):
             problem = f"a complex value (dtype {jnp.result_type(value)})"
@@ -164,8 +171,8 @@ class _SetValue(Handler):
         self.substitute_fn = substitute_fn
 
     def params(self, *args, **kwargs):
-        check_values(self.entry_point or type(self).__name__, self.data)
         self._sites = self.analysis()
+        check_values(self.entry_point or type(self).__name__, self.data, self._sites)
         return occurrence_counters(self.data, self._sites)
 
     def scope_params(self):  # a `with` block: which sites sit in loops is known only later
@@ -234,9 +241,16 @@ class _SetValue(Handler):
                 msg = dict(msg, value=value)
             return resume(counts, forward_param(msg, name=name, **static))
 
+        def mutable(counts, value, *, resume, name, final, **static):
+            if not final and name in self.data:  # the value it is created with
+                value = _given_mutable(self.entry_point or type(self).__name__, name,
+                                       self.data[name], value)
+            return resume(counts, mutable_op(value, name=name, final=final, **static))
+
         clauses = {sample_op: sample}
-        if self.sets_deterministic:  # substitute: also deterministic and param sites (NumPyro)
-            clauses.update({deterministic_op: deterministic, param_op: param})
+        if self.sets_deterministic:  # substitute: also deterministic, param, mutable (NumPyro)
+            clauses.update({deterministic_op: deterministic, param_op: param,
+                            mutable_op: mutable})
         return clauses
 
     def _site(self, name):
@@ -255,6 +269,18 @@ class _SetValue(Handler):
         drawn = msg["fn"].sample(key)
         head = values[jnp.minimum(i, values.shape[0] - 1)].astype(drawn.dtype)
         return jnp.where(i < values.shape[0], head, drawn), dict(counts, **{name: i + 1})
+
+
+def _given_mutable(api, name, given, value):
+    """`given`, the value given for the mutable site `name`, as the model's `value` (same keys,
+    shapes and dtypes), or a `SiteError` naming the site."""
+    leaves, tree = jax.tree.flatten(given)
+    expected, expected_tree = jax.tree.flatten(value)
+    if tree != expected_tree or [jnp.shape(x) for x in leaves] != [x.shape for x in expected]:
+        raise SiteError(f"effppl.handlers.{api}: the value given for the mutable site `{name}` "
+                        f"is {jax.tree.map(jnp.shape, given)}, but its init_value is "
+                        f"{jax.tree.map(jnp.shape, value)} (keys and shapes must agree).")
+    return expected_tree.unflatten([jnp.asarray(x, e.dtype) for x, e in zip(leaves, expected)])
 
 
 def _short_series(site, values, shape):
@@ -378,7 +404,13 @@ class block(Handler):
             if value is None:
                 value = jnp.asarray(init_fn(prng_key_op(name=name)))
             return resume(params, value)
-        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
+
+        def mutable(params, value, *, resume, name, **static):
+            if not self.hidden("mutable", name, {"value": value}, static):
+                value = mutable_op(value, name=name, **static)
+            return resume(params, value)
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param,
+                mutable_op: mutable}
 
     def _plates_hidden(self, static):
         """`static` noting, in `hidden_plates`, the enclosing (unsubsampled) plates this block

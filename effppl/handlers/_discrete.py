@@ -4,6 +4,7 @@ likely joint assignment, given everything else (NumPyro's `infer_discrete`)."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -86,6 +87,7 @@ class infer_discrete:
         enumerated.discrete = (self.temperature, scan_key)
         tracer = trace(enumerated)
         _, tr = tracer._run(*args, **kwargs)
+        _warn_nan_data(model_name(self.fn), tr)
         loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
         values = sample_plates(tr, loops, self.temperature, plate_key)
         for name in marked:
@@ -98,3 +100,24 @@ class infer_discrete:
                                          f"`{model_name(self.fn)}` was not enumerated.")
             values[name] = jnp.broadcast_to(values[name], shape).astype(site.aval.dtype)
         return values
+
+
+def _warn_nan_data(model, tr):
+    """Warn, when the compiled model runs, if observed data hold NaN: NaN is out of every
+    distribution's support, so every assignment of the discrete sites has probability 0 and the
+    values drawn (or the most likely path) would be arbitrary."""
+    flags = {name: jnp.any(jnp.isnan(site["value"])) for name, site in tr.items()
+             if site["type"] == "sample" and site["is_observed"]
+             and jnp.issubdtype(jnp.result_type(site["value"]), jnp.inexact)}
+
+    def warn(flags):
+        bad = sorted(name for name, flag in flags.items() if bool(jnp.any(flag)))
+        if bad:
+            warnings.warn(f"effppl.infer.infer_discrete: the observed values of site(s) "
+                          f"{', '.join(f'`{n}`' for n in bad)} of model `{model}` hold NaN, "
+                          f"so every assignment of the discrete sites has probability 0 and the "
+                          f"values returned are arbitrary. Remove or mask the NaN data.",
+                          RuntimeWarning, stacklevel=2)
+
+    if flags:
+        jax.debug.callback(warn, flags)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpyro.distributions
 import numpyro.primitives
 
+from .. import _mutable
 from .. import effects as fx
 from ..effects import internal
 from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
@@ -58,12 +59,17 @@ def handler_traces() -> list:
 
 @contextlib.contextmanager
 def _inside():
+    """The body of a handler, around the model: its traces are the model's top level, and the
+    mutable sites its model creates get their final values performed when the model returns."""
     _depth.n = _nesting() + 1
     handler_traces().append(internal.current_trace())
+    frame = _mutable.open_frame()
     try:
         with _NoNumPyroPrimitives():
             yield
+        _mutable.close_frame(frame)
     finally:
+        _mutable.drop_frame(frame)
         _depth.n -= 1
         handler_traces().pop()
 
@@ -92,7 +98,8 @@ def _base_param(params, msg, *, resume, name, **static):
 
 
 _BASE = {sample_op: _base_sample, param_op: _base_param,
-         deterministic_op: lambda params, value, *, resume, **static: resume(params, value)}
+         deterministic_op: lambda params, value, *, resume, **static: resume(params, value),
+         _mutable.mutable_op: lambda params, value, *, resume, **static: resume(params, value)}
 
 
 def forward_param(msg, **static):

@@ -116,6 +116,7 @@ def run(fn, args, kwargs, discrete=None):
     closed, consts, leaves, out_tree = internal.trace_call(
         functools.partial(call_unhandled, fn), args, kwargs, model_name(fn))
     jaxpr = closed.jaxpr
+    _no_deferred_at_top(jaxpr)
     if not _deferred_inside(jaxpr):
         return fn(*args, **kwargs)
     poisoned = {}   # variable -> the enumerated site it depends on (a dummy value)
@@ -168,6 +169,21 @@ def run(fn, args, kwargs, discrete=None):
 
     outs = _evaluate(jaxpr, [], list(consts) + list(leaves), on_eqn)
     return jax.tree_util.tree_unflatten(out_tree, outs)
+
+
+def _no_deferred_at_top(jaxpr):
+    """Raise for a site marked for enumeration that reached the model's top level without its
+    enumerated value: `enum` gives one to every marked site traced at the top level, so such a
+    site was traced under a `jax.vmap` of the model (its batch rule performs it at the top level);
+    left alone, it would be drawn, giving a random loss instead of the sum."""
+    for eqn in jaxpr.eqns:
+        if _deferred(eqn):
+            raise SiteError(
+                f"effppl.handlers.enum: site `{_name(eqn)}` is marked for enumeration inside a "
+                f"`jax.vmap` of the model ({internal.summarize_source(eqn.source_info)}); effppl "
+                f"cannot enumerate a site under `jax.vmap`. Declare the batch with "
+                f"`effppl.plate(name, size)` instead of vmapping (the plate's sites are "
+                f"enumerated independently), or do not mark the site for enumeration.")
 
 
 def _deferred_inside_eqn(eqn):

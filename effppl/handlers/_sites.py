@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
+from .._mutable import mutable_op
 from ..effects import internal
 from ..effects.internal import exclusive, iter_performs
 from ..primitives import SiteError, deterministic_op, param_op, sample_op
@@ -27,8 +28,9 @@ class Site(NamedTuple):
 
     name: str
     type: str               # "sample" | "deterministic" | "param" | "plate" (a subsampled
-    #                         plate's indices)
-    aval: object            # ShapedArray of one occurrence's value
+    #                         plate's indices) | "mutable"
+    aval: object            # ShapedArray of one occurrence's value (a mutable site's: of its
+    #                         first leaf; `key` holds its whole type)
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
     key: object             # the SiteKey of the perform (its distribution treedef, ...)
@@ -65,8 +67,9 @@ class Site(NamedTuple):
         return row
 
 
-_SITE_OPS = (sample_op, deterministic_op, param_op)
-_KIND = {sample_op: "sample", deterministic_op: "deterministic", param_op: "param"}
+_SITE_OPS = (sample_op, deterministic_op, param_op, mutable_op)
+_KIND = {sample_op: "sample", deterministic_op: "deterministic", param_op: "param",
+         mutable_op: "mutable"}
 
 
 def bijector(name, fn):
@@ -94,7 +97,8 @@ def analyze(jaxpr) -> dict:
         kind = _KIND[eqn.params["op"]]
         if kind == "sample":  # a subsampled plate's indices: "plate"
             kind = dict(eqn.params["static"]).get("site_type", "sample")
-        around = () if kind == "param" else perform.loops  # one value, however often it is read
+        # a param or mutable site has one value, however often it is read (created, then final)
+        around = () if kind in ("param", "mutable") else perform.loops
         loops = tuple(loop.length for loop in around)
         reverse = tuple(loop.reverse for loop in around)
         name = eqn.params["static"] and dict(eqn.params["static"])["name"]
@@ -102,7 +106,9 @@ def analyze(jaxpr) -> dict:
         if name in sites and (sites[name].type == "param") != (kind == "param"):
             raise SiteError(f"Site name `{name}` is used by a param site and by a {kind} or "
                             f"sample site (at {where}); names must be unique.")
-        for other, other_where in ([] if kind == "param" else seen.get(name, [])):
+        once = kind == "param" or (kind == "mutable" and name in sites
+                                   and sites[name].type == "mutable")
+        for other, other_where in ([] if once else seen.get(name, [])):
             if not exclusive(perform, other):
                 raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
                                 f"at {where}. Site names must be unique (inside a loop, one "

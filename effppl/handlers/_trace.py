@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._mutable import mutable_op
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
 from ._handler import Handler, _nesting, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
@@ -82,6 +83,9 @@ class trace(Handler):
     # be computed into the packed buffers, which XLA cannot prune
     values_only = False
     keep = None  # `keep(name, site) -> bool`: record only these sites (None: all)
+    # record sample sites' `log_prob` and `scale` only (no `value`, `fn`): for a contraction,
+    # whose gradient would otherwise pass through the packed buffers of the unread fields
+    scores_only = False
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -108,13 +112,19 @@ class trace(Handler):
             if self.keep is not None and not self.keep(name, site):
                 continue
             lead = site.count if site.in_loop else None
-            fields = {"value": self._layout.add(site.aval.shape, site.aval.dtype, lead)}
             msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+            if site.type == "mutable":  # a pytree: one field per leaf
+                self._layout.fields[name] = {"value": [
+                    self._layout.add(a.shape, a.dtype, None) for a in site.key.in_avals]}
+                continue
+            fields = {}
+            if not (self.scores_only and site.type == "sample"):
+                fields["value"] = self._layout.add(site.aval.shape, site.aval.dtype, lead)
             if site.type == "param":
                 fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
                                         jax.tree_util.tree_leaves(msg_avals["constraint"])]
             if site.type == "sample" and not self.values_only:
-                if site.one_family:
+                if site.one_family and not self.scores_only:
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
                                     for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
                 lp = _log_prob_type(site.aval, msg_avals["fn"])
@@ -138,7 +148,7 @@ class trace(Handler):
             fields, site = self._layout.fields[name], self._recorded[name]
             if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
-            updates = [(fields["value"], value)]
+            updates = [(fields["value"], value)] if "value" in fields else []
             if constraint is not None and "constraint" in fields:
                 updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
             if fn is not None and "log_prob" in fields:
@@ -178,7 +188,16 @@ class trace(Handler):
             value = deterministic_op(value, name=name, **static)
             return resume(record(bufs, name, value), value)
 
-        return {sample_op: sample, deterministic_op: deterministic, param_op: param}
+        def mutable(bufs, value, *, resume, name, **static):
+            value = mutable_op(value, name=name, **static)
+            if name in self._layout.fields:  # its final value overwrites the first
+                for field, leaf in zip(self._layout.fields[name]["value"],
+                                       jax.tree_util.tree_leaves(value)):
+                    bufs = self._layout.write(bufs, field, leaf)
+            return resume(bufs, value)
+
+        return {sample_op: sample, deterministic_op: deterministic, param_op: param,
+                mutable_op: mutable}
 
     @staticmethod
     def _fn_tree(site):
@@ -212,9 +231,17 @@ class trace(Handler):
                 return x.reshape(site.loops + x.shape[1:]) if site.in_loop else x
 
             msg_static = dict(site.key.static)
+            if site.type == "mutable":
+                value = jax.tree_util.tree_unflatten(
+                    jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(
+                        site.key.in_tree, site.key.in_avals)[0]),
+                    [self._layout.read(bufs, f) for f in fields["value"]])
+                out[name] = {"type": "mutable", "name": name, "value": value, "is_observed": False}
+                continue
             # `cond` branches that put the site in different plates: no plates are recorded
             stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
-            rec = {"type": site.type, "name": name, "value": read(fields["value"]),
+            rec = {"type": site.type, "name": name,
+                   "value": read(fields["value"]) if "value" in fields else None,
                    "is_observed": site.is_observed, "infer": dict(msg_static.get("infer", ())),
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":

@@ -63,9 +63,20 @@ def _maybe_not_data(value) -> tuple | None:
     return None
 
 
-def _message(api, model, label, problem):
+def _numbers_list(value) -> bool:
+    """Whether `value` is a non-empty (nested) list or tuple of Python numbers."""
+    leaves = jax.tree.leaves(value)
+    return isinstance(value, (list, tuple)) and bool(leaves) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in leaves)
+
+
+def _model_name(model):
     from ._model import model_name
-    return (f"`{api}`: {label} of model `{model_name(model)}` is {problem}, which cannot be "
+    return model_name(model)
+
+
+def _message(api, model, label, problem):
+    return (f"`{api}`: {label} of model `{_model_name(model)}` is {problem}, which cannot be "
             f"data: pass data as jax or numpy arrays of numbers (or Python numbers, or rectangular "
             f"lists of numbers).")
 
@@ -76,8 +87,9 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
     the block (which traces the model) runs.
 
     **Raises:** `ModelArgumentError` naming the argument: at once for an array of strings or
-    objects or a ragged list; for a str or another object, when the block raises a `TypeError`
-    or `ValueError` (re-raised from it).
+    objects or a ragged list; for a str or another object, or a Python list of numbers (which
+    the model gets as separate scalars), when the block raises a `TypeError`, `ValueError` or
+    `IndexError` (re-raised from it).
     """
     labelled = list(_labelled(model, args, kwargs))
     for label, value in labelled:
@@ -86,9 +98,19 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
             raise ModelArgumentError(_message(api, model, label, problem))
     try:
         yield
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, IndexError) as err:
         if isinstance(err, ModelArgumentError):
             raise
+        lists = [(label, value) for label, value in labelled if _numbers_list(value)]
+        if lists and not isinstance(err, EffpplError):
+            label, value = lists[0]
+            kind = type(value).__name__
+            raise ModelArgumentError(
+                f"`{api}`: {label} of model `{_model_name(model)}` is a Python {kind} of "
+                f"numbers, which reaches the model as a {kind} of separate Python scalars (a "
+                f"pytree), not as an array, and tracing the model failed on it with "
+                f"{type(err).__name__}: {str(err).rstrip('.')}. Pass it as an array: "
+                f"`jnp.asarray(...)`.") from err
         suspects = [(label, found) for label, value in labelled
                     if (found := _maybe_not_data(value))]
         if isinstance(err, EffpplError):  # effppl's own error: only if it is about that value

@@ -8,6 +8,8 @@ negative ELBO at the constrained parameter values `param_map`.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 from numpyro.distributions.kl import kl_divergence
@@ -45,8 +47,15 @@ def run_guide(rng_key, param_map, guide, args, kwargs):
     k_model, k_guide = jax.random.split(rng_key)
     guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
     log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
-    values = {**param_map, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
-    return log_q, guide_tr, k_model, values
+    return log_q, guide_tr, k_model, _model_values(param_map, guide_tr)
+
+
+def _model_values(param_map, guide_tr):
+    """What the model is given: the params, the guide's latent values, and the indices of the
+    guide's subsampled plates (NumPyro replays them: the model's plate takes the same subsample)."""
+    plates = {n: s["value"] for n, s in guide_tr.items()
+              if s["type"] == "plate" and s["args"][1] != s["args"][0]}
+    return {**param_map, **plates, **{n: s["value"] for n, s in _latent(guide_tr).items()}}
 
 
 def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_trace=True):
@@ -138,6 +147,51 @@ class _ELBO:
 
     def combine(self, elbos):
         return -jnp.mean(elbos)
+
+    def mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        """The values the guide and the model leave at their `effppl.mutable` sites when the loss
+        is computed with this key at `param_map` (which gives the sites' values at the start):
+        dict name -> pytree, or None without such sites. As NumPyro's, one particle only: with
+        `num_particles > 1` the state is not updated (None, with a warning)."""
+        if self.num_particles != 1:
+            warnings.warn("mutable state is currently ignored when num_particles > 1 (as in "
+                          "NumPyro).", UserWarning, stacklevel=2)
+            return None
+        return _mutable_sites(_raw_key(rng_key), param_map, model, guide, args, kwargs)
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        """NumPyro's `{"loss": loss, "mutable_state": mutable_state}` (see `mutable_state`)."""
+        return {"loss": self.loss(rng_key, param_map, model, guide, *args, **kwargs),
+                "mutable_state": self.mutable_state(rng_key, param_map, model, guide, *args,
+                                                    **kwargs)}
+
+
+def _mutable_sites(rng_key, param_map, model, guide, args, kwargs):
+    """`{name: final value}` of the mutable sites of the guide and of the model (run on the
+    guide's draws, with the model key a particle uses), or None when there are none. The
+    enumerated sites of a model are drawn here, not summed: a state computed from them is not
+    supported."""
+    from effppl import handlers
+
+    from effppl.handlers._basic import _analyzed
+
+    def names(fn):
+        return [n for n, s in _analyzed(fn, args, kwargs).items() if s.type == "mutable"]
+
+    k_model, k_guide = jax.random.split(rng_key)
+    guide_sites, model_sites = names(guide), names(model)
+    if not guide_sites and not model_sites:
+        return None
+    guide_tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=param_map),
+                                            k_guide)).get_trace(*args, **kwargs)
+    values = _model_values(param_map, guide_tr)
+    state = {n: guide_tr[n]["value"] for n in guide_sites}
+    if model_sites:
+        keep = handlers.trace(handlers.seed(handlers.substitute(model, data=values), k_model))
+        keep.keep = lambda name, site: site.type == "mutable"
+        model_tr = keep.get_trace(*args, **kwargs)
+        state.update({n: model_tr[n]["value"] for n in model_sites})
+    return state
 
 
 class Trace_ELBO(_ELBO):
@@ -303,6 +357,8 @@ def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
         _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
         return log_p
     tracer = trace(given)
+    tracer.keep = lambda name, site: site.type == "sample"  # what the contraction reads
+    tracer.scores_only = True
     _, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
     return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 import numpyro.distributions as dist
@@ -12,6 +13,7 @@ from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffin
 from numpyro.distributions.util import sum_rightmost
 
 from ..primitives import SiteError, factor, get_mask, sample
+from ._autoguide import AutoGuideError
 from ._reparam import Reparam
 
 
@@ -51,8 +53,11 @@ class NeuTraReparam:
     **Arguments:** `guide`: an `AutoContinuous` guide that `SVI` has run (its latent layout is
     known); `params`: its fitted params (`SVIRunResult.params`).
 
-    **Raises:** `TypeError` for another guide; `SiteError` (when the model runs) for an observed
-    site given in the guide, or a site inside a loop.
+    **Raises:** `TypeError` for another guide; `AutoGuideError` for `params` that are not a dict
+    holding the guide's params with their shapes (`auto_loc`: `(D,)`, ...; D the guide's latent
+    size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
+    than the guide's), and for draws of another size than D in `transform_sample`; `SiteError`
+    (when the model runs) for an observed site given in the guide, or a site inside a loop.
 
     **References:** Hoffman et al. (2019), "NeuTra-lizing Bad Geometry in Hamiltonian Monte Carlo
     Using Neural Transport"; NumPyro's `NeuTraReparam`.
@@ -70,6 +75,8 @@ class NeuTraReparam:
         if not isinstance(guide, AutoContinuous):
             raise TypeError(f"effppl.infer.reparam.NeuTraReparam expected an AutoContinuous guide "
                             f"(AutoDiagonalNormal, ...), but got {type(guide).__name__}.")
+        self._layout = guide._layout_now()
+        self._check_params(guide, params, sum(n for _, _, n in self._layout))
         self.guide, self.params = guide, params
         posterior = guide.get_posterior(params)
         if isinstance(posterior, dist.Normal):
@@ -77,7 +84,29 @@ class NeuTraReparam:
                                              domain=constraints.real_vector)
         else:
             self.transform = LowerCholeskyAffine(posterior.mean, posterior.scale_tril)
-        self._layout = guide._layout_now()
+
+    @staticmethod
+    def _check_params(guide, params, size):
+        api = f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"
+        expected = {f"{guide.prefix}_{k}": shape for k, shape in guide._param_shapes(size).items()}
+        described = ", ".join(f"`{k}` {tuple('r' if n is None else n for n in shape)}"
+                              for k, shape in expected.items())
+        if not isinstance(params, Mapping):
+            raise AutoGuideError(f"`{api}` expected the guide's fitted params (a dict, "
+                                 f"`SVIRunResult.params`: {described}), but got "
+                                 f"{type(params).__name__}.")
+        for name, shape in expected.items():
+            if name not in params:
+                raise AutoGuideError(f"`{api}`: params lack `{name}`; the guide's latent has size "
+                                     f"{size}, and its params are {described}. Pass the params "
+                                     f"SVI fitted for this guide (`SVIRunResult.params`).")
+            got = jnp.shape(params[name])
+            if len(got) != len(shape) or any(n is not None and g != n
+                                             for g, n in zip(got, shape)):
+                raise AutoGuideError(f"`{api}`: param `{name}` has shape {got}, but the guide's "
+                                     f"latent has size {size}, so it should have shape "
+                                     f"{tuple('r' if n is None else n for n in shape)}. Pass the "
+                                     f"params SVI fitted for this guide (`SVIRunResult.params`).")
 
     def get_base_dist(self):
         """The shared latent's distribution: standard normal, of the guide's latent size."""
@@ -96,12 +125,35 @@ class NeuTraReparam:
                 factor(f"_{self.guide.prefix}_shared_latent_log_det",
                        self.transform.log_abs_det_jacobian(z, x))
             shares = self.guide._unpack(x, self._layout)
+            self._check_model(fn, args, kwargs)
             config = {name: _FromShared(u) for name, u in shares.items()}
             return reparam(fn, config=config)(*args, **kwargs)
         return warped
 
+    def _check_model(self, fn, args, kwargs):
+        """An `AutoGuideError` when `fn` lacks sample sites of the guide (another model)."""
+        from ..handlers._basic import _analyzed
+        from ..handlers._handler import model_name
+
+        sites = {n for n, s in _analyzed(fn, args, kwargs).items() if s.type == "sample"}
+        missing = [name for name, _, _ in self._layout if name not in sites]
+        if missing:
+            raise AutoGuideError(
+                f"effppl.infer.reparam.NeuTraReparam.reparam: model `{model_name(fn)}` has no "
+                f"sample site {', '.join(f'`{n}`' for n in missing)}, which the guide's latent "
+                f"covers (its sites: {', '.join(n for n, _, _ in self._layout)}): the guide was "
+                f"fitted to another model. Reparametrize the model the guide was fitted to.")
+
     def transform_sample(self, latent):
-        """Draws of the shared latent (`(..., D)`) mapped to dict site -> constrained draws."""
+        """Draws of the shared latent (`(..., D)`) mapped to dict site -> constrained draws.
+
+        **Raises:** `AutoGuideError` when the last axis of `latent` is not the guide's latent
+        size D."""
+        size = sum(n for _, _, n in self._layout)
+        if jnp.ndim(latent) < 1 or jnp.shape(latent)[-1] != size:
+            raise AutoGuideError(f"effppl.infer.reparam.NeuTraReparam.transform_sample(latent) "
+                                 f"expected draws of the shared latent of shape (..., {size}), "
+                                 f"but got shape {jnp.shape(latent)}.")
         x = self.transform(latent)
         return self.guide._postprocess(self.guide._unpack(x, self._layout),
                                        batch_ndim=jnp.ndim(latent) - 1)

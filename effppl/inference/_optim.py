@@ -80,6 +80,10 @@ def as_optimizer(optim, api: str = "effppl.infer.SVI") -> Optimizer:
 
     **Raises:** `OptimizerError` for anything else.
     """
+    if isinstance(optim, type):
+        raise OptimizerError(f"`{api}(model, guide, optim, loss)` expected an optimiser object, "
+                             f"but got the class {optim.__name__}: create one (e.g. "
+                             f"`{optim.__name__}(step_size=1e-2)`, or `optax.adam(1e-2)`).")
     if callable(getattr(optim, "init", None)) and callable(getattr(optim, "update", None)):
         return Optimizer(optim)  # optax's transformations (with or without extra args), NumPyro's
     raise OptimizerError(f"`{api}(model, guide, optim, loss)` expected an optax "

@@ -6,7 +6,8 @@ instead of compiling them again. This is JAX's persistent compilation cache, swi
 *while effppl's functions run*: JAX's global settings stay as the user left them.
 
 **Where.** `EFFPPL_CACHE_DIR`: a folder (default `$XDG_CACHE_HOME/effppl/xla`, else
-`~/.cache/effppl/xla`); `0`, `off`, `false`, `no` or empty turn it off. When the user has set
+`~/.cache/effppl/xla`); `0`, `off`, `false`, `no` or empty turn it off. A folder that cannot
+be created or written to turns it off too, with one `CacheDirWarning` naming it. When the user has set
 JAX's own cache (`jax.config.update("jax_compilation_cache_dir", ...)`), effppl leaves that in
 charge and adds nothing.
 
@@ -22,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
@@ -30,7 +33,7 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 # folder to one entry point's compilations, are not exported.
 from jax._src import config as _jax_config
 
-__all__ = ["cache_dir", "persistent_cache", "with_persistent_cache"]
+__all__ = ["CacheDirWarning", "cache_dir", "persistent_cache", "with_persistent_cache"]
 
 ENV = "EFFPPL_CACHE_DIR"
 _OFF = ("0", "off", "false", "no", "")
@@ -45,9 +48,35 @@ def cache_dir() -> str | None:
         return None
     value = os.environ.get(ENV)
     if value is not None:
-        return None if value.strip().lower() in _OFF else os.path.expanduser(value)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return os.path.join(base, "effppl", "xla")
+        if value.strip().lower() in _OFF:
+            return None
+        path = os.path.expanduser(value)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        path = os.path.join(base, "effppl", "xla")
+    return path if _usable(path, value is not None) else None
+
+
+class CacheDirWarning(UserWarning):
+    """effppl's persistent compilation cache folder cannot be used: the cache is off."""
+
+
+@functools.cache
+def _usable(path: str, from_env: bool) -> bool:
+    """Whether `path` is (or can be made) a folder we can write to; if not, warn once (per
+    folder and process) that the cache is off, instead of JAX's warnings at every compile."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+        return True
+    except OSError as err:
+        where = f"`{ENV}={path}`" if from_env else f"the default folder {path} (set `{ENV}`)"
+        warnings.warn(f"effppl: the persistent compilation cache cannot use {where}: "
+                      f"{type(err).__name__}: {err.strerror or err}. Compiled programs are not "
+                      f"stored on disk in this process (the cache is off). Set `{ENV}` to a "
+                      f"writable folder, or to `off`.", CacheDirWarning, stacklevel=2)
+        return False
 
 
 def _inside() -> bool:

@@ -8,6 +8,9 @@ deterministic function of them, or `(fn, obs)` to leave the site alone.
 
 from __future__ import annotations
 
+import inspect
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
@@ -49,27 +52,30 @@ class LocScaleReparam(Reparam):
     site alone. `centered=None` learns it: the param site `{name}_centered` (initially 0.5, in
     the unit interval, of the site's event shape), fitted by `SVI` as in NumPyro.
 
-    **Arguments:** `centered`: float in [0, 1] or None; `shape_params`: names of other
+    **Arguments:** `centered`: float in [0, 1], an array of them (one centering per element,
+    broadcasting against the site's value), or None; `shape_params`: names of other
     parameters of the distribution passed through unchanged (e.g. `("df",)` for `StudentT`).
+
+    **Raises:** `ValueError` for another `centered`; `SiteError` naming the site and its
+    distribution (when the model runs) for an observed site, a distribution without `loc` and
+    `scale`, or one whose other parameters are not in `shape_params`.
 
     **References:** Gorinova, Moore and Hoffman (2020), "Automatic Reparameterisation of
     Probabilistic Programs"; NumPyro's `LocScaleReparam`.
     """
 
     def __init__(self, centered=None, shape_params=()):
-        if centered is not None and not (isinstance(centered, (int, float, np.generic))
-                                         and 0 <= centered <= 1):
-            raise ValueError(f"effppl.infer.reparam.LocScaleReparam(centered={centered!r}) "
-                             f"expected a number in [0, 1], or None.")
-        self.centered, self.shape_params = centered, tuple(shape_params)
+        self.centered, self.shape_params = _centering(centered), tuple(shape_params)
 
     def __call__(self, name, fn, obs):
         _latent_only("LocScaleReparam", name, obs)
         centered = self.centered
-        if centered is not None and centered == 1:
+        if centered is not None and not isinstance(centered, jax.core.Tracer) \
+                and np.all(np.asarray(centered) == 1):
             return fn, obs
         event_shape = fn.event_shape
         fn, expand_shape, event_dim = self._unwrap(fn)
+        self._check_family(name, fn)
         if centered is None:  # learnt (by SVI): a param site in [0, 1], one per event element
             centered = param(f"{name}_centered", jnp.full(event_shape, 0.5),
                              constraint=dist.constraints.unit_interval)
@@ -81,6 +87,51 @@ class LocScaleReparam(Reparam):
         decentered = sample(f"{name}_decentered",
                             self._wrap(type(fn)(**params), expand_shape, event_dim))
         return None, fn.loc + jnp.power(fn.scale, 1 - centered) * (decentered - centered * fn.loc)
+
+    def _check_family(self, name, fn):
+        """A `SiteError` naming the site and its distribution unless `type(fn)(loc=, scale=,
+        **shape_params)` rebuilds it."""
+        family = type(fn).__name__
+        if not (hasattr(fn, "loc") and hasattr(fn, "scale")):
+            raise SiteError(f"effppl.infer.reparam.LocScaleReparam: site `{name}` has a {family}, "
+                            f"which is not a location-scale distribution (it has no `loc` and "
+                            f"`scale`); LocScaleReparam applies to Normal, Cauchy, Laplace, "
+                            f"StudentT, ... Leave `{name}` out of the reparam config, or use "
+                            f"`TransformReparam` on a TransformedDistribution.")
+        unknown = [k for k in self.shape_params if not hasattr(fn, k)]
+        if unknown:
+            raise SiteError(f"effppl.infer.reparam.LocScaleReparam(shape_params="
+                            f"{self.shape_params}): site `{name}`'s {family} has no parameter "
+                            f"`{unknown[0]}`.")
+        try:
+            required = [p.name for p in inspect.signature(type(fn)).parameters.values()
+                        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                               p.KEYWORD_ONLY)]
+        except (TypeError, ValueError):
+            return
+        missing = tuple(p for p in required if p not in ("loc", "scale", *self.shape_params))
+        if missing:
+            raise SiteError(f"effppl.infer.reparam.LocScaleReparam: site `{name}` has a {family}, "
+                            f"which also needs {', '.join(f'`{p}`' for p in missing)} besides "
+                            f"`loc` and `scale`: pass `LocScaleReparam(..., shape_params="
+                            f"{missing!r})` to carry them over.")
+
+
+def _centering(centered):
+    """`centered` checked: None, or a number or array of numbers in [0, 1] (NumPyro accepts
+    arrays, one centering per element)."""
+    if centered is None or isinstance(centered, jax.core.Tracer):
+        return centered
+    bad = isinstance(centered, (bool, np.bool_)) or not isinstance(
+        centered, (int, float, np.generic, np.ndarray, jax.Array))
+    if not bad:
+        values = np.asarray(centered)
+        bad = not np.issubdtype(values.dtype, np.number) or not np.all((values >= 0)
+                                                                       & (values <= 1))
+    if bad:
+        raise ValueError(f"effppl.infer.reparam.LocScaleReparam(centered={centered!r:.60}) "
+                         f"expected a number in [0, 1], an array of them, or None.")
+    return centered
 
 
 class TransformReparam(Reparam):

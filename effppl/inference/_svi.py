@@ -41,7 +41,8 @@ class SVIError(EffpplError, FloatingPointError):
 
 class SVIState(NamedTuple):
     """NumPyro's SVI state: the optimiser's state (holding the unconstrained params), the mutable
-    state (always None: `numpyro.mutable` has no effppl twin), and a raw PRNG key."""
+    state (dict name -> value of the model's and guide's `effppl.mutable` sites, None without
+    any), and a raw PRNG key."""
 
     optim_state: Any
     mutable_state: Any
@@ -100,6 +101,8 @@ class _Compiled:
         model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)
         model_tr = handlers.trace(model).get_trace(*args, **kwargs)
         sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
+        mutable = {n: s["value"] for tr in (model_tr, guide_tr) for n, s in tr.items()
+                   if s["type"] == "mutable"} or None
         constraints = {n: s["kwargs"]["constraint"] for n, s in sites.items()}
         values = {n: init_params.get(n, s["value"]) for n, s in sites.items()}
         wrong = [(n, jnp.shape(v), sites[n]["value"].shape) for n, v in init_params.items()
@@ -111,12 +114,12 @@ class _Compiled:
                            f"{got}.")
         params = {n: biject_to(constraints[n]).inv(jnp.asarray(v, sites[n]["value"].dtype))
                   for n, v in values.items()}
-        return params, constraints, rng_key
+        return params, constraints, rng_key, mutable
 
-    def _objective(self, rng_key, constraints, args, kwargs):
+    def _objective(self, rng_key, constraints, args, kwargs, mutable=None):
         def objective(params):
-            return self.loss.loss(rng_key, _constrain(params, constraints), self.model,
-                                  self.guide, *args, **kwargs)
+            return self.loss.loss(rng_key, _with_mutable(_constrain(params, constraints), mutable),
+                                  self.model, self.guide, *args, **kwargs)
         return objective
 
     def _update(self, state, constraints, dynamic, stable):
@@ -126,22 +129,30 @@ class _Compiled:
         params as they were (NumPyro's `stable_update`)."""
         args, kwargs = self.args(dynamic)
         rng_key, sub = jax.random.split(state.rng_key)
-        objective = self._objective(sub, constraints, args, kwargs)
+        mutable = state.mutable_state
+        objective = self._objective(sub, constraints, args, kwargs, mutable)
+        update_state = getattr(self.loss, "mutable_state", None)  # an effppl ELBO's
+        if mutable is not None and update_state is not None:
+            # the values the model leaves, at the params before the step (NumPyro's)
+            before = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                              constraints), mutable)
+            mutable = update_state(sub, before, self.model, self.guide, *args, **kwargs) or mutable
         loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
                                                        self.forward_mode)
         grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
                    for n in constraints}
         applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
         if stable:
-            optim_state = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
-                                       optim_state, state.optim_state)
-        return SVIState(optim_state, state.mutable_state, rng_key), loss, grad_ok, applied
+            optim_state, mutable = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
+                                                (optim_state, mutable),
+                                                (state.optim_state, state.mutable_state))
+        return SVIState(optim_state, mutable, rng_key), loss, grad_ok, applied
 
     def _evaluate(self, state, constraints, dynamic):
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
         params = self.optimizer.get_params(state.optim_state)
-        return self._objective(sub, constraints, args, kwargs)(params)
+        return self._objective(sub, constraints, args, kwargs, state.mutable_state)(params)
 
     def chunk(self, length: int, stable: bool):
         """Compiled `(state, constraints, dynamic, num) -> (state, losses[length], grad_ok,
@@ -174,30 +185,44 @@ class _Compiled:
             self._chunks[(length, stable)] = jax.jit(run)
         return self._chunks[(length, stable)]
 
-    def nonfinite_sites(self, state, constraints, dynamic) -> list:
-        """The sample sites (model's and guide's) whose log density is not finite in some
-        particle of the step that `state` would take next (its key is the state's)."""
+    def nonfinite_sites(self, state, constraints, dynamic) -> tuple[list, list]:
+        """`(sites, nan_data)`: the sample sites (model's and guide's) whose log density is not
+        finite in some particle of the step that `state` would take next (its key is the
+        state's), and the observed sites whose data hold NaN."""
         from ._elbo import run_guide_and_model
 
         args, kwargs = self.args(dynamic)
         _, sub = jax.random.split(state.rng_key)
-        params = _constrain(self.optimizer.get_params(state.optim_state), constraints)
+        params = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                          constraints), state.mutable_state)
         n = getattr(self.loss, "num_particles", 1)
         keys = sub[None] if n == 1 else jax.random.split(sub, n)  # the ELBO's particle keys
 
         def finite(key):
             _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
                                                            args, kwargs)
-            return {f"{which} site `{n}`": jnp.all(jnp.isfinite(s["log_prob"]))
-                    for which, tr in (("model", model_tr), ("guide", guide_tr))
-                    for n, s in tr.items() if s["type"] == "sample"}
+            sites = {f"{which} site `{n}`": s
+                     for which, tr in (("model", model_tr), ("guide", guide_tr))
+                     for n, s in tr.items() if s["type"] == "sample"}
+            return ({n: jnp.all(jnp.isfinite(s["log_prob"])) for n, s in sites.items()},
+                    {n: jnp.any(jnp.isnan(s["value"])) for n, s in sites.items()
+                     if s["is_observed"] and jnp.issubdtype(s["value"].dtype, jnp.inexact)})
 
-        flags = jax.jit(jax.vmap(finite))(keys)
-        return sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok)))
+        flags, nans = jax.jit(jax.vmap(finite))(keys)
+        return (sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok))),
+                sorted(n for n, nan in nans.items() if np.any(np.asarray(nan))))
 
     @staticmethod
     def _loss_dtype():
         return jnp.result_type(float)
+
+
+def _with_mutable(params, mutable):
+    """The param map with the mutable state's values (no gradient flows into them, as in
+    NumPyro)."""
+    if mutable is None:
+        return params
+    return {**params, **jax.lax.stop_gradient(mutable)}
 
 
 def _hashable(value) -> bool:
@@ -294,7 +319,7 @@ class SVI:
             if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
                 setup(*args, **{**kwargs, **self.static_kwargs})
             fns, dynamic = self._compiled(api, args, kwargs)
-            params, constraints, key = fns.init(key, dynamic, init_params)
+            params, constraints, key, mutable = fns.init(key, dynamic, init_params)
         unknown = sorted(set(init_params) - set(params))
         if unknown:
             raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
@@ -304,7 +329,7 @@ class SVI:
                            f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
                            f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
         self._constraints = constraints
-        return SVIState(self._optimizer.init(params), None, key)
+        return SVIState(self._optimizer.init(params), mutable, key)
 
     def _check_state(self, svi_state, api):
         if self._constraints is None:
@@ -365,7 +390,8 @@ class SVI:
         the `SVIRunResult` of the steps before it.
         """
         api = "effppl.infer.SVI.run"
-        if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        if isinstance(num_steps, (bool, np.bool_)) or not isinstance(num_steps, (int, np.integer)) \
+                or num_steps < 1:
             raise SVIError(f"`{api}(rng_key, num_steps={num_steps!r}, ...)` expected a positive "
                            f"int.")
         if init_state is None:
@@ -387,9 +413,9 @@ class SVI:
                 chunk_losses = np.asarray(chunk_losses[:num])
                 applied = np.asarray(applied[:num])
                 if bool(failed):
-                    sites = fns.nonfinite_sites(state, self._constraints, dynamic)
+                    sites, nan_data = fns.nonfinite_sites(state, self._constraints, dynamic)
                     self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok, losses,
-                                          state, sites)
+                                          state, sites, nan_data)
                 skipped += int(np.sum(~applied))
                 losses.append(chunk_losses)
                 if progress_bar:
@@ -401,7 +427,8 @@ class SVI:
                           RuntimeWarning, stacklevel=2)
         return SVIRunResult(self.get_params(state), state, losses)
 
-    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites):
+    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites,
+                         nan_data):
         i = int(np.flatnonzero(~applied)[0])
         bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
         losses = np.concatenate(losses + [chunk_losses[:i]])
@@ -411,6 +438,9 @@ class SVI:
             f"`{api}`: {what} at step {start + i} (counting from 0)"
             + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
             + (f"; the gradient is not finite for params {bad}" if bad else "")
+            + (f"; the data of {', '.join(nan_data)} hold NaN (out of every distribution's "
+               f"support, so the log density is -inf, as in NumPyro): remove or mask them "
+               f"(`obs_mask`, `effppl.handlers.mask`)" if nan_data else "")
             + ". The params are those before that step (`err.result`). Check the model's "
             "density on the guide's support, lower the learning rate, or pass "
             "`stable_update=True` to skip such steps.")

@@ -145,6 +145,11 @@ class AutoContinuous(AutoGuide):
     def _loc(self, params):
         return params[f"{self.prefix}_loc"]
 
+    def _param_shapes(self, size) -> dict:
+        """`{param suffix: shape}` of the guide's params for a flat latent of `size` (None: any
+        length on that axis)."""
+        return {"loc": (size,)}
+
     def _layout_now(self):
         args, kwargs = self._args("median")
         return self._layout(self._latent_sites(args, kwargs))
@@ -179,6 +184,9 @@ class AutoDiagonalNormal(AutoContinuous):
                                  constraint=constraints.softplus_positive)
         return dist.Normal(loc, scale).to_event(1)
 
+    def _param_shapes(self, size):
+        return {"loc": (size,), "scale": (size,)}
+
     def get_posterior(self, params):
         """The guide's distribution of the flat unconstrained latent vector: `Normal(loc,
         scale)`."""
@@ -202,6 +210,9 @@ class AutoMultivariateNormal(AutoContinuous):
                                       jnp.eye(flat_init.shape[0], dtype=flat_init.dtype)
                                       * self.init_scale, constraint=self.scale_tril_constraint)
         return dist.MultivariateNormal(loc, scale_tril=scale_tril)
+
+    def _param_shapes(self, size):
+        return {"loc": (size,), "scale_tril": (size, size)}
 
     def get_posterior(self, params):
         """`MultivariateNormal(loc, scale_tril=scale_tril)` of the flat unconstrained latent."""
@@ -233,6 +244,9 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
                                  constraint=constraints.softplus_positive)
         return dist.LowRankMultivariateNormal(loc, factor, scale ** 2)
 
+    def _param_shapes(self, size):
+        return {"loc": (size,), "cov_factor": (size, None), "scale": (size,)}
+
     def get_posterior(self, params):
         """`LowRankMultivariateNormal(loc, cov_factor, scale**2)` of the flat latent."""
         p = self.prefix
@@ -255,6 +269,9 @@ class AutoLaplaceApproximation(AutoContinuous):
     def _base(self, flat_init):
         loc = primitives.param(f"{self.prefix}_loc", flat_init)
         return dist.Delta(loc, event_dim=1)
+
+    def _param_shapes(self, size):
+        return {"loc": (size,)}
 
     def get_posterior(self, params):
         """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the

@@ -3,6 +3,7 @@ max-product and exact draws in plates, and `Predictive(..., infer_discrete=True)
 hand-written Viterbi, brute-force posteriors and chi-square tests."""
 
 import itertools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -134,3 +135,19 @@ def test_infer_discrete_needs_a_key_to_draw_and_a_known_temperature():
         infer_discrete(hmm, temperature=1)
     with pytest.raises(InferDiscreteError, match="temperature"):
         infer_discrete(hmm, temperature=0.5)
+
+
+def test_nan_data_warn_that_the_decoded_path_is_arbitrary():
+    """NaN is out of every support: no path has positive probability, so Viterbi's answer
+    (here all zeros) means nothing; clean data decode without a warning, as Viterbi by hand."""
+    def decode(y):
+        decoded = trace(infer_discrete(condition(hmm, PARAMS), temperature=0)).get_trace(y)
+        return list(np.asarray(decoded["z"]["value"]))
+
+    y = Y.copy()
+    y[2] = np.nan
+    with pytest.warns(RuntimeWarning, match="site\\(s\\) `y` of model `hmm` hold NaN"):
+        decode(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert decode(Y) == viterbi(TRANS, LOCS, Y)

@@ -150,3 +150,43 @@ def test_learnable_centering_is_a_param_site_fitted_by_svi_as_numpyros():
     result = svi.run(jax.random.PRNGKey(1), 30, progress_bar=False)
     c = result.params["x_centered"]
     assert c.shape == () and 0 < float(c) < 1 and abs(float(c) - 0.5) > 1e-3
+
+
+def test_array_centering_and_shape_params_match_numpyro():
+    """An array `centered` (one centering per element) and a StudentT carried over with
+    `shape_params=("df",)`, as NumPyro's."""
+    def model(sample):
+        def fn():
+            y = sample("y", dist.Normal(0, 3))
+            sample("x", dist.StudentT(4.0, jnp.zeros(3) + y, jnp.exp(y / 2)))
+        return fn
+
+    centered = jnp.array([0.0, 0.4, 1.0])
+    ours = handlers.reparam(model(effppl.sample), config={
+        "x": LocScaleReparam(centered, shape_params=("df",))})
+    theirs = nh.reparam(model(numpyro.sample), config={
+        "x": np_reparam.LocScaleReparam(centered, shape_params=("df",))})
+    point = {"y": 0.8, "x_decentered": jnp.array([0.1, 0.5, -2.0])}
+    lp, tr = effppl.log_density(ours, (), {}, point)
+    np_lp, np_tr = numpyro.infer.util.log_density(theirs, (), {}, point)
+    _close(lp, np_lp)
+    _close(tr["x"]["value"], np_tr["x"]["value"])
+
+
+def test_reparam_of_a_family_it_cannot_rebuild_is_an_error_naming_site_and_family():
+    def model():
+        effppl.sample("tau", dist.HalfCauchy(5.0))
+        effppl.sample("d", dist.StudentT(3.0, 0.0, 1.0))
+
+    point = {"tau": 1.0, "d_decentered": 0.5}
+    with pytest.raises(effppl.primitives.SiteError, match="site `tau` has a HalfCauchy, which is "
+                                                          "not a location-scale"):
+        effppl.log_density(handlers.reparam(model, config={"tau": LocScaleReparam(0)}), (), {},
+                           point)
+    with pytest.raises(effppl.primitives.SiteError, match=r"site `d` has a StudentT, which also "
+                                                          r"needs `df`.*shape_params=\('df',\)"):
+        effppl.log_density(handlers.reparam(model, config={"d": LocScaleReparam(0)}), (), {},
+                           point)
+    for bad in ("a", float("nan"), jnp.array([0.3, 2.0]), True):
+        with pytest.raises(ValueError, match="expected a number in \\[0, 1\\], an array"):
+            LocScaleReparam(bad)

@@ -60,3 +60,27 @@ def test_nuts_on_the_warped_funnel_recovers_the_funnel():
     mcmc.run(jax.random.PRNGKey(1), 3)
     y = neutra.transform_sample(mcmc.get_samples()["auto_shared_latent"])["y"]
     assert abs(float(np.mean(y))) < 0.8 and 2.0 < float(np.std(y)) < 4.0  # y ~ N(0, 3)
+
+
+def test_bad_params_another_model_and_bad_draws_are_errors_naming_what_is_wrong():
+    model = funnel(effppl.sample)
+    guide = autoguide.AutoLowRankMultivariateNormal(model, rank=2)
+    svi = SVI(model, guide, Adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), 3))  # latent size 1 + 3 = 4
+    assert params["auto_cov_factor"].shape == (4, 2)
+    with pytest.raises(autoguide.AutoGuideError, match=r"got NoneType"):
+        NeuTraReparam(guide, None)
+    with pytest.raises(autoguide.AutoGuideError, match=r"lack `auto_cov_factor`.*size 4"):
+        NeuTraReparam(guide, {"auto_loc": params["auto_loc"]})
+    with pytest.raises(autoguide.AutoGuideError,
+                       match=r"`auto_scale` has shape \(3,\).*should have shape \(4,\)"):
+        NeuTraReparam(guide, {**params, "auto_scale": jnp.ones(3)})
+    neutra = NeuTraReparam(guide, params)
+    with pytest.raises(autoguide.AutoGuideError, match=r"shape \(\.\.\., 4\), but got shape"):
+        neutra.transform_sample(jnp.ones((5, 3)))
+
+    def other(dim):
+        effppl.sample("y", dist.Normal(0.0, 3.0))
+
+    with pytest.raises(autoguide.AutoGuideError, match=r"model `other` has no sample site `x`"):
+        effppl.log_density(neutra.reparam(other), (3,), {}, {"auto_shared_latent": jnp.ones(4)})

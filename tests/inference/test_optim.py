@@ -109,3 +109,32 @@ def test_svi_takes_array_keyword_arguments_at_construction_as_numpyro():
     other = SVI(model, guide, optim.Adam(0.05), Trace_ELBO(), y=y + 5.0).run(
         jax.random.PRNGKey(0), 50, progress_bar=False)
     assert float(other.params["loc"]) > float(given.params["loc"]) + 0.5  # the new data is used
+
+
+@pytest.mark.parametrize("make, argument", [
+    (lambda: optim.Adam(None), "step_size"), (lambda: optim.Adam("a"), "step_size"),
+    (lambda: optim.Adam(True), "step_size"), (lambda: optim.Adam(jnp.ones(3)), "step_size"),
+    (lambda: optim.Momentum(0.1, "x"), "mass"), (lambda: optim.RMSProp(0.1, gamma=None), "gamma"),
+    (lambda: optim.ClippedAdam(0.1, clip_norm="x"), "clip_norm"),
+    (lambda: optim.ClippedAdam(0.05, clip_norm=jnp.ones(2)), "clip_norm")])
+def test_bad_optimiser_argument_is_an_error_naming_it(make, argument):
+    match = rf"\({argument}=\.\.\.\)` expected a real"
+    with pytest.raises(effppl.infer.OptimizerError, match=match):
+        make()
+
+
+def test_optimiser_class_or_non_transformation_is_an_error_and_odd_step_sizes_warn():
+    with pytest.raises(effppl.infer.OptimizerError, match="got the class Adam: create one"):
+        SVI(model, guide, optim.Adam, Trace_ELBO())
+    with pytest.raises(effppl.infer.OptimizerError, match="optax_to_numpyro.*got str"):
+        optim.optax_to_numpyro("x")
+    with pytest.warns(RuntimeWarning, match="step_size=nan.*non-finite"):
+        optim.Adam(float("nan"))
+    with pytest.warns(RuntimeWarning, match="step_size=-1.0.*climbs the loss"):
+        optim.SGD(-1.0)
+    # numbers of every kind, 0-d arrays and schedules are fine, as in NumPyro
+    for step_size in (1, 0.1, np.float32(0.1), jnp.asarray(0.1), _schedule):
+        sgd = optim.SGD(step_size)
+        state = sgd.update({"x": jnp.ones(2)}, sgd.init({"x": jnp.zeros(2)}))
+        expected = 1.0 if step_size == 1 else 0.1
+        np.testing.assert_allclose(sgd.get_params(state)["x"], -np.full(2, expected), rtol=1e-6)

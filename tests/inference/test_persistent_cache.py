@@ -109,3 +109,21 @@ def test_distribution_leaf_order_is_the_same_in_every_process():
     d = dist.StudentT(3.0, 1.0, 2.0)  # flatten and unflatten agree: the parameters stay put
     back = jax.tree_util.tree_unflatten(*reversed(jax.tree_util.tree_flatten(d)))
     assert (back.df, back.loc, back.scale) == (3.0, 1.0, 2.0)
+
+
+def test_unusable_cache_folder_warns_once_and_turns_the_cache_off(tmp_path, monkeypatch):
+    import warnings
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(a_file / "xla"))  # under a file: cannot exist
+    _persistent._usable.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _persistent.cache_dir() is None
+        assert _persistent.cache_dir() is None
+        mcmc = MCMC(NUTS(m.normal_normal), num_warmup=10, num_samples=10, progress_bar=False)
+        mcmc.run(jax.random.key(1), m.normal_normal_data(n=5))
+    ours = [w for w in caught if issubclass(w.category, UserWarning)]
+    assert len(ours) == 1, [str(w.message) for w in ours]  # once; none of JAX's cache warnings
+    assert ours[0].category is _persistent.CacheDirWarning
+    assert "EFFPPL_CACHE_DIR=" in str(ours[0].message) and "cache is off" in str(ours[0].message)

@@ -288,3 +288,52 @@ def test_model_params_are_fitted_by_maximum_likelihood():
     result = svi.run(jax.random.PRNGKey(0), 1500, y, progress_bar=False)
     np.testing.assert_allclose(result.params["sigma"], np.sqrt(np.mean(np.asarray(y) ** 2)),
                                rtol=1e-3)
+
+
+def test_nan_data_loss_is_numpyros_and_the_error_says_nan():
+    """NumPyro 0.22 validates samples by default: a NaN observation is out of the support, its
+    log density -inf, so the loss is +inf in both (not NaN); effppl's error says the data hold
+    NaN."""
+    y = _data(5).at[2].set(jnp.nan)
+    params = {"loc": 0.5, "scale": 0.7}
+    ours = Trace_ELBO().loss(jax.random.PRNGKey(0), params, model, guide, y)
+    theirs = numpyro.infer.Trace_ELBO().loss(jax.random.PRNGKey(0), params, _normal_model(numpyro),
+                                             _normal_guide(numpyro), y)
+    assert float(ours) == float(theirs) == np.inf
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    with pytest.raises(SVIError, match=r"step 0 .*the data of model site `y` hold NaN"):
+        svi.run(jax.random.PRNGKey(0), 5, y, progress_bar=False)
+
+
+def test_num_steps_must_be_a_positive_int_not_a_bool():
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    for bad in (True, 0, 2.5, "10", None):
+        with pytest.raises(SVIError, match="num_steps=.*expected a positive int"):
+            svi.run(jax.random.PRNGKey(0), bad, _data(), progress_bar=False)
+
+
+def test_model_takes_the_guides_subsample_as_numpyro_replays_it():
+    """A subsampled plate in guide and model: the model uses the indices the guide drew (before,
+    it drew its own, so guide and model scored different data points)."""
+    y = jnp.arange(10.0)
+
+    def pair(ppl):
+        def model(y):
+            with ppl.plate("n", 10, subsample_size=4) as idx:
+                z = ppl.sample("z", dist.Normal(0.0, 1.0))
+                ppl.sample("y", dist.Normal(z, 1.0), obs=y[idx])
+
+        def guide(y):
+            with ppl.plate("n", 10, subsample_size=4):
+                loc = ppl.param("loc", jnp.zeros(10), event_dim=0)
+                ppl.sample("z", dist.Normal(loc, 1.0))
+        return model, guide
+
+    params = {"loc": jnp.arange(10.0) * 0.5}
+    for seed in range(3):
+        key = jax.random.PRNGKey(seed)
+        ours = jax.value_and_grad(lambda p: Trace_ELBO().loss(key, p, *pair(effppl), y))(params)
+        theirs = jax.value_and_grad(
+            lambda p: numpyro.infer.Trace_ELBO().loss(key, p, *pair(numpyro), y))(params)
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-10)
+        np.testing.assert_allclose(ours[1]["loc"], theirs[1]["loc"], rtol=1e-10, atol=1e-12)

@@ -269,3 +269,35 @@ def test_particles_average_the_single_particle_losses():
     theirs = numpyro.infer.TraceEnum_ELBO(num_particles=3).loss(
         jax.random.PRNGKey(4), MIX_PARAMS, _mixture(numpyro), _mixture_guide(numpyro), Y)
     np.testing.assert_allclose(value, theirs, rtol=1e-10)
+
+
+def test_enumerated_site_under_vmap_is_an_error_naming_the_site_not_a_draw():
+    """A marked site inside a `jax.vmap` of the model cannot be enumerated: it used to be drawn,
+    giving a loss that changed with the key. Its plate twin is the exact marginal."""
+    y = jnp.array([0.0, 3.0, 3.0, 0.0])
+
+    @config_enumerate
+    def vmapped(y):
+        def one(y_i):
+            z = effppl.sample("z", dist.Bernoulli(0.5))
+            effppl.sample("y", dist.Normal(z * 3.0, 1.0), obs=y_i)
+        jax.vmap(one)(y)
+
+    @config_enumerate
+    def plated(y):
+        with effppl.plate("n", 4):
+            z = effppl.sample("z", dist.Bernoulli(0.5))
+            effppl.sample("y", dist.Normal(z * 3.0, 1.0), obs=y)
+
+    exact = -jnp.sum(jnp.logaddexp(jnp.log(0.5) + dist.Normal(0.0, 1.0).log_prob(y),
+                                   jnp.log(0.5) + dist.Normal(3.0, 1.0).log_prob(y)))
+    for seed in range(3):
+        np.testing.assert_allclose(TraceEnum_ELBO().loss(jax.random.PRNGKey(seed), {}, plated,
+                                                         lambda y: None, y), exact, rtol=1e-12)
+    match = "site `z` is marked for enumeration inside a `jax.vmap`.*effppl.plate"
+    with pytest.raises(effppl.primitives.SiteError, match=match):
+        TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, vmapped, lambda y: None, y)
+    with pytest.raises(effppl.primitives.SiteError, match=match):
+        effppl.handlers.log_density(effppl.handlers.enum(vmapped), (y,), {}, {})
+    with pytest.raises(effppl.primitives.SiteError, match=match):
+        effppl.handlers.trace(effppl.infer.infer_discrete(vmapped, temperature=0)).get_trace(y)

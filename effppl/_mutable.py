@@ -1,0 +1,126 @@
+"""`mutable`: a named value a model may change in place while it runs (NumPyro's
+`numpyro.mutable`), e.g. the running statistics of a batch-normalisation layer.
+
+`mutable(name, init_value)` performs the operation `mutable_op(value, name=..., final=False)`:
+`substitute` may give the value (SVI gives the state of the previous step), and the model gets a
+fresh pytree (a dict stays a dict) that it may change in place. Effects are compiled away, so the
+changed pytree is not seen by the handlers when it changes: the handler body that runs the model
+(`handlers._handler._inside`) keeps the pytrees its model made, and when the model returns it
+performs `mutable_op(final_value, name=..., final=True)` for each, at the model's top level, so
+`trace` records the value the model left (what NumPyro's trace holds, the same dict changed in
+place) and `SVI` keeps it in `SVIState.mutable_state`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import effects as fx
+from .effects import internal
+from .primitives import SiteError, _outside_handlers, check_name
+
+__all__ = ["mutable", "mutable_op"]
+
+
+def _same_type(value, **static):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), value)
+
+
+mutable_op = fx.Operation("mutable", out=_same_type, unhandled=_outside_handlers)
+"""`mutable_op(value, name=..., final=...)`: the site's value when it is created (`final=False`;
+handlers may replace it) and when the model returns (`final=True`; recorded, never replaced)."""
+
+_frames = threading.local()
+
+
+def open_frame() -> list:
+    """Start collecting the mutable values of a model whose handler body is being traced."""
+    if not hasattr(_frames, "stack"):
+        _frames.stack = []
+    frame = []
+    _frames.stack.append(frame)
+    return frame
+
+
+def close_frame(frame: list) -> None:
+    """Perform the final value of each mutable site the model of `frame` created (call it at the
+    end of the handler body, in its trace), then forget them."""
+    drop_frame(frame)
+    for name, value, tree, avals in frame:
+        leaves, now = jax.tree.flatten(value)
+        same = now == tree and all(jnp.shape(x) == a.shape for x, a in zip(leaves, avals))
+        if not same:
+            raise SiteError(f"The model changed the mutable site `{name}` from {tree.unflatten(avals)}"
+                            f" to {jax.tree.map(jnp.shape, value)}: change its values in place, "
+                            f"keeping its keys and shapes (as they are carried from step to step).")
+        leaves = [jnp.asarray(x, a.dtype) for x, a in zip(leaves, avals)]
+        mutable_op(tree.unflatten(leaves), name=name, final=True)
+
+
+def drop_frame(frame: list) -> None:
+    """Forget `frame` (the handler body raised)."""
+    stack = getattr(_frames, "stack", [])
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is frame:  # by identity: empty frames are equal lists
+            del stack[i]
+            return
+
+
+def mutable(name: str, init_value: Any = None):
+    """A named value the model may change in place, kept from one run to the next by SVI, as
+    NumPyro's `numpyro.mutable` (e.g. the running mean of a batch-normalisation layer).
+
+    **Arguments:**
+    - `name`: the site name (str).
+    - `init_value`: a pytree of arrays (a dict of arrays, typically): the value when no handler
+      gives one. effppl needs it to know the value's shapes.
+
+    **Returns:** the value, a fresh pytree of `init_value`'s structure (or `init_value` itself
+    outside any handler, as in NumPyro). Change it in place (`state["mean"] = ...`), keeping its
+    keys and shapes: `trace` records the value the model leaves (`type: "mutable"`), and
+    `effppl.infer.SVI` keeps it in `SVIState.mutable_state`, giving it back at the next step
+    (gradients do not flow through it).
+
+    **Raises:** `SiteError` naming the site for an `init_value` that is None or not arrays, a
+    call inside a loop, branch, `jit` or `vmap` of the model (call it at the top level), and a
+    value whose keys or shapes the model changed.
+
+    **Example:**
+
+    >>> import jax.numpy as jnp
+    >>> import effppl
+    >>> from effppl.handlers import substitute, trace
+    >>> def model():
+    ...     state = effppl.mutable("state", {"count": jnp.zeros(())})
+    ...     state["count"] = state["count"] + 1.0
+    >>> float(trace(model).get_trace()["state"]["value"]["count"])
+    1.0
+    >>> given = substitute(model, data={"state": {"count": jnp.array(4.0)}})
+    >>> float(trace(given).get_trace()["state"]["value"]["count"])
+    5.0
+    """
+    from .handlers._handler import _nesting, handler_traces
+
+    check_name("mutable", name)
+    if init_value is None:
+        raise SiteError(f"effppl.mutable({name!r}) expected an `init_value` (a pytree of "
+                        f"arrays): effppl needs it to know the value's shapes while tracing.")
+    if not _nesting():
+        return init_value
+    try:
+        init_value = jax.tree.map(jnp.asarray, init_value)
+    except TypeError:
+        raise SiteError(f"effppl.mutable({name!r}, init_value) expected a pytree of arrays, but "
+                        f"got {init_value!r:.60}.") from None
+    if not handler_traces() or handler_traces()[-1] is not internal.current_trace():
+        raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
+                        f"`vmap` of the model: call it at the model's top level (its value is "
+                        f"recorded when the model returns).")
+    value = mutable_op(init_value, name=name, final=False)
+    leaves, tree = jax.tree.flatten(value)
+    _frames.stack[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
+    return value

@@ -1,0 +1,88 @@
+"""`effppl.mutable` against NumPyro's `numpyro.mutable`: the state SVI keeps from step to step
+(changed in place by the model), with the same params, losses and state as NumPyro's SVI."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import optax
+import pytest
+from numpyro.distributions import constraints
+
+import effppl
+from effppl import distributions as dist
+from effppl.handlers import seed, substitute, trace
+from effppl.infer import SVI, Trace_ELBO
+
+
+def _model(ppl):
+    def model(y):
+        mutable = effppl.mutable if ppl is effppl else numpyro.primitives.mutable
+        stats = mutable("stats", {"mean": jnp.zeros(()), "count": jnp.zeros(())})
+        mu = ppl.sample("mu", dist.Normal(0.0, 10.0))
+        with ppl.plate("n", y.shape[0]):
+            ppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        stats["mean"] = 0.9 * stats["mean"] + 0.1 * mu  # a running mean, changed in place
+        stats["count"] = stats["count"] + 1.0
+    return model
+
+
+def _guide(ppl):
+    def guide(y):
+        loc = ppl.param("loc", 0.0)
+        scale = ppl.param("scale", 1.0, constraint=constraints.positive)
+        ppl.sample("mu", dist.Normal(loc, scale))
+    return guide
+
+
+def test_svi_keeps_the_mutable_state_as_numpyro_does():
+    y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
+    runs = []
+    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
+        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
+        svi = svi_class(_model(ppl), _guide(ppl), optax.adam(0.05), loss)
+        runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
+    ours, theirs = runs
+    np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
+    for name in ("loc", "scale"):
+        np.testing.assert_allclose(ours.params[name], theirs.params[name], rtol=1e-5)
+    assert set(ours.state.mutable_state) == {"stats"}
+    for name in ("mean", "count"):
+        np.testing.assert_allclose(ours.state.mutable_state["stats"][name],
+                                   theirs.state.mutable_state["stats"][name], rtol=1e-5)
+    # the init state ran the model once, and each of the 30 steps once more
+    np.testing.assert_allclose(ours.state.mutable_state["stats"]["count"], 31.0)
+
+
+def test_trace_records_the_value_the_model_leaves_and_substitute_sets_the_start():
+    model = _model(effppl)
+    y = jnp.ones(3)
+    tr = trace(seed(model, 0)).get_trace(y)
+    assert tr["stats"]["type"] == "mutable"
+    np.testing.assert_allclose(tr["stats"]["value"]["mean"], 0.1 * tr["mu"]["value"], rtol=1e-6)
+    start = {"stats": {"mean": jnp.array(5.0), "count": jnp.array(2.0)}, "mu": 1.0}
+    tr = trace(substitute(model, data=start)).get_trace(y)
+    np.testing.assert_allclose(tr["stats"]["value"]["mean"], 0.9 * 5.0 + 0.1 * 1.0, rtol=1e-6)
+    np.testing.assert_allclose(tr["stats"]["value"]["count"], 3.0)
+    # outside any handler, as in NumPyro: the initial value itself
+    init = {"a": jnp.ones(2)}
+    assert effppl.mutable("a", init) is init
+
+
+def test_misuse_is_an_error_naming_the_site():
+    def in_a_loop(y):
+        def step(c, y_t):
+            effppl.mutable("s", {"a": jnp.zeros(())})
+            return c, None
+        jax.lax.scan(step, 0.0, y)
+
+    def reshaped():
+        s = effppl.mutable("s", {"a": jnp.zeros(())})
+        s["a"] = jnp.zeros(3)
+
+    with pytest.raises(effppl.SiteError, match="mutable\\('s'\\) was called inside a loop"):
+        trace(in_a_loop).get_trace(jnp.ones(2))
+    with pytest.raises(effppl.SiteError, match="changed the mutable site `s`"):
+        trace(reshaped).get_trace()
+    with pytest.raises(effppl.SiteError, match="mutable site `s`.*keys and shapes"):
+        trace(substitute(reshaped, data={"s": {"b": jnp.zeros(())}})).get_trace()
