@@ -39,8 +39,8 @@ import jax.numpy as jnp
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError
 from ._compat import abstractify
-from ._primitives import (_OUR_EFFECTS, HandlerSpec, OpEffect, _handle_effects, handle_p, in_play,
-                          perform_p, resume_p, site_key)
+from ._primitives import (_OUR_EFFECTS, ClauseKind, HandlerSpec, OpEffect, _handle_effects,
+                          handle_p, in_play, perform_p, resume_p, site_key)
 from ._scope import ScopeSpec, enter_p, exit_p
 
 
@@ -319,7 +319,7 @@ def _perform_translate_rule(eqn, ins, H, K, resume, rest):
             f"{op.how_to_handle(eqn.params['static'])}")
     perform = _Perform(eqn, ins, i, H[i].spec.clauses[site_key(eqn)], where)
     kind = perform.clause.kind
-    if kind == "tail":
+    if kind == ClauseKind.TAIL:
         try:
             return _perform_in_place(perform, H)
         except CrossesBarrier as exc:
@@ -327,7 +327,8 @@ def _perform_translate_rule(eqn, ins, H, K, resume, rest):
             # that operation aborts and the clause always performs it (at its top level, before
             # its resume), this perform never comes back either: abortive for the region.
             top_level = any(e is exc.eqn for e in perform.clause.jaxpr.jaxpr.eqns)
-            kind = "abortive" if exc.kind == "abortive" and top_level else "general"
+            aborts = exc.kind == ClauseKind.ABORTIVE and top_level
+            kind = ClauseKind.ABORTIVE if aborts else ClauseKind.GENERAL
     return _perform_with_continuation(perform, kind, H, K, rest)
 
 

@@ -14,12 +14,14 @@
   unrolled.
 """
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from .. import _compat
 from .._errors import UnsupportedHandlerError
-from .._primitives import handle, in_play
+from .._primitives import ClauseKind, handle, in_play
 from .._translate import (BARRIER, CrossesBarrier, elimination_record, frame_params, inline,
                           register, run, try_in_place, with_params)
 
@@ -55,8 +57,8 @@ def _translate_rewritten(program, ins, H, K, rest, record_key=None):
 
 
 def _crossing(exc, eqn, rewrite, ins, H, K, rest):
-    if exc.kind == "abortive":
-        key = ("abortive rewrite", _body(eqn), exc.key)
+    if exc.kind == ClauseKind.ABORTIVE:
+        key = ("abortive rewrite", _loop_key(eqn), exc.key)
         return _translate_rewritten(rewrite(eqn, exc.key), ins, H, K, rest, record_key=key)
     raise UnsupportedHandlerError(
         f"The clause for operation `{exc.key.op.name}` (performed at {exc.where}) would have to "
@@ -67,7 +69,7 @@ def _crossing(exc, eqn, rewrite, ins, H, K, rest):
         f"`cond`), an operation whose clause never resumes.") from None
 
 
-def _body(eqn):
+def _loop_key(eqn):
     """The loop's body jaxpr (and condition jaxpr), which identify it across re-traces."""
     p = eqn.params
     return p["jaxpr"].jaxpr if "jaxpr" in p else (p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr)
@@ -163,26 +165,43 @@ def _perform_again(key, flag, args, outs):
 # while
 
 
+class _WhileLoop(NamedTuple):
+    """A `while_loop` equation's parameters, by name."""
+
+    cond: Any  # ClosedJaxpr of the condition
+    body: Any  # ClosedJaxpr of the body
+    n_cond_consts: int
+    n_body_consts: int
+
+    @classmethod
+    def of(cls, eqn):
+        p = eqn.params
+        return cls(p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"])
+
+    def split(self, ins):
+        """`(condition constants, body constants, initial carry)` from the equation's inputs."""
+        return _compat.split_list(list(ins), [self.n_cond_consts, self.n_body_consts])
+
+
 @register(_compat.while_p)
 def _while_translate_rule(eqn, ins, H, K, resume, rest):
-    p = eqn.params
-    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
-    if in_play(cj.effects):
+    loop = _WhileLoop.of(eqn)
+    if in_play(loop.cond.effects):
         return _translate_rewritten(_effectful_cond_rewrite(eqn), ins, H, K, rest,
-                                    record_key=("effectful condition", _body(eqn)))
-    cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
-    carry_avals, p_avals = bj.out_avals, _param_avals(H)
+                                    record_key=("effectful condition", _loop_key(eqn)))
+    cc, bc, init = loop.split(ins)
+    carry_avals, p_avals = loop.body.out_avals, _param_avals(H)
 
     def cond(state):
-        return _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *state[0])[0]
+        return _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *state[0])[0]
 
     def body(state):
         c, params = state
-        outs, H_out = run(bj.jaxpr, bj.consts, [*bc, *c], with_params(H, params), (BARRIER,))
+        outs, H_out = run(loop.body.jaxpr, loop.body.consts, [*bc, *c], with_params(H, params), (BARRIER,))
         return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
 
     try:
-        c, params = try_in_place(bj.jaxpr, H, lambda: jax.lax.while_loop(
+        c, params = try_in_place(loop.body.jaxpr, H, lambda: jax.lax.while_loop(
             cond, body, (list(init), frame_params(H))))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
@@ -191,18 +210,17 @@ def _while_translate_rule(eqn, ins, H, K, resume, rest):
 
 def _effectful_cond_rewrite(eqn):
     """App. B.1: evaluate the condition once before the loop and at the end of each body."""
-    p = eqn.params
-    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    loop = _WhileLoop.of(eqn)
 
     def program(*ins):
-        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        cc, bc, init = loop.split(ins)
 
         def test(c):
-            return _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *c)[0]
+            return _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *c)[0]
 
         def step(state):
             _, c = state
-            c = list(_compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c))
+            c = list(_compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c))
             return test(c), c
 
         _, c = jax.lax.while_loop(lambda s: s[0], step, (test(list(init)), list(init)))
@@ -214,19 +232,18 @@ def _effectful_cond_rewrite(eqn):
 def _abortive_rewrite(eqn, key):
     """App. B.2: stop the loop at the next condition check when `key`'s operation is performed,
     then perform it again after the loop (where the outer handler aborts)."""
-    p = eqn.params
-    cj, bj, cn, bn = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    loop = _WhileLoop.of(eqn)
 
     def program(*ins):
-        cc, bc, init = ins[:cn], ins[cn:cn + bn], ins[cn + bn:]
+        cc, bc, init = loop.split(ins)
 
         def cond(state):
             c, flag, _ = state
-            return jnp.logical_and(flag == 0, _compat.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *c)[0])
+            return jnp.logical_and(flag == 0, _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *c)[0])
 
         def step(state):
             c, _, args = state
-            return _intercepted(key, lambda: _compat.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *c),
+            return _intercepted(key, lambda: _compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c),
                                 c, args)
 
         c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
