@@ -385,6 +385,17 @@ def site_contexts():
     return _plates.site_contexts
 
 
+@contextlib.contextmanager
+def configuring_sites(configure):
+    """Within this block (this thread), `configure` sees every sample site performed (see
+    `site_contexts`)."""
+    site_contexts().append(configure)
+    try:
+        yield
+    finally:
+        site_contexts().remove(configure)
+
+
 # --------------------------------------------------------------------------------------------
 # The user-facing primitives
 

@@ -18,7 +18,7 @@ import threading
 import jax
 
 from ..effects import internal
-from ..primitives import SiteError, _plate_frames, site_contexts
+from ..primitives import SiteError, _plate_frames, configuring_sites
 from . import _markov
 from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
 from ._sites import analyze
@@ -78,13 +78,17 @@ def config_enumerate(fn=None, default="parallel"):
             infer = dict(infer, enumerate=default)
         return msg, infer
 
+    return with_site_configurator(fn, configure)
+
+
+def with_site_configurator(fn, configure):
+    """`fn` run with `configure(name, msg, infer, is_observed) -> (msg, infer)` seeing each of
+    its sample sites before it is performed (`primitives.site_contexts`)."""
+
     @_named_like(fn)
     def configured(*args, **kwargs):
-        site_contexts().append(configure)
-        try:
+        with configuring_sites(configure):
             return fn(*args, **kwargs)
-        finally:
-            site_contexts().remove(configure)
 
     return configured
 
@@ -200,11 +204,10 @@ class enum:
             first = -_max_batch_ndim(self.fn, args, kwargs) - 1
         context = _Context(first, max(len(handler_traces()) - 1, 0))
         _state.context = context
-        site_contexts().append(context.configure)
         try:
-            return _innermost(self.fn, self._rewritten)(*args, **kwargs)
+            with configuring_sites(context.configure):
+                return _innermost(self.fn, self._rewritten)(*args, **kwargs)
         finally:
-            site_contexts().remove(context.configure)
             _state.context = None
 
 

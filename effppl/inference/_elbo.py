@@ -322,23 +322,14 @@ class TraceEnum_ELBO(_ELBO):
 def _unmarked(model, names):
     """`model` with the sites in `names` (those the guide samples) no longer marked for
     enumeration: the guide's value is scored, as NumPyro replays guide sites into the model."""
-    from effppl.handlers._handler import _named_like
-    from effppl.primitives import site_contexts
+    from effppl.handlers._enum import with_site_configurator
 
     def configure(name, msg, infer, is_observed):
         if name in names and "enumerate" in infer:
             infer = {k: v for k, v in infer.items() if k != "enumerate"}
         return msg, infer
 
-    @_named_like(model)
-    def unmarked(*args, **kwargs):
-        site_contexts().append(configure)
-        try:
-            return model(*args, **kwargs)
-        finally:
-            site_contexts().remove(configure)
-
-    return unmarked
+    return with_site_configurator(model, configure)
 
 
 def _marginal_log_joint(model, args, kwargs, values, first_available_dim):

@@ -7,12 +7,13 @@ import numpy as np
 import numpyro
 import optax
 import pytest
-from numpyro.distributions import constraints
 
 import effppl
 from effppl import distributions as dist
 from effppl.handlers import seed, substitute, trace
 from effppl.infer import SVI, Trace_ELBO
+
+from .test_svi import _normal_guide  # the same Gaussian guide of mu
 
 
 def _model(ppl):
@@ -27,20 +28,12 @@ def _model(ppl):
     return model
 
 
-def _guide(ppl):
-    def guide(y):
-        loc = ppl.param("loc", 0.0)
-        scale = ppl.param("scale", 1.0, constraint=constraints.positive)
-        ppl.sample("mu", dist.Normal(loc, scale))
-    return guide
-
-
 def test_svi_keeps_the_mutable_state_as_numpyro_does():
     y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
     runs = []
     for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
         loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
-        svi = svi_class(_model(ppl), _guide(ppl), optax.adam(0.05), loss)
+        svi = svi_class(_model(ppl), _normal_guide(ppl), optax.adam(0.05), loss)
         runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
     ours, theirs = runs
     np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
