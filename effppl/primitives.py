@@ -2,10 +2,10 @@
 broadcasts distributions like NumPyro's.
 
 A `sample` site performs the operation `sample_op(msg, name=..., is_observed=..., ...)`. The
-message `msg` is a dict pytree holding the distribution (`fn`), the site's current `value`
-(`None` until some handler decides it), and optional `scale`, `mask` and `rng_key`; its static
-part (the site name, the distribution's treedef, which fields are present) decides at translation
-time what each handler does. Handlers forward: each clause does its job and re-performs the
+message `msg` is a `SampleMsg`, a pytree holding the distribution (`fn`), the site's current
+`value` (`None` until some handler decides it), and optional `scale`, `mask` and `rng_key`; its
+static part (the site name, the distribution's treedef, which fields are None) decides at
+translation time what each handler does. Handlers forward: each clause does its job and re-performs the
 operation for the handlers outside it, so handlers compose by nesting (`trace(seed(model))`) and
 each one's clause stays tail-resumptive, which the translator compiles away in place, also inside
 plain loops.
@@ -17,7 +17,7 @@ import contextlib
 import operator
 import threading
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.core
@@ -37,16 +37,67 @@ class SiteError(EffpplError, ValueError):
     """A model's sample site is used in a way effppl cannot give a meaning to."""
 
 
+class SampleMsg(NamedTuple):
+    """The message of a `sample` site, the dynamic argument of `sample_op`: handlers read its
+    fields and forward an updated copy (`msg._replace(value=...)`). A field that is None (or
+    `plates` empty) flattens to no leaves, so which fields are set is part of the static treedef.
+
+    - `fn`: the site's distribution (`numpyro.distributions.Distribution`).
+    - `value`: the site's value (array), or None until a handler decides it.
+    - `scale`: the factor its log density is multiplied by (array or float), or None.
+    - `mask`: a bool array masking its log density, or None.
+    - `rng_key`: the raw `uint32[2]` key to draw it with (from `seed`), or None.
+    - `plates`: the element indices of the `jax.vmap`s inside the model around the site (one
+      independent draw per element, like a plate), innermost last.
+    """
+
+    fn: Any
+    value: Any = None
+    scale: Any = None
+    mask: Any = None
+    rng_key: Any = None
+    plates: tuple = ()
+
+
+class ParamMsg(NamedTuple):
+    """The message of a `param` site: its `value` (None while an `init_value` function waits for
+    a key) and its `constraint` (a `numpyro.distributions.constraints` object)."""
+
+    value: Any
+    constraint: Any
+
+
+def numpyro_message(kind: str, name: str, static: dict, msg: Any = None) -> dict:
+    """NumPyro's message for site `name` of type `kind` (`"sample"`, `"plate"`, `"param"`,
+    `"deterministic"`, `"mutable"`): the dict NumPyro's handlers give the user's site functions
+    (`block`'s `hide_fn`, `substitute_fn`, a `reparam` config, an init strategy). Built from
+    the site's message (`SampleMsg`, `ParamMsg`, a deterministic or mutable site's value, or None)
+    and its static parameters; as NumPyro's, `infer` is a dict and the key is in `kwargs`."""
+    if isinstance(msg, SampleMsg):
+        fields = msg
+    else:
+        fields = SampleMsg(fn=None, value=msg.value if isinstance(msg, ParamMsg) else msg)
+    kwargs = {"rng_key": fields.rng_key, "sample_shape": ()}
+    if isinstance(msg, ParamMsg):
+        kwargs = {"constraint": msg.constraint, "event_dim": static.get("event_dim")}
+    return {"type": kind, "name": name, "fn": fields.fn, "value": fields.value,
+            "is_observed": bool(static.get("is_observed", False)),
+            "infer": dict(static.get("infer", ())), "scale": fields.scale, "mask": fields.mask,
+            "cond_indep_stack": list(static.get("cond_indep_stack", ())),
+            "args": (), "kwargs": kwargs, "intermediates": [], "stop": False,
+            "continuation": None}
+
+
 def _value_type(msg, **static):
-    if msg["value"] is not None:
-        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
-    leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
+    if msg.value is not None:
+        return jax.ShapeDtypeStruct(msg.value.shape, msg.value.dtype)
+    leaves, tree = jax.tree_util.tree_flatten(msg.fn)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)  # an abstract key: nothing staged into a trace
     try:
         return jax.eval_shape(lambda ls, k: jax.tree_util.tree_unflatten(tree, ls).sample(k),
                               leaves, key)
     except NotImplementedError:  # e.g. ImproperUniform: a real-valued site that cannot be drawn
-        return jax.ShapeDtypeStruct(msg["fn"].shape(), jnp.result_type(float))
+        return jax.ShapeDtypeStruct(msg.fn.shape(), jnp.result_type(float))
 
 
 def _outside_handlers(name, **static):
@@ -111,19 +162,16 @@ def _with_vmap_index(msg):
     if getattr(_plates, "in_clause", False):
         return msg
     index = internal.vmap_index()
-    return msg if index is None else dict(msg, plates=(*msg.get("plates", ()), index))
+    return msg if index is None else msg._replace(plates=(*msg.plates, index))
 
 
 def _sample_batch_rule(args, dims, *, in_tree, static):
-    plate_dims = jax.tree_util.tree_unflatten(in_tree, dims)[0].get("plates", ())
+    plate_dims = jax.tree_util.tree_unflatten(in_tree, dims)[0].plates
     (msg,) = _batch_message(args, dims, in_tree)
-    plates = tuple(p for p, d in zip(msg.get("plates", ()), plate_dims) if d is None)
-    msg = {k: v for k, v in msg.items() if k != "plates"}
-    if plates:
-        msg["plates"] = tuple(p[0] for p in plates)
-    msg = _with_vmap_index(dict(msg, fn=promote_batch_shape(msg["fn"])))
-    if msg["rng_key"] is not None:  # one key per site occurrence: draws differ across the batch
-        msg["rng_key"] = msg["rng_key"][0]
+    plates = tuple(p[0] for p, d in zip(msg.plates, plate_dims) if d is None)
+    msg = _with_vmap_index(msg._replace(fn=promote_batch_shape(msg.fn), plates=plates))
+    if msg.rng_key is not None:  # one key per site occurrence: draws differ across the batch
+        msg = msg._replace(rng_key=msg.rng_key[0])
     out = sample_op(msg, **dict(static))
     return [out], [0]
 
@@ -218,8 +266,7 @@ class plate(contextlib.ContextDecorator):
                             f"expected a subsample size no larger than the size {size}.")
         self.indices = jnp.arange(self.size)
         if self.subsample_size < self.size:  # drawn once, as NumPyro's: re-entering reuses them
-            msg = {"fn": _Subsample(self.size, self.subsample_size), "value": None,
-                   "scale": None, "mask": None, "rng_key": None}
+            msg = SampleMsg(fn=_Subsample(self.size, self.subsample_size))
             self.indices = _perform(sample_op, msg, name=self.name, is_observed=False,
                                     infer=(), cond_indep_stack=_plate_frames(), site_type="plate")
 
@@ -466,7 +513,7 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
             raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
                             f"match the event shape {fn.event_shape}.")
         fn, obs = _broadcast_observation(fn, obs)
-    msg = {"fn": fn, "value": obs, "scale": _subsample_scale(), "mask": None, "rng_key": None}
+    msg = SampleMsg(fn=fn, value=obs, scale=_subsample_scale())
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
     infer = _infer_dict(name, infer)
@@ -670,8 +717,8 @@ def get_mask():
 
 
 def _param_type(msg, *, name, init_fn, **static):
-    if msg["value"] is not None:
-        return jax.ShapeDtypeStruct(msg["value"].shape, msg["value"].dtype)
+    if msg.value is not None:
+        return jax.ShapeDtypeStruct(msg.value.shape, msg.value.dtype)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
 
@@ -715,7 +762,7 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
                         f"numpyro.distributions.constraints object, but got {constraint!r}.")
     init_fn = init_value if callable(init_value) else None
     value = None if init_fn is not None else jnp.asarray(init_value)
-    msg = {"value": value, "constraint": constraint}
+    msg = ParamMsg(value=value, constraint=constraint)
     value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
     if event_dim is None:
         return value

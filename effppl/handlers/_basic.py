@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._keys import key_data
 from ..effects.internal import describe_non_array, describe_non_bool
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
-                          param_op, prng_key_op, sample_op)
+                          numpyro_message, param_op, prng_key_op, sample_op)
 from .._mutable import mutable_op
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
@@ -43,20 +43,20 @@ class seed(Handler):
 
     def clauses(self):
         def sample(key, msg, *, resume, **static):
-            if msg["value"] is not None or msg["rng_key"] is not None:
+            if msg.value is not None or msg.rng_key is not None:
                 return resume(key, forward(msg, **static))
             key, sub = jax.random.split(key)
-            return resume(key, forward(dict(msg, rng_key=sub), **static))
+            return resume(key, forward(msg._replace(rng_key=sub), **static))
 
         def prng_key(key, *, resume, **static):
             key, sub = jax.random.split(key)
             return resume(key, sub)
 
         def param(key, msg, *, resume, init_fn, **static):
-            if msg["value"] is not None:  # as NumPyro: a key only for an `init_value` function
+            if msg.value is not None:  # as NumPyro: a key only for an `init_value` function
                 return resume(key, forward_param(msg, init_fn=init_fn, **static))
             key, sub = jax.random.split(key)
-            msg = dict(msg, value=jnp.asarray(init_fn(sub)))
+            msg = msg._replace(value=jnp.asarray(init_fn(sub)))
             return resume(key, forward_param(msg, init_fn=init_fn, **static))
         return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
@@ -203,13 +203,14 @@ class _SetValue(Handler):
         def sample(counts, msg, *, resume, name, **static):
             if name not in self.data and self.substitute_fn is None:
                 return resume(counts, forward(msg, name=name, **static))
-            shape = msg["fn"].shape() if msg["value"] is None else msg["value"].shape
+            shape = msg.fn.shape() if msg.value is None else msg.value.shape
             if name in self.data and _short_series(self._site(name), self.data[name], shape):
                 value, counts = self._series_head(counts, msg, name)
             elif name in self.data:
                 value, counts = given(counts, name, shape)
             else:
-                value = self.substitute_fn(dict(msg, name=name, **static))
+                value = self.substitute_fn(numpyro_message(
+                    static.get("site_type", "sample"), name, static, msg))
                 if value is None:
                     return resume(counts, forward(msg, name=name, **static))
             if self.intervene:  # the site stays as it was for the handlers outside; the model
@@ -217,7 +218,7 @@ class _SetValue(Handler):
                 return resume(counts, jnp.asarray(value, _value_type(msg).dtype))
             static = dict(static, is_observed=static["is_observed"] or self.observe)
             value = jnp.asarray(value, _value_type(msg).dtype)  # e.g. 1.0 for a Bernoulli site
-            return resume(counts, forward(dict(msg, value=value), name=name, **static))
+            return resume(counts, forward(msg._replace(value=value), name=name, **static))
 
         def deterministic(counts, value, *, resume, name, **static):
             if name in self.data:
@@ -230,7 +231,7 @@ class _SetValue(Handler):
             if name in self.data:
                 value = self.data[name]
             elif self.substitute_fn is not None:
-                value = self.substitute_fn(dict(msg, name=name, type="param", **static))
+                value = self.substitute_fn(numpyro_message("param", name, static, msg))
             if value is not None:
                 shape = _param_type(msg, name=name, **static)
                 value = jnp.asarray(value, shape.dtype)
@@ -238,7 +239,7 @@ class _SetValue(Handler):
                     raise SiteError(f"effppl.handlers.{self.entry_point or type(self).__name__}: "
                                     f"the value given for param `{name}` has shape {value.shape}, "
                                     f"but its init_value has shape {shape.shape}.")
-                msg = dict(msg, value=value)
+                msg = msg._replace(value=value)
             return resume(counts, forward_param(msg, name=name, **static))
 
         def mutable(counts, value, *, resume, name, final, **static):
@@ -264,9 +265,9 @@ class _SetValue(Handler):
         values = jnp.asarray(self.data[name])
         i = counts[name]
         site = self._site(name)
-        key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(
+        key = msg.rng_key if msg.rng_key is not None else prng_key_op(
             name=name, rows=(values.shape[0], site.count))
-        drawn = msg["fn"].sample(key)
+        drawn = msg.fn.sample(key)
         head = values[jnp.minimum(i, values.shape[0] - 1)].astype(drawn.dtype)
         return jnp.where(i < values.shape[0], head, drawn), dict(counts, **{name: i + 1})
 
@@ -373,40 +374,33 @@ class block(Handler):
 
     def hidden(self, kind, name, msg, static):
         """Whether `hide_fn` hides this site, asked with NumPyro's message for it."""
-        msg = {"type": kind, "name": name, "fn": msg.get("fn"), "value": msg.get("value"),
-               "is_observed": bool(static.get("is_observed", False)),
-               "infer": dict(static.get("infer", ())), "scale": msg.get("scale"),
-               "mask": msg.get("mask"),
-               "cond_indep_stack": list(static.get("cond_indep_stack", ())),
-               "args": (), "kwargs": {"rng_key": msg.get("rng_key"), "sample_shape": ()},
-               "intermediates": [], "stop": False, "continuation": None}
-        return bool(self.hide_fn(msg))
+        return bool(self.hide_fn(numpyro_message(kind, name, static, msg)))
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
             if not self.hidden(static.get("site_type", "sample"), name, msg, static):
                 return resume(params, forward(msg, name=name, **self._plates_hidden(static)))
-            value = msg["value"]
+            value = msg.value
             if value is None:  # drawn here, with a key from the nearest `seed` (NumPyro)
-                key = msg["rng_key"] if msg["rng_key"] is not None else prng_key_op(name=name)
-                value = msg["fn"].sample(key)
+                key = msg.rng_key if msg.rng_key is not None else prng_key_op(name=name)
+                value = msg.fn.sample(key)
             return resume(params, value)
 
         def deterministic(params, value, *, resume, name, **static):
-            if not self.hidden("deterministic", name, {"value": value}, static):
+            if not self.hidden("deterministic", name, value, static):
                 value = deterministic_op(value, name=name, **self._plates_hidden(static))
             return resume(params, value)
 
         def param(params, msg, *, resume, name, init_fn, **static):
             if not self.hidden("param", name, msg, static):
                 return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
-            value = msg["value"]
+            value = msg.value
             if value is None:
                 value = jnp.asarray(init_fn(prng_key_op(name=name)))
             return resume(params, value)
 
         def mutable(params, value, *, resume, name, **static):
-            if not self.hidden("mutable", name, {"value": value}, static):
+            if not self.hidden("mutable", name, value, static):
                 value = mutable_op(value, name=name, **static)
             return resume(params, value)
         return {sample_op: sample, deterministic_op: deterministic, param_op: param,
@@ -417,7 +411,7 @@ class block(Handler):
         hides: a trace outside then leaves out their entries, as NumPyro's block hides a plate's
         own message."""
         hidden = tuple(f.name for f in static.get("cond_indep_stack", ())
-                       if self.hidden("plate", f.name, {}, {}))
+                       if self.hidden("plate", f.name, None, {}))
         if not hidden:
             return static
         return dict(static, hidden_plates=tuple(sorted(
@@ -456,7 +450,7 @@ class mask(Handler):
 
     def adjust_message(self, msg):
         m = jnp.asarray(self.mask, bool)
-        return dict(msg, mask=m if msg["mask"] is None else jnp.logical_and(m, msg["mask"]))
+        return msg._replace(mask=m if msg.mask is None else jnp.logical_and(m, msg.mask))
 
     def clauses(self):
         def sample(params, msg, *, resume, **static):
@@ -481,7 +475,7 @@ class scale(Handler):
 
     def adjust_message(self, msg):
         s = jnp.asarray(self.scale)
-        return dict(msg, scale=s if msg["scale"] is None else s * msg["scale"])
+        return msg._replace(scale=s if msg.scale is None else s * msg.scale)
 
     def clauses(self):
         def sample(params, msg, *, resume, **static):

@@ -26,7 +26,7 @@ class _LogJoint(Handler):
     def clauses(self):
         def sample(total, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            lp = masked_log_prob(msg["fn"], value, msg["mask"], msg["scale"])
+            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
             return resume(total + jnp.sum(lp).astype(total.dtype), value)
         return {sample_op: sample}
 
@@ -69,9 +69,9 @@ class _Unconstrain(Handler):
     def clauses(self):
         def sample(state, msg, *, resume, name, **static):
             counts, log_det_total, per_site = state
-            if name not in self.values or msg["value"] is not None:
+            if name not in self.values or msg.value is not None:
                 return resume(state, forward(msg, name=name, **static))
-            fn, site = msg["fn"], self._sites.get(name)
+            fn, site = msg.fn, self._sites.get(name)
             t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())
             one_type = site is None or len(site.keys) <= 1  # the branch's own shape
@@ -88,14 +88,14 @@ class _Unconstrain(Handler):
             if self.per_site:
                 i = self._index[name]
                 per_site = per_site.at[i].add(log_det.astype(log_det_total.dtype))
-            if msg["scale"] is not None:
-                log_det = jnp.sum(log_det * msg["scale"])
+            if msg.scale is not None:
+                log_det = jnp.sum(log_det * msg.scale)
             state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
-            return resume(state, forward(dict(msg, value=value), name=name, **static))
+            return resume(state, forward(msg._replace(value=value), name=name, **static))
 
         def param(state, msg, *, resume, name, **static):
             if name in self.values:  # NumPyro's constrain_fn: `biject_to(constraint)`, no Jacobian
-                msg = dict(msg, value=biject_to(msg["constraint"])(self.values[name]))
+                msg = msg._replace(value=biject_to(msg.constraint)(self.values[name]))
             return resume(state, forward_param(msg, name=name, **static))
         return {sample_op: sample, param_op: param}
 

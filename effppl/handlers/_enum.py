@@ -15,13 +15,12 @@ import copy
 import functools
 import threading
 
-import jax
 
 from ..effects import internal
 from ..primitives import SiteError, _plate_frames, configuring_sites
 from . import _markov
 from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
-from ._sites import analyze
+from ._sites import analyze, message_avals
 from ._trace import is_enumerated
 
 _state = threading.local()
@@ -74,7 +73,7 @@ def config_enumerate(fn=None, default="parallel"):
 
     def configure(name, msg, infer, is_observed):
         if (default is not None and not is_observed and "enumerate" not in infer
-                and getattr(msg["fn"], "has_enumerate_support", False)):
+                and getattr(msg.fn, "has_enumerate_support", False)):
             infer = dict(infer, enumerate=default)
         return msg, infer
 
@@ -106,9 +105,9 @@ class _Context:
         return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
-        if is_observed or msg["value"] is not None or not is_enumerated(infer):
+        if is_observed or msg.value is not None or not is_enumerated(infer):
             return msg, infer
-        fn = msg["fn"]
+        fn = msg.fn
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
                             f"effppl enumerates in parallel only: use 'parallel'.")
@@ -138,7 +137,7 @@ class _Context:
                             f"enumerated independently.")
         support = fn.enumerate_support(expand=False)
         value = support.reshape((support.shape[0],) + (1,) * (-dim - 1) + tuple(fn.event_shape))
-        return dict(msg, value=value), dict(infer, _enumerate_dim=dim)
+        return msg._replace(value=value), dict(infer, _enumerate_dim=dim)
 
 
 def _max_batch_ndim(fn, args, kwargs) -> int:
@@ -148,9 +147,9 @@ def _max_batch_ndim(fn, args, kwargs) -> int:
         for key in site.keys or (site.key,):
             if site.type != "sample":
                 continue
-            msg = jax.tree_util.tree_unflatten(key.in_tree, key.in_avals)[0]
+            msg = message_avals(key)
             frames = dict(key.static).get("cond_indep_stack", ())
-            deepest = max(deepest, len(msg["fn"].batch_shape),
+            deepest = max(deepest, len(msg.fn.batch_shape),
                           *(-frame.dim for frame in frames))
     return deepest
 

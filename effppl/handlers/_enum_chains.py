@@ -39,7 +39,7 @@ def _site(eqn):
     msg = jax.tree_util.tree_unflatten(eqn.params["in_tree"],
                                        [getattr(v, "aval", None) for v in eqn.invars])[0]
     frames = {frame.name: frame.dim for frame in static.get("cond_indep_stack", ())}
-    return static.get("name"), msg["fn"], frames
+    return static.get("name"), msg.fn, frames
 
 
 def chains_of(body, enum_eqns) -> Chains:

@@ -75,26 +75,26 @@ def _inside():
 
 
 def _base_sample(params, msg, *, resume, name, **static):
-    value = msg["value"]
+    value = msg.value
     if value is None:
-        if msg["rng_key"] is None and static.get("site_type") == "plate":
+        if msg.rng_key is None and static.get("site_type") == "plate":
             raise SiteError(f"The subsampled plate `{name}` needs a random key for its indices: "
                             f"run the model under `effppl.handlers.seed`, or give the indices "
                             f"with `substitute`. HMC/NUTS do not support subsampling.")
-        if msg["rng_key"] is None:
+        if msg.rng_key is None:
             raise SiteError(f"The latent site `{name}` has no value: no handler gave it one. Run "
                             f"the model under `effppl.handlers.seed(model, rng_seed)` to draw it, "
                             f"or `substitute`/`condition` it.")
-        value = msg["fn"].sample(msg["rng_key"])
+        value = msg.fn.sample(msg.rng_key)
     return resume(params, value)
 
 
 def _base_param(params, msg, *, resume, name, **static):
-    if msg["value"] is None:
+    if msg.value is None:
         raise SiteError(f"The param site `{name}` has a function as `init_value`, which needs a "
                         f"PRNG key: run the model under `effppl.handlers.seed(model, rng_seed)`, "
                         f"or `substitute` the param's value.")
-    return resume(params, msg["value"])
+    return resume(params, msg.value)
 
 
 _BASE = {sample_op: _base_sample, param_op: _base_param,

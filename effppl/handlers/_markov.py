@@ -55,7 +55,7 @@ def _deferred(eqn) -> bool:
     if static.get("is_observed") or not is_enumerated(static.get("infer", ())):
         return False
     msg = jax.tree_util.tree_unflatten(eqn.params["in_tree"], list(eqn.invars))[0]
-    return msg["value"] is None
+    return msg.value is None
 
 
 def _is_enumerated_at_top(eqn) -> bool:
@@ -303,9 +303,9 @@ def forward_scan(eqn, ins, names, discrete=None):
             if e.primitive is not perform_p or e.params["op"] is not sample_op:
                 return None
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
-            msg = dict(msg, mask=jnp.zeros((), bool))  # counted in pass 2, not outside
+            msg = msg._replace(mask=jnp.zeros((), bool))  # counted in pass 2, not outside
             if index in enum_eqns:
-                msg["value"] = state_value(enum_eqns.index(index), 0)
+                msg = msg._replace(value=state_value(enum_eqns.index(index), 0))
             values[index] = sample_op(msg, **dict(e.params["static"]))
             return [values[index]]
 
@@ -339,7 +339,7 @@ def forward_scan(eqn, ins, names, discrete=None):
                 value = state_value(k, states[i, k])
             else:
                 value = given[index]
-            lp = masked_log_prob(msg["fn"], value, msg["mask"], msg["scale"])
+            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
             if index in reducers:
                 chained.append(reducers[index](lp))
             else:
@@ -446,7 +446,7 @@ def _supports(body, enum_eqns):
     for index in enum_eqns:
         e = body.eqns[index]
         msg = jax.tree_util.tree_unflatten(e.params["in_tree"], [v.aval for v in e.invars])[0]
-        fn = msg["fn"]
+        fn = msg.fn
         support = _support_of(fn)
         out.append(support.reshape((support.shape[0],) + tuple(fn.event_shape)))
         shapes.append(tuple(fn.batch_shape) + tuple(fn.event_shape))

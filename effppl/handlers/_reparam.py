@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..primitives import deterministic_op, in_clause, message_contexts, sample_op
+from ..primitives import (deterministic_op, in_clause, message_contexts, numpyro_message,
+                          sample_op)
 from ._handler import Handler, forward
 
 
@@ -30,11 +31,7 @@ class reparam(Handler):
     def _strategy(self, name, msg, static):
         if isinstance(self.config, dict):
             return self.config.get(name)
-        return self.config({"type": "sample", "name": name, "fn": msg["fn"],
-                            "value": msg["value"], "is_observed": static["is_observed"],
-                            "infer": dict(static.get("infer", ())), "scale": msg["scale"],
-                            "mask": msg["mask"],
-                            "cond_indep_stack": list(static.get("cond_indep_stack", ()))})
+        return self.config(numpyro_message("sample", name, static, msg))
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
@@ -42,15 +39,15 @@ class reparam(Handler):
                 self._strategy(name, msg, static)
             if strategy is None:
                 return resume(params, forward(msg, name=name, **static))
-            keep = lambda m: dict(m, scale=msg["scale"], mask=msg["mask"])  # noqa: E731
+            keep = lambda m: m._replace(scale=msg.scale, mask=msg.mask)  # noqa: E731
             message_contexts().append(keep)
             try:
                 with in_clause():
-                    new_fn, value = strategy(name, msg["fn"], msg["value"])
+                    new_fn, value = strategy(name, msg.fn, msg.value)
             finally:
                 message_contexts().remove(keep)
             if value is None or new_fn is not None:
-                msg = dict(msg, fn=new_fn, value=None if value is None else jnp.asarray(value))
+                msg = msg._replace(fn=new_fn, value=None if value is None else jnp.asarray(value))
                 return resume(params, forward(msg, name=name, **static))
             return resume(params, deterministic_op(
                 jnp.asarray(value), name=name,

@@ -40,6 +40,12 @@ class Site(NamedTuple):
     conditional: bool = False  # some occurrence sits in a `cond` branch (may never run)
 
     @property
+    def message(self):
+        """The message of its perform `key` (`SampleMsg`, `ParamMsg`), abstract values at its
+        leaves: the distribution's type and parameters' shapes, a param's constraint."""
+        return message_avals(self.key)
+
+    @property
     def in_loop(self):
         return bool(self.loops)
 
@@ -65,6 +71,11 @@ class Site(NamedTuple):
         for i, length, reverse in zip(reversed(index), self.loops, self.reverse):
             row = row * length + (length - 1 - i if reverse else i)
         return row
+
+
+def message_avals(key):
+    """The message of the perform `key` (a `SiteKey`), abstract values at its leaves."""
+    return jax.tree_util.tree_unflatten(key.in_tree, key.in_avals)[0]
 
 
 _SITE_OPS = (sample_op, deterministic_op, param_op, mutable_op)
@@ -135,7 +146,7 @@ def analyze(jaxpr) -> dict:
 
 def _unconstrained_type(site, key):
     """`(shape, dtype)` of `biject_to(fn.support).inv(value)` for the perform `key` of `site`."""
-    fn_avals = jax.tree_util.tree_unflatten(key.in_tree, key.in_avals)[0]["fn"]
+    fn_avals = message_avals(key).fn
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
 

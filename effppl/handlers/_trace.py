@@ -112,7 +112,7 @@ class trace(Handler):
             if self.keep is not None and not self.keep(name, site):
                 continue
             lead = site.count if site.in_loop else None
-            msg_avals = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+            msg_avals = site.message
             if site.type == "mutable":  # a pytree: one field per leaf
                 self._layout.fields[name] = {"value": [
                     self._layout.add(a.shape, a.dtype, None) for a in site.key.in_avals]}
@@ -122,14 +122,14 @@ class trace(Handler):
                 fields["value"] = self._layout.add(site.aval.shape, site.aval.dtype, lead)
             if site.type == "param":
                 fields["constraint"] = [self._layout.add(a.shape, a.dtype, None) for a in
-                                        jax.tree_util.tree_leaves(msg_avals["constraint"])]
+                                        jax.tree_util.tree_leaves(msg_avals.constraint)]
             if site.type == "sample" and not self.values_only:
                 if site.one_family and not self.scores_only:
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
-                                    for a in jax.tree_util.tree_leaves(msg_avals["fn"])]
-                lp = _log_prob_type(site.aval, msg_avals["fn"])
+                                    for a in jax.tree_util.tree_leaves(msg_avals.fn)]
+                lp = _log_prob_type(site.aval, msg_avals.fn)
                 fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
-                if msg_avals["scale"] is not None:
+                if msg_avals.scale is not None:
                     fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
             if site.type == "sample":
                 if self.record_unconstrained and not site.is_observed and not is_enumerated(
@@ -178,11 +178,11 @@ class trace(Handler):
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            return resume(record(bufs, name, value, msg["fn"], msg["mask"], msg["scale"]), value)
+            return resume(record(bufs, name, value, msg.fn, msg.mask, msg.scale), value)
 
         def param(bufs, msg, *, resume, name, **static):
             value = forward_param(msg, name=name, **static)
-            return resume(record(bufs, name, value, constraint=msg["constraint"]), value)
+            return resume(record(bufs, name, value, constraint=msg.constraint), value)
 
         def deterministic(bufs, value, *, resume, name, **static):
             value = deterministic_op(value, name=name, **static)
@@ -201,8 +201,7 @@ class trace(Handler):
 
     @staticmethod
     def _fn_tree(site):
-        return jax.tree_util.tree_structure(
-            jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"])
+        return jax.tree_util.tree_structure(site.message.fn)
 
     def ret(self, bufs, result):
         return result, bufs
@@ -255,9 +254,9 @@ class trace(Handler):
                 if "scale" in fields:
                     rec["scale"] = read(fields["scale"])
             if site.type == "param":
-                msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
+                msg = site.message
                 constraint = jax.tree_util.tree_unflatten(
-                    jax.tree_util.tree_structure(msg["constraint"]),
+                    jax.tree_util.tree_structure(msg.constraint),
                     [self._layout.read(bufs, f) for f in fields["constraint"]])
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in fields:
@@ -270,7 +269,7 @@ class trace(Handler):
                     out[frame.name] = _plate_entry(frame.name, frame.size, frame.size,
                                                    jnp.arange(frame.size))
             if site.type == "plate":
-                fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+                fn = site.message.fn
                 rec = {**rec, **_plate_entry(name, fn.size, fn.subsample_size, rec["value"]),
                        "cond_indep_stack": rec["cond_indep_stack"]}
             out[name] = rec

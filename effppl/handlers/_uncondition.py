@@ -19,7 +19,7 @@ class uncondition(Handler):
     def clauses(self):
         def sample(params, msg, *, resume, is_observed, infer, **static):
             if is_observed:
-                msg = dict(msg, value=None)
+                msg = msg._replace(value=None)
                 infer = tuple(sorted(dict(infer, was_observed=True).items()))
             return resume(params, forward(msg, is_observed=False, infer=infer, **static))
         return {sample_op: sample}

@@ -64,7 +64,7 @@ def _fixed_supports(sites) -> dict | None:
     for name, (site, _, _) in sites.items():
         if len(site.keys) > 1 or site.conditional:
             return None
-        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        fn = site.message.fn
         try:
             support = fn.support
         except Exception:  # noqa: BLE001 (a support computed from the parameters' values)

@@ -374,7 +374,7 @@ def _check_enumeration(model, guide_tr, args, kwargs):
         static = dict(site.key.static)
         if is_enumerated(static.get("infer", ())):
             continue
-        fn = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]["fn"]
+        fn = site.message.fn
         if getattr(getattr(fn, "support", None), "is_discrete", False):
             raise ELBOError(f"effppl.infer.TraceEnum_ELBO: site `{name}` of model "
                             f"`{model_name(model)}` is discrete ({type(fn).__name__}) and neither "

@@ -108,8 +108,8 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
             continue
         fn = None
         if site.type == "sample" and site.one_family:
-            msg = jax.tree_util.tree_unflatten(site.key.in_tree, site.key.in_avals)[0]
-            leaves, tree = jax.tree_util.tree_flatten(msg["fn"])
+            msg = site.message
+            leaves, tree = jax.tree_util.tree_flatten(msg.fn)
             fn = jax.tree_util.tree_unflatten(
                 tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves])
         stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
@@ -220,13 +220,13 @@ def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
     return h.infer_discrete(h.substitute(model, samples), rng_key=jax.random.key_data(rng_key))
 
 
-def numpyro_site(msg: dict) -> dict:
-    """A sample site's message with the fields NumPyro's site functions read (`type`, `kwargs`
-    with the site's `rng_key` and `sample_shape`, `infer` as a dict)."""
-    site = dict(msg)
+def numpyro_site(site: dict) -> dict:
+    """A site dict (a trace entry, or a user's) with the fields NumPyro's site functions read
+    (`type`, `kwargs` with the site's `rng_key` and `sample_shape`, `infer` as a dict)."""
+    site = dict(site)
     site.setdefault("type", "sample")
     site["infer"] = dict(site.get("infer") or ())
-    site.setdefault("kwargs", {"rng_key": msg.get("rng_key"), "sample_shape": ()})
+    site.setdefault("kwargs", {"rng_key": site.get("rng_key"), "sample_shape": ()})
     return site
 
 
@@ -258,7 +258,7 @@ def get_trace(
     if rng_key is not None:
         fn = h.seed(fn, rng_key)
     if substitute_fn is not None:
-        fn = h.substitute(fn, substitute_fn=lambda msg: substitute_fn(numpyro_site(msg)))
+        fn = h.substitute(fn, substitute_fn=substitute_fn)
     raw = h.trace(fn).get_trace(*args, **kwargs)
     sites = {}
     for name, site in raw.items():
