@@ -12,8 +12,11 @@ from . import _compat
 from ._translate import eliminate_jaxpr
 
 
-def _name(f) -> str:
-    return getattr(f, "__name__", "f")
+def callable_name(f: Callable) -> str:
+    """The name of function `f` for messages and traced programs: its `__name__`, else that of
+    the function a `functools.partial` wraps, else its type's (a callable object)."""
+    inner = f.func if isinstance(f, functools.partial) else f
+    return getattr(inner, "__name__", None) or type(inner).__name__
 
 
 def _check_callable(f, api):
@@ -51,8 +54,8 @@ def eliminate(f: Callable) -> Callable:
 
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
-        closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, _name(f))
-        _compat.check_no_leaked_tracers(consts, _name(f))
+        closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, callable_name(f))
+        _compat.check_no_leaked_tracers(consts, callable_name(f))
         out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
@@ -86,7 +89,7 @@ def make_jaxpr(f: Callable) -> Callable:
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
         leaves, rebuild = _compat.split_args(args, kwargs)
-        closed = _compat.trace_to_closed_jaxpr(flat, leaves, _name(f))
+        closed = _compat.trace_to_closed_jaxpr(flat, leaves, callable_name(f))
         return eliminate_jaxpr(closed)
 
     return make

@@ -14,9 +14,10 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
-- Argument checks: `describe_non_array`, `describe_non_bool`.
+- Argument checks and messages: `describe_non_array`, `describe_non_bool`, `callable_name`.
 """
 
+from ._api import callable_name
 from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, current_trace, dce,
                       jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_args,
                       summarize_source, trace_call, trace_to_jaxpr, vmap_index)
@@ -29,4 +30,5 @@ __all__ = [
     "trace_call", "split_args", "trace_to_jaxpr", "abstractify", "check_no_leaked_tracers", "dce",
     "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
+    "callable_name",
 ]

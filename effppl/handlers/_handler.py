@@ -119,12 +119,12 @@ def masked_log_prob(fn, value, mask=None, scale=None):
 
 
 def model_name(fn) -> str:
-    """A model's name for messages: its `__name__`, else its type's (partials, callable objects);
-    for a handler's bound method, the name of the model the handler wraps."""
-    if isinstance(getattr(fn, "__self__", None), Handler):
-        return model_name(fn.__self__)
-    inner = getattr(fn, "func", fn)  # functools.partial
-    return getattr(inner, "__name__", None) or type(inner).__name__
+    """A model's name for messages and traced programs (`effects.internal.callable_name`); for
+    a handler, or a handler's bound method, the name of the model the handler wraps."""
+    owner = getattr(fn, "__self__", fn)
+    if isinstance(owner, Handler) and owner.fn is not None:
+        return model_name(owner.fn)
+    return internal.callable_name(fn)
 
 
 def _named_like(fn):

@@ -7,10 +7,11 @@ batching: it runs unbatched, its outputs given a chain axis of length 1 (NumPyro
 is not vmapped either). Values are those `vmap` gives.
 """
 
-import functools
 from collections.abc import Callable
 
 import jax
+
+from ..effects import internal
 
 __all__ = ["over_chains"]
 
@@ -37,6 +38,5 @@ def over_chains(fn: Callable, in_axes: tuple) -> Callable:
         return jax.tree.map(lambda a: a[None], fn(*inner))
 
     # Named after `fn`: JAX names the compiled program (and its compile logs) after it.
-    base = fn.func if isinstance(fn, functools.partial) else fn
-    mapped.__name__ = mapped.__qualname__ = getattr(base, "__name__", "mapped").lstrip("_")
+    mapped.__name__ = mapped.__qualname__ = internal.callable_name(fn).lstrip("_")
     return mapped

@@ -98,7 +98,7 @@ class ModelFns:
 
     @property
     def name(self) -> str:
-        return getattr(self.model, "__qualname__", repr(self.model))
+        return _model.model_name(self.model)
 
     def args(self, dynamic: tuple) -> tuple[tuple, dict]:
         """`(args, kwargs)` of the model, rebuilt from the array leaves `dynamic`."""

@@ -332,7 +332,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     sdyn = strategy.dynamic()
     chain_keys = rng_key if rng_key.ndim else jax.random.split(rng_key, num_chains)
     params = propose(chain_keys, sdyn, dynamic)
-    name = getattr(fns.model, "__qualname__", repr(fns.model))
+    name = fns.name
     for attempt in range(1, max_tries + 1):
         try:
             pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
@@ -395,7 +395,7 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
     **Raises:** `InitializationError` naming the site whose value is missing, unknown or of the
     wrong shape, or the chain at which the log density or its gradient is not finite.
     """
-    name = getattr(fns.model, "__qualname__", repr(fns.model))
+    name = fns.name
     if not isinstance(init_params, Mapping):
         raise InitializationError(
             f"`{api}(init_params=...)` expected a dict site name -> unconstrained value, but got "

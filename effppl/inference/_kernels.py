@@ -14,6 +14,7 @@ import numpy as np
 
 from .._errors import EffpplError
 from ._init import InitStrategy, init_to_uniform
+from ._model import model_name
 from ._init_site import as_strategy
 
 __all__ = ["NUTS", "HMC"]
@@ -111,7 +112,7 @@ class _HMCFamily:
         }
 
     def __repr__(self) -> str:
-        return f"{self._api}(model={getattr(self.model, '__qualname__', self.model)})"
+        return f"{self._api}(model={model_name(self.model)})"
 
 
 class HMC(_HMCFamily):
