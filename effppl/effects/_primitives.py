@@ -449,14 +449,7 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
 
 def _bind_handle(body, name, params, clauses, ret, args, kwargs):
-    arg_leaves, rebuild = _compat.split_args(args, kwargs)
-    arg_avals = [abstractify(x) for x in arg_leaves]
-
-    def body_flat(*leaves):
-        a, kw = rebuild(leaves)
-        return body(*a, **kw)
-
-    body_jaxpr, body_consts, body_tree = _compat.trace_to_jaxpr(body_flat, arg_avals, name)
+    body_jaxpr, body_consts, arg_leaves, body_tree = _compat.trace_call(body, args, kwargs, name)
     if callable(params):  # parameters that depend on what the body performs
         params = params(body_jaxpr.jaxpr)
         check_arrays(params, "effppl.effects.handle(..., params=f): f(body_jaxpr)")
