@@ -88,7 +88,7 @@ def make_jaxpr(f: Callable) -> Callable:
             a, kw = rebuild(xs)
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
-        leaves, rebuild = _compat.split_args(args, kwargs)
+        leaves, rebuild = _compat.split_traced_args(args, kwargs)
         closed = _compat.trace_to_closed_jaxpr(flat, leaves, callable_name(f))
         return eliminate_jaxpr(closed)
 

@@ -124,11 +124,12 @@ def _is_dynamic(x) -> bool:
         and not isinstance(x, bool)
 
 
-def split_args(args, kwargs):
+def split_traced_args(args, kwargs):
     """Flatten `(args, kwargs)` into the array leaves to trace and a function rebuilding them.
 
     Python ints, bools, strings and other non-array leaves stay static (as NumPyro models use them
-    for sizes and options); arrays and Python floats are traced.
+    for sizes and options); arrays and Python floats are traced. (`effppl.inference` keys its
+    compiled functions by `split_cache_key` instead, which keeps Python floats static too.)
 
     **Raises:** `TypeError` naming the argument (`args[0]`, `kwargs['y']`) for a NumPy array that
     JAX cannot trace (of strings or objects).
@@ -152,13 +153,13 @@ def split_args(args, kwargs):
 
 
 def trace_call(fn: Callable, args, kwargs, name: str):
-    """Trace `fn(*args, **kwargs)` at the types of its array arguments (`split_args` says which
-    are traced; the others stay static), with closure conversion as `trace_to_jaxpr`.
+    """Trace `fn(*args, **kwargs)` at the types of its array arguments (`split_traced_args` says
+    which are traced; the others stay static), with closure conversion as `trace_to_jaxpr`.
 
     **Returns:** `(closed_jaxpr, consts, leaves, out_tree)`: the jaxpr takes `consts` then the
     traced `leaves` of `(args, kwargs)`; `out_tree` is the treedef of `fn`'s result.
     """
-    leaves, rebuild = split_args(args, kwargs)
+    leaves, rebuild = split_traced_args(args, kwargs)
 
     def flat(*xs):
         a, kw = rebuild(xs)

@@ -8,7 +8,7 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 - Reading programs: `iter_performs` (each perform with its loops, `cond` branches and source;
   control flow is named nowhere else), `iter_eqns`, `exclusive`, `Perform`, `Loop`, `SiteKey`,
   `perform_p` (to recognise a perform equation).
-- Tracing: `trace_call` (a function at the types of its array arguments), `split_args`
+- Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
   `check_no_leaked_tracers`, `dce`, `current_trace`, `vmap_index`.
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
@@ -19,7 +19,7 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 
 from ._api import callable_name
 from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, current_trace, dce,
-                      jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_args,
+                      jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_traced_args,
                       summarize_source, trace_call, trace_to_jaxpr, vmap_index)
 from ._primitives import SiteKey, perform_p
 from ._values import describe_non_array, describe_non_bool
@@ -27,7 +27,8 @@ from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 
 __all__ = [
     "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop", "SiteKey", "perform_p",
-    "trace_call", "split_args", "trace_to_jaxpr", "abstractify", "check_no_leaked_tracers", "dce",
+    "trace_call", "split_traced_args", "trace_to_jaxpr", "abstractify", "check_no_leaked_tracers",
+    "dce",
     "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
     "callable_name",

@@ -32,7 +32,7 @@ from numpyro.distributions.transforms import biject_to
 from .. import primitives
 from .._errors import EffpplError
 from ..primitives import SiteError, prng_key_op
-from ._cache import cached, split_args
+from ._cache import cached, split_cache_key
 from ._init import InitStrategy, ModelContext, init_to_uniform
 from ._model import initialising
 
@@ -231,8 +231,8 @@ class AutoGuide:
         return self._prototype_args
 
     def _compiled(self, what, build, args, kwargs):
-        structure, dynamic = split_args(f"effppl.infer.autoguide.{type(self).__name__}", args,
-                                        kwargs)
+        structure, dynamic = split_cache_key(f"effppl.infer.autoguide.{type(self).__name__}",
+                                             args, kwargs)
         fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
         return fn, dynamic
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._errors import EffpplError
 
-__all__ = ["UnhashableArgumentError", "ArgsStructure", "StaticArray", "split_args", "cached",
+__all__ = ["UnhashableArgumentError", "ArgsStructure", "StaticArray", "split_cache_key", "cached",
            "clear_cache"]
 
 
@@ -79,9 +79,14 @@ class StaticArray:
         return isinstance(other, StaticArray) and self._key == other._key
 
 
-def split_args(api: str, args: tuple, kwargs: dict,
-               static_arrays: frozenset = frozenset()) -> tuple[ArgsStructure, tuple]:
-    """Split model arguments into their hashable structure and their array leaves.
+def split_cache_key(api: str, args: tuple, kwargs: dict,
+                    static_arrays: frozenset = frozenset()) -> tuple[ArgsStructure, tuple]:
+    """Split model arguments into their hashable structure, which keys the compiled functions,
+    and their array leaves, which are the compiled functions' arguments.
+
+    Unlike `effects.internal.split_traced_args` (what a trace of the model abstracts), Python
+    floats are static here: a compiled inference function is looked up by them, as by ints (a
+    new float compiles anew); only arrays are its arguments.
 
     **Arguments:**
 

@@ -23,7 +23,7 @@ from ..effects import internal
 from . import _model
 from ._arguments import model_arguments
 from ._arviz import plate_dims
-from ._cache import ArgsStructure, cached, has_static_arrays, split_args, with_static_arrays
+from ._cache import ArgsStructure, cached, has_static_arrays, split_cache_key, with_static_arrays
 from ._chains import over_chains
 from ._init import ModelContext
 from ._persistent import with_persistent_cache
@@ -358,8 +358,8 @@ def _argument_name(model: Callable, args: tuple, kwargs: dict, index: int) -> st
 
 
 def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[ModelFns, tuple]:
-    """`(model_fns(...), dynamic)` for `model(*args, **kwargs)`: `split_args` and `model_fns`,
-    except that an array argument whose *value* the model needs while traced (`n =
+    """`(model_fns(...), dynamic)` for `model(*args, **kwargs)`: `split_cache_key` and
+    `model_fns`, except that an array argument whose *value* the model needs while traced (`n =
     len(np.unique(group))`, a Python `if` on it, a shape) becomes a static argument, hashed by
     value and part of the cache key (each new value compiles anew), with a `StaticArgumentWarning`
     naming it, once per model and argument. (`jax.jit` asks for `static_argnames`; here the
@@ -375,7 +375,7 @@ def prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[Model
 def _prepare(api: str, model: Callable, args: tuple, kwargs: dict) -> tuple[ModelFns, tuple]:
     static: set = set()
     while True:
-        structure, dynamic = split_args(api, args, kwargs, frozenset(static))
+        structure, dynamic = split_cache_key(api, args, kwargs, frozenset(static))
         try:
             return model_fns(model, structure, dynamic), dynamic
         except _NEEDS_VALUE as err:

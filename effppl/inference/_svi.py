@@ -25,7 +25,7 @@ from .._errors import EffpplError
 from .._keys import key_data
 from ..effects.internal import describe_non_array
 from ._arguments import model_arguments
-from ._cache import cached, split_args
+from ._cache import cached, split_cache_key
 from ._mcmc import _advance
 from ._optim import as_optimizer
 
@@ -297,7 +297,7 @@ class SVI:
         self._constraints = None
 
     def _compiled(self, api, args, kwargs, forward_mode=False):
-        structure, dynamic = split_args(api, args, {**self._array_kwargs, **kwargs})
+        structure, dynamic = split_cache_key(api, args, {**self._array_kwargs, **kwargs})
         key = ("svi", self.model, self.guide, self.loss, self._optimizer, structure, self._static,
                bool(forward_mode))
         fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,

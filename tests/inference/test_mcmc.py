@@ -9,7 +9,7 @@ import pytest
 
 from effppl.inference import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
 from effppl.inference import _mcmc, _model, _sampler
-from effppl.inference._cache import split_args
+from effppl.inference._cache import split_cache_key
 from effppl.inference._fns import model_fns
 
 from effppl import distributions as dist
@@ -221,7 +221,7 @@ def test_window_adaptation_matches_blackjax(y):
     """The chunked warmup runs the same computation as `blackjax.window_adaptation(...).run`."""
     num_warmup, key = 150, jax.random.key(11)
     kernel = NUTS(m.normal_normal, dense_mass=True)
-    structure, dynamic = split_args("test", (y,), {})
+    structure, dynamic = split_cache_key("test", (y,), {})
     fns = model_fns(kernel.model, structure, dynamic)
     sampler = _sampler.sampler_for(fns, kernel)
     position = {"mu": jnp.asarray(0.3)}
