@@ -202,7 +202,7 @@ class _Subsample(dist.Distribution):
     gives NumPyro's indices); a density of 1."""
 
     pytree_aux_fields = ("size", "subsample_size")
-    support = dist.constraints.nonnegative_integer
+    support = dist.constraints.nonnegative_integer  # pyright: ignore[reportAssignmentType]
 
     def __init__(self, size, subsample_size):
         self.size, self.subsample_size = size, subsample_size
@@ -516,12 +516,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     msg = SampleMsg(fn=fn, value=obs, scale=_subsample_scale())
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
-    infer = _infer_dict(name, infer)
+    hints = _infer_dict(name, infer)
     for configure in reversed(site_contexts()):
-        msg, infer = configure(name, msg, infer, obs is not None)
-    infer = _static_infer(name, infer)
+        msg, hints = configure(name, msg, hints, obs is not None)
     return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
-                    infer=infer, cond_indep_stack=_plate_frames())
+                    infer=_static_infer(name, hints), cond_indep_stack=_plate_frames())
 
 
 def _numbers(what, value, real=True):

@@ -194,7 +194,7 @@ class scoped:
 def split_scopes(eqns):
     """The equations of one jaxpr level as `(eqn, None)` items, with each outermost `with`
     block as one `(enter_eqn, body_eqns)` item (after calling the scope's `prepare`)."""
-    out, depth, start = [], 0, None
+    out, depth, start = [], 0, 0
     for i, eqn in enumerate(eqns):
         if eqn.primitive is enter_p:
             if depth == 0:

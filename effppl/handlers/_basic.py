@@ -201,18 +201,17 @@ class _SetValue(Handler):
             return value, counts
 
         def sample(counts, msg, *, resume, name, **static):
-            if name not in self.data and self.substitute_fn is None:
-                return resume(counts, forward(msg, name=name, **static))
             shape = msg.fn.shape() if msg.value is None else msg.value.shape
+            value = None
             if name in self.data and _short_series(self._site(name), self.data[name], shape):
                 value, counts = self._series_head(counts, msg, name)
             elif name in self.data:
                 value, counts = given(counts, name, shape)
-            else:
+            elif self.substitute_fn is not None:
                 value = self.substitute_fn(numpyro_message(
                     static.get("site_type", "sample"), name, static, msg))
-                if value is None:
-                    return resume(counts, forward(msg, name=name, **static))
+            if value is None:
+                return resume(counts, forward(msg, name=name, **static))
             if self.intervene:  # the site stays as it was for the handlers outside; the model
                 forward(msg, name=name, **static)  # goes on with the intervention
                 return resume(counts, jnp.asarray(value, _value_type(msg).dtype))
@@ -248,7 +247,7 @@ class _SetValue(Handler):
                                        self.data[name], value)
             return resume(counts, mutable_op(value, name=name, final=final, **static))
 
-        clauses = {sample_op: sample}
+        clauses: dict = {sample_op: sample}
         if self.sets_deterministic:  # substitute: also deterministic, param, mutable (NumPyro)
             clauses.update({deterministic_op: deterministic, param_op: param,
                             mutable_op: mutable})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 
 def _funsor():
@@ -73,7 +74,7 @@ def _factors(tr, loops, scale_outside=False):
     return total, factors, enum_dims, plates, own, scale
 
 
-def log_joint(tr, loops, scale_outside=False) -> jnp.ndarray:
+def log_joint(tr, loops, scale_outside=False) -> ArrayLike:
     """The log joint of the enumerated trace `tr` (`effppl.handlers.trace`'s dict: `log_prob`
     times `scale`) with its enumerated sites summed out, in log space.
 

@@ -20,7 +20,7 @@ class _InitBySite(InitStrategy):
     """Each latent site takes `fn(site)`, in the order the model reaches them (so a site's
     distribution is built from the initial values of the sites before it)."""
 
-    fn: Callable = None
+    fn: Callable | None = None
     name: str = ""
 
     def propose(self, rng_key, ctx, dynamic):
