@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _compat
-from ._translate import eliminate_jaxpr
+from ._translate import eliminate_jaxpr, paused_gc
 
 
 def callable_name(f: Callable) -> str:
@@ -54,9 +54,11 @@ def eliminate(f: Callable) -> Callable:
 
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
-        closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, callable_name(f))
-        _compat.check_no_leaked_tracers(consts, callable_name(f))
-        out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
+        with paused_gc():
+            closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs,
+                                                                  callable_name(f))
+            _compat.check_no_leaked_tracers(consts, callable_name(f))
+            out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
 
@@ -89,7 +91,8 @@ def make_jaxpr(f: Callable) -> Callable:
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
         leaves, rebuild = _compat.split_traced_args(args, kwargs)
-        closed = _compat.trace_to_closed_jaxpr(flat, leaves, callable_name(f))
-        return eliminate_jaxpr(closed)
+        with paused_gc():
+            closed = _compat.trace_to_closed_jaxpr(flat, leaves, callable_name(f))
+            return eliminate_jaxpr(closed)
 
     return make

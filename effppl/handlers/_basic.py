@@ -42,7 +42,7 @@ class seed(Handler):
         self.rng_key = params  # the next block's site draws a new value
 
     def clauses(self):
-        @forwards_static("name")
+        @forwards_static("name", "cond_indep_stack")
         def sample(key, msg, *, resume, **static):
             if msg.value is not None or msg.rng_key is not None:
                 return resume(key, forward(msg, **static))
@@ -453,7 +453,7 @@ class mask(Handler):
         return msg._replace(mask=m if msg.mask is None else jnp.logical_and(m, msg.mask))
 
     def clauses(self):
-        @forwards_static("name")
+        @forwards_static("name", "cond_indep_stack")
         def sample(params, msg, *, resume, **static):
             return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}
@@ -479,7 +479,7 @@ class scale(Handler):
         return msg._replace(scale=s if msg.scale is None else s * msg.scale)
 
     def clauses(self):
-        @forwards_static("name")
+        @forwards_static("name", "cond_indep_stack")
         def sample(params, msg, *, resume, **static):
             return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}

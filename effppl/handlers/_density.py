@@ -25,7 +25,7 @@ class _LogJoint(Handler):
         return jnp.zeros((), jnp.result_type(float))
 
     def clauses(self):
-        @internal.forwards_static("name")
+        @internal.forwards_static("name", "cond_indep_stack")
         def sample(total, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
             lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)

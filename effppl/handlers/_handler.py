@@ -74,7 +74,7 @@ def _inside():
         handler_traces().pop()
 
 
-@internal.forwards_static("name")
+@internal.forwards_static("name", "cond_indep_stack")
 def _base_sample(params, msg, *, resume, name, **static):
     value = msg.value
     if value is None:
