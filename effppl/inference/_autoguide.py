@@ -332,9 +332,10 @@ class AutoGuide:
                 local = [n for n, latent in sites.items() if latent.subsampled]
                 if local and _fixed_supports(sites) is None:
                     raise AutoGuideError(
-                        f"effppl.infer.autoguide.{type(self).__name__}: site `{local[0]}` sits in a "
-                        f"subsampled plate and the model has a support that depends on other "
-                        f"values, so its full-size values cannot be mapped to their supports.")
+                        f"effppl.infer.autoguide.{type(self).__name__}: site `{local[0]}` "
+                        f"sits in a subsampled plate and the model has a support that depends "
+                        f"on other values, so its full-size values cannot be mapped to their "
+                        f"supports.")
                 one = lambda v: self._constrain(a, kw, v, sites)[0]  # noqa: E731
                 for _ in range(batch_ndim):
                     one = jax.vmap(one)

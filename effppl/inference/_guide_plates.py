@@ -38,7 +38,8 @@ class Frame(NamedTuple):
 def site_frames(site, full_sizes: dict) -> tuple:
     """The `Frame`s of the plates around `site` (a `handlers._sites.Site`), innermost first
     (NumPyro's `cond_indep_stack` order); `full_sizes`: `{plate: size}` of the model's
-    subsampled plates (others are full size). Branches of a `cond` that sit in different plates: none (as traces)."""
+    subsampled plates (others are full size). Branches of a `cond` that sit in different
+    plates: none (as traces)."""
     stacks = {dict(k.static).get("cond_indep_stack", ()) for k in site.keys or (site.key,)}
     if len(stacks) != 1:
         return ()

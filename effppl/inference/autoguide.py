@@ -298,7 +298,8 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
 class AutoLaplaceApproximation(AutoContinuous):
     """MAP in unconstrained space (param `auto_loc`), then a Laplace approximation:
     `get_posterior` is the normal with covariance the inverse Hessian of the negative log joint
-    (unconstrained, Jacobian included) at `auto_loc`. **References:** NumPyro's
+    (unconstrained, Jacobian included) at `auto_loc`. `create_plates` is accepted and unused,
+    as in NumPyro (no local latent site in a subsampled plate). **References:** NumPyro's
     `AutoLaplaceApproximation`; MacKay (2003), ch. 27."""
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, create_plates=None,
