@@ -220,3 +220,26 @@ def test_a_plate_created_inside_a_loop_is_named():
     with pytest.raises(autoguide.AutoGuideError, match="plate `n`.*inside a loop"):
         SVI(model, guide, optax.adam(0.1), Trace_ELBO()).init(jax.random.PRNGKey(0),
                                                               jnp.zeros((3, N)))
+
+
+def test_a_support_depending_on_a_global_site_is_followed_in_the_subsample():
+    """z ~ Uniform(0, s), s latent: each draw of z lies in (0, s) of the same draw (the guide
+    runs the model on its own indices to find the support); full-size values then have no
+    support to map to, which `median` says."""
+    def model(y):
+        s = effppl.sample("s", dist.Exponential(1.0))
+        with effppl.plate("n", N, subsample_size=n) as idx:
+            z = effppl.sample("z", dist.Uniform(0.0, s))
+            effppl.sample("y", dist.Normal(z, 0.1), obs=y[idx])
+
+    y = jnp.linspace(0.1, 0.9, N)
+    guide = autoguide.AutoNormal(model)
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), y))
+    params = {**params, "s_auto_scale": jnp.asarray(1.0), "z_auto_scale": jnp.ones(N)}
+    for seed in range(5):
+        tr = trace(effppl.handlers.seed(substitute(guide, data=params), seed)).get_trace(y)
+        assert tr["z"]["value"].shape == (n,)
+        assert np.all((tr["z"]["value"] > 0) & (tr["z"]["value"] < tr["s"]["value"]))
+    with pytest.raises(autoguide.AutoGuideError, match="site `z` sits in a subsampled plate"):
+        guide.median(params)
