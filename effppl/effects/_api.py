@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _compat
-from ._translate import eliminate_jaxpr
+from ._translate import eliminate_jaxpr, paused_gc
 
 
 def _name(f) -> str:
@@ -51,9 +51,10 @@ def eliminate(f: Callable) -> Callable:
 
     @functools.wraps(f)
     def eliminated(*args, **kwargs):
-        closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, _name(f))
-        _compat.check_no_leaked_tracers(consts, _name(f))
-        out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
+        with paused_gc():
+            closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, _name(f))
+            _compat.check_no_leaked_tracers(consts, _name(f))
+            out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
 
@@ -86,7 +87,8 @@ def make_jaxpr(f: Callable) -> Callable:
             return jax.tree_util.tree_leaves(f(*a, **kw))
 
         leaves, rebuild = _compat.split_args(args, kwargs)
-        closed = _compat.trace_to_closed_jaxpr(flat, leaves, _name(f))
-        return eliminate_jaxpr(closed)
+        with paused_gc():
+            closed = _compat.trace_to_closed_jaxpr(flat, leaves, _name(f))
+            return eliminate_jaxpr(closed)
 
     return make

@@ -478,20 +478,98 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_slice = slice(0, len(ret_consts))
         frame_consts += ret_consts
 
-    traced = {}
+    traced, by_signature, template_of = {}, {}, {}
     ops = frozenset(clauses)
     for key in _perform_sites(body_jaxpr.jaxpr, ops):
-        clause_jaxpr, consts = _trace_clause(clauses[key.op], key, p_tree, p_avals, answer_tree,
+        clause = clauses[key.op]
+        signature, forwarded = _signature(clause, key)
+        template = by_signature.get(signature)
+        if template is not None:  # the same clause but for forwarded static arguments
+            traced[key] = template._replace(
+                jaxpr=_forwarding_to(template.jaxpr, template_of[signature], forwarded))
+            continue
+        clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
                                              answer_avals)
         start = len(frame_consts)
         frame_consts += consts
         traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)),
                              classify_clause(clause_jaxpr))
+        if signature is not None and _only_top_level_performs(clause_jaxpr.jaxpr):
+            by_signature[signature], template_of[signature] = traced[key], forwarded
     spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
                          spec=spec, n_body_consts=len(body_consts),
                          n_frame_consts=len(frame_consts))
     return jax.tree_util.tree_unflatten(answer_tree, outs)
+
+
+def forwards_static(*names: str) -> Callable[[Callable], Callable]:
+    """Declare that a clause uses the static keyword arguments `names` of its operation only to
+    pass them on, unchanged, to the operations it performs (and in the messages of errors it
+    raises): its jaxpr is then traced once per perform signature that differs only in them, and
+    reused for the others with those arguments replaced in its performs.
+
+    A handler whose clause forwards, say, a site `name` to the handlers outside it otherwise
+    traces its clause once per site: the cost that grows with the number of sites. A clause that
+    reads such an argument (looks it up, formats it into an array or a callback) must not be
+    marked: it would get the first site's jaxpr.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl.effects import Operation, handle
+    >>> from effppl.effects.internal import forwards_static
+    >>> tick = Operation("tick", out=lambda x, **static: jax.ShapeDtypeStruct((), jnp.float32))
+    >>> @forwards_static("label")
+    ... def double(p, x, *, resume, label):
+    ...     return resume(p, tick(2.0 * x, label=label))
+    >>> count = lambda p, x, *, resume, label: resume(p + 1.0, x)
+    >>> inner = handle(lambda: tick(1.0, label="a") + tick(3.0, label="b"), clauses={tick: double})
+    >>> outer = handle(inner, params=jnp.float32(0.0), clauses={tick: count},
+    ...                ret=lambda p, r: (p, r))
+    >>> [v.tolist() for v in outer()]
+    [2.0, 8.0]
+    """
+    forwarded = frozenset(names)
+
+    def mark(clause):
+        clause._effppl_forwards_static = forwarded
+        return clause
+    return mark
+
+
+def _signature(clause, key):
+    """The part of a perform signature `key` that a clause's jaxpr depends on, and the values of
+    the static arguments it only forwards; `(None, None)` for a clause not marked with
+    `forwards_static`."""
+    forwarded = getattr(clause, "_effppl_forwards_static", None)
+    if not forwarded:
+        return None, None
+    kept = tuple(kv for kv in key.static if kv[0] not in forwarded)
+    return (clause, key.op, key.in_tree, key.in_avals, kept), \
+        {k: v for k, v in key.static if k in forwarded}
+
+
+def _only_top_level_performs(jaxpr):
+    """Whether all the performs of a clause are equations of its own jaxpr (none inside a loop,
+    branch or call, which `_forwarding_to` would not rewrite)."""
+    from ._walk import iter_eqns  # it builds on this module
+    top = sum(e.primitive is perform_p for e in jaxpr.eqns)
+    return top == sum(e.primitive is perform_p for e in iter_eqns(jaxpr))
+
+
+def _forwarding_to(closed, old, new):
+    """The clause jaxpr `closed`, traced for a perform with forwarded static values `old`, with
+    its performs that forward them passing `new` instead."""
+    def rewrite(eqn):
+        if eqn.primitive is not perform_p:
+            return eqn
+        static = eqn.params["static"]
+        if not any(k in old and v == old[k] for k, v in static):
+            return eqn
+        static = tuple((k, new[k] if k in old and v == old[k] else v) for k, v in static)
+        return eqn.replace(params={**eqn.params, "static": static})
+
+    jaxpr = closed.jaxpr
+    return _compat.ClosedJaxpr(jaxpr.replace(eqns=[rewrite(e) for e in jaxpr.eqns]), closed.consts)
 
 
 def _check_signature(fn, what, call, *args, **kwargs):

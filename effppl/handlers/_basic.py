@@ -12,7 +12,7 @@ import numpy as np
 import jax.numpy as jnp
 
 from .._keys import key_data
-from ..effects.internal import describe_non_array, describe_non_bool
+from ..effects.internal import describe_non_array, describe_non_bool, forwards_static
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op)
 from .._mutable import mutable_op
@@ -42,6 +42,7 @@ class seed(Handler):
         self.rng_key = params  # the next block's site draws a new value
 
     def clauses(self):
+        @forwards_static("name", "cond_indep_stack")
         def sample(key, msg, *, resume, **static):
             if msg["value"] is not None or msg["rng_key"] is not None:
                 return resume(key, forward(msg, **static))
@@ -459,6 +460,7 @@ class mask(Handler):
         return dict(msg, mask=m if msg["mask"] is None else jnp.logical_and(m, msg["mask"]))
 
     def clauses(self):
+        @forwards_static("name", "cond_indep_stack")
         def sample(params, msg, *, resume, **static):
             return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}
@@ -484,6 +486,7 @@ class scale(Handler):
         return dict(msg, scale=s if msg["scale"] is None else s * msg["scale"])
 
     def clauses(self):
+        @forwards_static("name", "cond_indep_stack")
         def sample(params, msg, *, resume, **static):
             return resume(params, forward(self.adjust_message(msg), **static))
         return {sample_op: sample}

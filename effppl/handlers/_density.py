@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
+from ..effects import internal
 from ..primitives import param_op, sample_op
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
@@ -24,6 +25,7 @@ class _LogJoint(Handler):
         return jnp.zeros((), jnp.result_type(float))
 
     def clauses(self):
+        @internal.forwards_static("name", "cond_indep_stack")
         def sample(total, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
             lp = masked_log_prob(msg["fn"], value, msg["mask"], msg["scale"])

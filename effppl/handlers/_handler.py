@@ -74,6 +74,7 @@ def _inside():
         handler_traces().pop()
 
 
+@internal.forwards_static("name", "cond_indep_stack")
 def _base_sample(params, msg, *, resume, name, **static):
     value = msg["value"]
     if value is None:
@@ -89,6 +90,7 @@ def _base_sample(params, msg, *, resume, name, **static):
     return resume(params, value)
 
 
+@internal.forwards_static("name")
 def _base_param(params, msg, *, resume, name, **static):
     if msg["value"] is None:
         raise SiteError(f"The param site `{name}` has a function as `init_value`, which needs a "
