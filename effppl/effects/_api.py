@@ -54,7 +54,7 @@ def eliminate(f: Callable) -> Callable:
         with paused_gc():
             closed, consts, leaves, out_tree = _compat.trace_call(f, args, kwargs, _name(f))
             _compat.check_no_leaked_tracers(consts, _name(f))
-            out = _compat.jaxpr_as_fun(eliminate_jaxpr(closed))(*consts, *leaves)
+            out = _compat.emit_jaxpr(eliminate_jaxpr(closed), *consts, *leaves)
         out = [jnp.asarray(x) for x in out]  # a literal output comes back as a Python scalar
         return jax.tree_util.tree_unflatten(out_tree, out)
 

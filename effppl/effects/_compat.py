@@ -199,11 +199,47 @@ def current_trace():
 
 def bind_eqn(eqn, invals):
     """Re-emit `eqn` unchanged on `invals` in the current trace; returns the list of outputs."""
+    trace = _core.trace_ctx.trace
+    if type(trace) is pe.DynamicJaxprTrace and not eqn.effects \
+            and eqn.primitive not in pe.custom_staging_rules:
+        outs = _emit_eqn(trace, eqn, invals)
+        if outs is not None:
+            return outs
     bind_params = eqn.primitive.get_bind_params(eqn.params)
     with _source_info_util.user_context(eqn.source_info.traceback,
                                         name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
         out = eqn.primitive.bind(*invals, **bind_params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def emit_jaxpr(closed: ClosedJaxpr, *args) -> list:
+    """`jaxpr_as_fun(closed)(*args)`, with each equation re-emitted by `bind_eqn` (in a jaxpr
+    trace, recorded as it is, without dispatch and abstract evaluation)."""
+    env = dict(zip(closed.jaxpr.constvars, closed.consts))
+    env.update(zip(closed.jaxpr.invars, args))
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for eqn in closed.jaxpr.eqns:
+        env.update(zip(eqn.outvars, bind_eqn(eqn, [read(v) for v in eqn.invars])))
+    return [read(v) for v in closed.jaxpr.outvars]
+
+
+def _emit_eqn(trace, eqn, invals):
+    """`eqn` recorded into the jaxpr trace `trace` as it is, when its inputs have the types of
+    its variables: what binding it would record, without the primitive's dispatch and abstract
+    evaluation (the equations of a translation are re-emitted this way, as JAX inlines a jaxpr
+    into a trace). `None` when an input is a constant or its type differs: then it is bound."""
+    tracers = []
+    for v, x in zip(eqn.invars, invals):
+        if isinstance(v, Literal) and x is v.val:  # kept a literal, as JAX inlines one
+            x = pe.DynamicJaxprTracer(trace, v.aval, v, eqn.source_info)
+        elif type(x) is not pe.DynamicJaxprTracer or x._trace is not trace or x.aval != v.aval:
+            return None  # a constant (JAX canonicalizes it when binding) or another type
+        tracers.append(x)
+    return trace.emit_eqn(tracers, [v.aval for v in eqn.outvars], eqn.primitive, eqn.params,
+                          eqn.effects, eqn.source_info, eqn.ctx)
 
 
 def dce(closed: ClosedJaxpr) -> Jaxpr:

@@ -12,7 +12,7 @@ from ..effects import internal
 from ..primitives import param_op, sample_op
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
-from ._enum import enum, enumerated_sites
+from ._enum import enum, enumerated_in, enumerated_sites
 from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
@@ -36,6 +36,11 @@ class _LogJoint(Handler):
         return result, total
 
 
+class _Enumerated(Exception):
+    """Internal: the model has sites marked for enumeration (`_Unconstrain(without_enumeration=
+    True)` found them)."""
+
+
 class _Unconstrain(Handler):
     """Gives latent sites `params` in unconstrained space: value `t(u)` with `t =
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
@@ -51,8 +56,12 @@ class _Unconstrain(Handler):
     proper: without it HMC drifts without bound along those flat directions. Integrating them
     out leaves the model's density, and no value depends on them."""
 
-    def __init__(self, fn, params, entry_point="potential_energy", per_site=False):
+    def __init__(self, fn, params, entry_point="potential_energy", per_site=False,
+                 without_enumeration=False):
         super().__init__(fn)
+        # raise `_Enumerated` (before tracing any clause) if the model has sites to enumerate:
+        # the caller learns it from this handler's own analysis, not from one more model trace
+        self.without_enumeration = without_enumeration
         self.values = dict(params)
         self.entry_point = entry_point  # the function the user called (errors)
         # the per-site sums only where asked (autoguides): the potential does not read them, and
@@ -62,6 +71,8 @@ class _Unconstrain(Handler):
     def params(self, *args, **kwargs):
         check_values(f"{self.entry_point} (unconstrained values)", self.values)
         self._sites = self.analysis()
+        if self.without_enumeration and enumerated_in(self._sites):
+            raise _Enumerated
         counts = occurrence_counters(self.values, self._sites, conditional=True)
         zero = jnp.zeros((), jnp.result_type(float))
         # the per-site sums in one vector (a leaf per site would make tracing quadratic)
@@ -187,6 +198,13 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
     check_call("effppl.handlers.unconstrained_log_density", model_args, model_kwargs, params)
+    try:  # the common case first: nothing to enumerate (found by the handler's own analysis)
+        joint = _LogJoint(_Unconstrain(model, params, without_enumeration=True))
+        (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
+                                                   **(model_kwargs or {}))
+        return log_joint + log_det
+    except _Enumerated:
+        pass
     enumerated = enumerated_sites(model, model_args, model_kwargs or {})
     if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
         (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,

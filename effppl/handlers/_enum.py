@@ -232,6 +232,12 @@ def _innermost(fn, wrap):
 def enumerated_sites(fn, args, kwargs) -> dict:
     """`{name: in a loop}` for `fn`'s latent sample sites marked for enumeration (static
     analysis)."""
-    return {name: site.in_loop for name, site in analyze(trace_model(fn, *args, **kwargs)).items()
+    return enumerated_in(analyze(trace_model(fn, *args, **kwargs)))
+
+
+def enumerated_in(sites) -> dict:
+    """`{name: in a loop}` for the latent sample sites marked for enumeration among `sites` (an
+    `analyze` result)."""
+    return {name: site.in_loop for name, site in sites.items()
             if site.type == "sample" and not site.is_observed
             and is_enumerated(dict(site.key.static).get("infer", ()))}

@@ -33,6 +33,8 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 # folder to one entry point's compilations, are not exported.
 from jax._src import config as _jax_config
 
+from ..effects import internal
+
 __all__ = ["CacheDirWarning", "cache_dir", "persistent_cache", "with_persistent_cache"]
 
 ENV = "EFFPPL_CACHE_DIR"
@@ -113,9 +115,11 @@ def persistent_cache():
 
 
 def with_persistent_cache(fn):
-    """`fn` run inside `persistent_cache()` (for effppl's `jax.jit`-compiled functions)."""
+    """`fn` run inside `persistent_cache()` (for effppl's `jax.jit`-compiled functions), with
+    Python's cyclic garbage collector paused (`internal.paused_gc`: a first call traces the
+    sampler's or the guide's program, and collections walking the heap slowed that tracing)."""
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        with persistent_cache():
+        with persistent_cache(), internal.paused_gc():
             return fn(*args, **kwargs)
     return wrapped
