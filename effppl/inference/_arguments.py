@@ -22,8 +22,8 @@ __all__ = ["ModelArgumentError", "model_arguments"]
 
 class ModelArgumentError(EffpplError, TypeError):
     """A model argument given to an inference entry point cannot be data (a string, an object,
-    a ragged list, an array of strings or objects); the message names the argument by position
-    and name."""
+    a ragged list, an array of strings or objects), or is None where the model scans over it;
+    the message names the argument by position and name."""
 
 
 def _labelled(model: Callable, args: tuple, kwargs: dict):
@@ -88,8 +88,8 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
 
     **Raises:** `ModelArgumentError` naming the argument: at once for an array of strings or
     objects or a ragged list; for a str or another object, or a Python list of numbers (which
-    the model gets as separate scalars), when the block raises a `TypeError`, `ValueError` or
-    `IndexError` (re-raised from it).
+    the model gets as separate scalars), or None scanned over by a `lax.scan` without `length`,
+    when the block raises a `TypeError`, `ValueError` or `IndexError` (re-raised from it).
     """
     labelled = list(_labelled(model, args, kwargs))
     for label, value in labelled:
@@ -101,6 +101,13 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
     except (TypeError, ValueError, IndexError) as err:
         if isinstance(err, ModelArgumentError):
             raise
+        nones = [label for label, value in labelled if value is None]
+        if nones and "no values to scan over" in str(err):  # JAX's, from a `lax.scan` on None
+            raise ModelArgumentError(
+                f"`{api}`: {nones[0]} of model `{_model_name(model)}` is None, and a "
+                f"`lax.scan` in the model got no values to scan over and no `length` (JAX: "
+                f"{str(err).rstrip('.')}). Pass the data, or give the scan its length when its "
+                f"`xs` may be None: `jax.lax.scan(step, init, y, length=T)`.") from err
         lists = [(label, value) for label, value in labelled if _numbers_list(value)]
         if lists and not isinstance(err, EffpplError):
             label, value = lists[0]

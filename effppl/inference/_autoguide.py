@@ -21,7 +21,9 @@ the enclosing `seed`): when SVI substitutes the params, that code is dead and XL
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,7 @@ from numpyro.distributions.transforms import biject_to
 from .. import primitives
 from .._errors import EffpplError
 from ..primitives import SiteError, prng_key_op
+from . import _guide_plates as plates_
 from ._cache import cached, split_cache_key
 from ._init import InitStrategy, ModelContext, init_to_uniform
 from ._model import initialising
@@ -42,6 +45,20 @@ __all__ = ["AutoGuide", "AutoGuideError"]
 class AutoGuideError(EffpplError, ValueError):
     """An autoguide cannot cover the model (a discrete latent site, a site in a `while_loop`),
     or was asked for something before it has seen the model's arguments."""
+
+
+class _Latent(NamedTuple):
+    """A latent site of the model as an autoguide sees it."""
+
+    site: object         # handlers._sites.Site
+    shape: tuple         # unconstrained shape, stacked over the loops around the site
+    dtype: object
+    frames: tuple        # the plates around it (`_guide_plates.Frame`), innermost first
+    batch_ndim: int      # leading dims that are not event dims: loops, then the batch shape
+
+    @property
+    def subsampled(self) -> bool:
+        return any(frame.subsampled for frame in self.frames)
 
 
 def _strategy(init_loc_fn, name):
@@ -61,7 +78,8 @@ def _fixed_supports(sites) -> dict | None:
     cannot depend on other sites or data), and the site has one distribution and sits in no
     `cond` branch (whose rows may go unread, see `_Unconstrain`); else None."""
     out = {}
-    for name, (site, _, _) in sites.items():
+    for name, latent in sites.items():
+        site = latent.site
         if len(site.keys) > 1 or site.conditional:
             return None
         fn = site.message.fn
@@ -81,20 +99,31 @@ class AutoGuide:
 
     **Arguments:** `model`; `prefix` (str, names of the params: `{site}_{prefix}_loc`, ...);
     `init_loc_fn`: an init strategy (`effppl.infer.init_to_uniform()`, ...), giving the initial
-    unconstrained locations.
+    unconstrained locations; `create_plates`: None, or a function of the model's arguments
+    returning the `effppl.plate` (or a list of plates) the guide enters for the model's plate of
+    that name, e.g. one whose indices the caller substitutes (NumPyro's). The guides that read
+    plates (`AutoNormal`, `AutoDelta`) make the others from the model's plates.
+
+    **Subsampling.** A latent site inside a subsampled `effppl.plate(name, size,
+    subsample_size=n)` has params of full size `size` along the plate's dim; the guide enters the
+    plate, so it draws the indices (which the model then replays), reads its params at them, and
+    scales the site's log density by `size / n`, as NumPyro's guides do.
     """
 
     def __init__(self, model, *, prefix: str = "auto", init_loc_fn=init_to_uniform,
                  create_plates=None):
-        if create_plates is not None:
-            raise AutoGuideError("effppl's autoguides do not take `create_plates` (no "
-                                 "subsampling plates); leave it None.")
+        if create_plates is not None and not callable(create_plates):
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, "
+                                 f"create_plates=...) expected a function of the model's "
+                                 f"arguments returning plates, or None, but got "
+                                 f"{create_plates!r:.60}.")
         if not callable(model):
             raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, ...) "
                                  f"expected a callable model, but got {type(model).__name__} "
                                  f"{model!r:.60}.")
         self.model = model
         self.prefix = prefix
+        self.create_plates = create_plates
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
         self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
@@ -135,36 +164,64 @@ class AutoGuide:
         self._prototype_args = (args, kwargs)
 
     def _latent_sites(self, args, kwargs) -> dict:
-        """`{name: (handlers._sites.Site, unconstrained stacked shape, dtype)}` of the model's
-        latent sites."""
+        """`{name: _Latent}`: the model's latent sites, each with its unconstrained stacked
+        shape and the plates around it.
+
+        **Raises:** `AutoGuideError` for a discrete latent site, one in a `while_loop`, one in a
+        subsampled plate that is created inside a loop, or whose `cond` branches have
+        unconstrained values of different shapes; for a plate with two dims or sizes."""
         from effppl.handlers._basic import _analyzed
-        from effppl.handlers._sites import unconstrained_type
         from effppl.handlers._trace import is_enumerated
 
+        analysis = _analyzed(self.model, args, kwargs)
+        subsampled = plates_.subsampled_plates(analysis)
         out = {}
-        for name, site in _analyzed(self.model, args, kwargs).items():
+        for name, site in analysis.items():
             if site.type != "sample" or site.is_observed:
                 continue
             if is_enumerated(dict(site.key.static).get("infer", ())):
                 continue  # summed out of the model by `TraceEnum_ELBO`: nothing to guide
             if self._prototype_args is not None and name not in self._latent_names:
                 continue  # e.g. `y=None` for predictions: `y` was observed when SVI ran
-            if not site.bounded:
-                raise AutoGuideError(
-                    f"effppl.infer.autoguide.{type(self).__name__}: latent site `{name}` sits "
-                    f"inside a `while_loop` (no static number of occurrences to give guide "
-                    f"parameters for). Use `lax.scan`/`fori_loop` with a static length.")
-            try:
-                shape, dtype = unconstrained_type(site)
-            except SiteError as err:
-                raise AutoGuideError(
-                    f"effppl.infer.autoguide.{type(self).__name__} covers continuous latent "
-                    f"sites only: {err}") from None
-            out[name] = (site, tuple(site.loops) + tuple(shape), dtype)
+            out[name] = self._latent(name, site, subsampled)
         if not out:
             raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}: the model has "
                                  f"no latent sample site to guide.")
         return out
+
+    def _latent(self, name, site, subsampled: dict) -> _Latent:
+        """Latent site `name` (`subsampled`: `plates_.subsampled_plates` of the model)."""
+        from effppl.handlers._sites import unconstrained_type
+
+        guide = f"effppl.infer.autoguide.{type(self).__name__}"
+        if not site.bounded:
+            raise AutoGuideError(
+                f"{guide}: latent site `{name}` sits inside a `while_loop` (no static number of "
+                f"occurrences to give guide parameters for). Use `lax.scan`/`fori_loop` with a "
+                f"static length.")
+        try:
+            shape, dtype = unconstrained_type(site)
+        except SiteError as err:
+            raise AutoGuideError(f"{guide} covers continuous latent sites only: {err}") from None
+        shape = tuple(site.loops) + tuple(shape)
+        frames = plates_.site_frames(site, {p: size for p, (size, _) in subsampled.items()})
+        fn = site.message.fn
+        batch = tuple(site.loops) + tuple(fn.batch_shape)
+        latent = _Latent(site, shape, dtype, frames, len(batch))
+        if not latent.subsampled:
+            return latent
+        looped = [f.name for f in frames if subsampled.get(f.name, (0, False))[1]]
+        if looped:
+            raise AutoGuideError(
+                f"{guide}: latent site `{name}` sits in the subsampled plate `{looped[0]}`, "
+                f"which is created inside a loop, so it draws new indices at every iteration. "
+                f"Create the plate once, outside the loop (entering it inside is fine).")
+        if shape[:len(batch)] != batch:
+            raise AutoGuideError(
+                f"{guide}: latent site `{name}` sits in a subsampled plate, and its `cond` "
+                f"branches have unconstrained values of different shapes, so its params have no "
+                f"plate dim to subsample along. Give it one distribution family.")
+        return latent
 
     def _init_locs(self, args, kwargs, sites, key=None) -> dict:
         """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
@@ -182,15 +239,26 @@ class AutoGuide:
                 return self.init_loc_fn.propose(key, ctx, self.init_loc_fn.dynamic())
 
         locs = handlers.block(propose)()
-        return {n: jnp.asarray(locs[n], sites[n][2]).reshape(sites[n][1]) for n in sites}
+        return {n: jnp.asarray(locs[n], sites[n].dtype).reshape(sites[n].shape) for n in sites}
 
-    def _constrain(self, args, kwargs, unconstrained: dict, sites: dict | None = None):
+    def _plates(self, args, kwargs, sites) -> dict:
+        """`{name: effppl.plate}`: the guide's plates for the plates around `sites`
+        (`_guide_plates.create_plates`); made before anything else the guide draws, so their
+        indices take the first keys of `seed`, as NumPyro's."""
+        frames = plates_.check_frames({n: latent.frames for n, latent in sites.items()},
+                                      type(self).__name__)
+        return plates_.create_plates(self.create_plates, frames, args, kwargs,
+                                     type(self).__name__)
+
+    def _constrain(self, args, kwargs, unconstrained: dict, sites: dict | None = None,
+                   plates: dict | None = None):
         """`(values, log_dets, fns)`: the model's latent values at the unconstrained values
         `unconstrained` (each site mapped with the support of its current distribution), each
         site's `sum log|det J|`, and its (stacked) distribution. The model runs hidden by
-        `block`; when `sites` (`_latent_sites`) show that no support depends on anything (a
-        parameter-free constraint such as `real`, `positive`, `simplex`, one distribution per
-        site), the values are mapped directly instead, and `fns` is None."""
+        `block`, its subsampled plates given the indices of the guide's `plates`; when `sites`
+        (`_latent_sites`) show that no support depends on anything (a parameter-free
+        constraint such as `real`, `positive`, `simplex`, one distribution per site), the values
+        are mapped directly instead, and `fns` is None."""
         from effppl import handlers
         from effppl.handlers._density import _Unconstrain
 
@@ -203,21 +271,32 @@ class AutoGuide:
                 log_dets[name] = jnp.sum(t.log_abs_det_jacobian(u, values[name]))
             return values, log_dets, None
 
+        model = self.model
+        indices = {n: p.indices for n, p in (plates or {}).items() if p.subsample_size < p.size}
+        if indices:
+            model = handlers.substitute(model, data=indices)
+
         def run():
-            tracer = handlers.trace(_Unconstrain(self.model, unconstrained, "autoguide", per_site=True))
+            tracer = handlers.trace(_Unconstrain(model, unconstrained, "autoguide", per_site=True))
             (_, _, log_dets), tr = tracer._run(*args, **kwargs)
             return ({n: tr[n]["value"] for n in unconstrained}, log_dets,
                     {n: tr[n]["fn"] for n in unconstrained})
 
         return handlers.block(run)()
 
-    def _emit(self, values, log_densities):
+    def _emit(self, values, sites, log_densities=None):
         """The guide's sample sites: one `Delta` per latent site of the model, carrying the
-        guide's log density of that value."""
+        guide's log density of that value (none: 0), scaled like the site's subsampled plates
+        scale the model's."""
+        from effppl import handlers
+
         out = {}
         for name, value in values.items():
-            out[name] = primitives.sample(
-                name, dist.Delta(value, log_density=log_densities[name], event_dim=jnp.ndim(value)))
+            fn = dist.Delta(value, log_density=0.0 if log_densities is None
+                            else log_densities[name], event_dim=jnp.ndim(value))
+            scale = plates_.subsample_scale(sites[name].frames)
+            with handlers.scale(scale=scale) if scale is not None else contextlib.nullcontext():
+                out[name] = primitives.sample(name, fn)
         return out
 
     # -- after fitting -----------------------------------------------------------------------
@@ -236,15 +315,28 @@ class AutoGuide:
         fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
         return fn, dynamic
 
-    def _postprocess(self, unconstrained: dict, batch_ndim: int = 0) -> dict:
+    def _postprocess(self, unconstrained: dict, batch_ndim: int = 0, args=(), kwargs=None,
+                     api="median") -> dict:
         """Constrained values of the model's latent sites at `unconstrained` (with `batch_ndim`
-        leading batch axes)."""
-        args, kwargs = self._args("median")
+        leading batch axes; full size along subsampled plates). The model's arguments default
+        to those `SVI.init` saw.
+
+        **Raises:** `AutoGuideError` for a latent site in a subsampled plate when some support
+        depends on other values (the model, run to find it, has subsample sizes)."""
+        args, kwargs = self._args(api, args, kwargs)
 
         def build(structure):
             def constrain(u, dynamic):
                 a, kw = structure.rebuild(dynamic)
-                one = lambda v: self._constrain(a, kw, v)[0]  # noqa: E731
+                sites = self._latent_sites(a, kw)
+                local = [n for n, latent in sites.items() if latent.subsampled]
+                if local and _fixed_supports(sites) is None:
+                    raise AutoGuideError(
+                        f"effppl.infer.autoguide.{type(self).__name__}: site `{local[0]}` "
+                        f"sits in a subsampled plate and the model has a support that depends "
+                        f"on other values, so its full-size values cannot be mapped to their "
+                        f"supports.")
+                one = lambda v: self._constrain(a, kw, v, sites)[0]  # noqa: E731
                 for _ in range(batch_ndim):
                     one = jax.vmap(one)
                 return one(u)

@@ -17,6 +17,7 @@ from numpyro.distributions import constraints
 from .. import primitives
 from ..primitives import prng_key_op
 from ._autoguide import AutoGuide, AutoGuideError
+from ._guide_plates import entered, full_size
 from ._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
@@ -43,28 +44,35 @@ class AutoNormal(AutoGuide):
                          create_plates=create_plates)
         self.init_scale = self._positive("init_scale", init_scale)
 
-    def _params(self, sites, init):
+    def _params(self, sites, init, plates):
         locs, scales = {}, {}
-        for name, (_, shape, dtype) in sites.items():
-            locs[name] = primitives.param(f"{name}_{self.prefix}_loc", init[name])
-            scales[name] = primitives.param(f"{name}_{self.prefix}_scale",
-                                            jnp.full(shape, self.init_scale, dtype),
-                                            constraint=self.scale_constraint)
+        for name, latent in sites.items():
+            event_ndim = len(latent.shape) - latent.batch_ndim
+            loc = full_size(init[name], latent.frames, event_ndim)
+            with entered(plates, latent.frames):  # full-size params, read at the plates' indices
+                locs[name] = primitives.param(f"{name}_{self.prefix}_loc", loc,
+                                              event_dim=event_ndim)
+                scales[name] = primitives.param(f"{name}_{self.prefix}_scale",
+                                                jnp.full(loc.shape, self.init_scale, latent.dtype),
+                                                constraint=self.scale_constraint,
+                                                event_dim=event_ndim)
         return locs, scales
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
-        # one key from `seed` for the initial locations and the draws, as NumPyro's guide takes
-        # one per site: the init key is dead code once SVI substitutes the params
-        init_key, *keys = jax.random.split(prng_key_op(name=f"_{self.prefix}_draw"),
-                                           len(sites) + 1)
-        locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key))
+        plates = self._plates(args, kwargs, sites)
+        # a key from `seed` per site, in the model's order after the plates' (NumPyro's draws
+        # at the same key); the initial locations' is dead code once SVI substitutes the params
+        keys = [prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
+        init_key = jax.random.fold_in(keys[0], 1)
+        locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key), plates)
         u, log_q = {}, {}
-        for key, (name, (_, shape, dtype)) in zip(keys, sites.items()):
-            u[name] = locs[name] + scales[name] * jax.random.normal(key, shape, dtype)
+        for key, (name, latent) in zip(keys, sites.items()):
+            u[name] = locs[name] + scales[name] * jax.random.normal(key, latent.shape,
+                                                                    latent.dtype)
             log_q[name] = jnp.sum(dist.Normal(locs[name], scales[name]).log_prob(u[name]))
-        values, log_dets, _ = self._constrain(args, kwargs, u, sites)
-        return self._emit(values, {n: log_q[n] - log_dets[n] for n in values})
+        values, log_dets, _ = self._constrain(args, kwargs, u, sites, plates)
+        return self._emit(values, sites, {n: log_q[n] - log_dets[n] for n in values})
 
     def _locs_scales(self, params):
         names = [k[:-len(f"_{self.prefix}_loc")] for k in params
@@ -77,12 +85,28 @@ class AutoNormal(AutoGuide):
         return self._postprocess(self._locs_scales(params)[0])
 
     def quantiles(self, params, quantiles) -> dict:
-        """Marginal quantiles: dict site -> array `(len(quantiles), *site_shape)`."""
+        """Marginal quantiles: dict site -> array `(len(quantiles), *site_shape)` (full size
+        along subsampled plates)."""
         locs, scales = self._locs_scales(params)
         q = jnp.asarray(quantiles)
         u = {n: locs[n] + scales[n] * ndtri(q).reshape((-1,) + (1,) * jnp.ndim(locs[n]))
              for n in locs}
         return self._postprocess(u, batch_ndim=1)
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
+        """Draws of the model's latent sites from the guide at `params`: dict name -> array
+        `(*sample_shape, *site_shape)` (sites in loops: `(*sample_shape, T, ...)`; full size
+        along subsampled plates, as NumPyro's). The model's arguments default to those
+        `SVI.init` saw."""
+        locs, scales = self._locs_scales(params)
+        sample_shape = tuple(sample_shape)
+        n = math.prod(sample_shape)
+        keys = jax.random.split(rng_key, len(locs))
+        u = {name: locs[name] + scales[name] * jax.random.normal(
+                key, (max(n, 1), *jnp.shape(locs[name])), jnp.result_type(locs[name]))
+             for key, name in zip(keys, locs)}
+        out = self._postprocess(u, 1, args, kwargs, "sample_posterior")
+        return jax.tree.map(lambda x: x[:n].reshape(sample_shape + x.shape[1:]), out)
 
 
 class AutoDelta(AutoGuide):
@@ -99,22 +123,34 @@ class AutoDelta(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
-        values, _, fns = self._constrain(args, kwargs, self._init_locs(args, kwargs, sites))
-        out = {}
+        plates = self._plates(args, kwargs, sites)
+        values, _, fns = self._constrain(args, kwargs, self._init_locs(args, kwargs, sites),
+                                         plates=plates)
+        locs = {}
         for name, value in values.items():
             if fns[name] is None:
                 raise AutoGuideError(f"effppl.infer.autoguide.AutoDelta: site `{name}` has "
                                      f"different distributions in different `cond` branches, "
                                      f"so it has no one support for its param; use AutoNormal.")
-            loc = primitives.param(f"{name}_{self.prefix}_loc", value,
-                                   constraint=fns[name].support)
-            out[name] = primitives.sample(name, dist.Delta(loc, event_dim=jnp.ndim(loc)))
-        return out
+            latent = sites[name]
+            event_ndim = jnp.ndim(value) - latent.batch_ndim
+            with entered(plates, latent.frames):  # a full-size param, read at the indices
+                locs[name] = primitives.param(
+                    f"{name}_{self.prefix}_loc", full_size(value, latent.frames, event_ndim),
+                    constraint=fns[name].support, event_dim=event_ndim)
+        return self._emit(locs, sites)
 
     def median(self, params) -> dict:
-        """The point estimates (dict site -> constrained value)."""
+        """The point estimates (dict site -> constrained value, full size along subsampled
+        plates)."""
         suffix = f"_{self.prefix}_loc"
         return {k[:-len(suffix)]: v for k, v in params.items() if k.endswith(suffix)}
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
+        """The point estimates (`median`) repeated `sample_shape` times: dict name -> array
+        `(*sample_shape, *site_shape)`."""
+        return {k: jnp.broadcast_to(v, tuple(sample_shape) + jnp.shape(v))
+                for k, v in self.median(params).items()}
 
 
 class AutoContinuous(AutoGuide):
@@ -124,7 +160,12 @@ class AutoContinuous(AutoGuide):
     """
 
     def _layout(self, sites):
-        return [(name, shape, math.prod(shape)) for name, (_, shape, _) in sites.items()]
+        local = [name for name, latent in sites.items() if latent.subsampled]
+        if local:  # NumPyro's AutoContinuous raises too
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__} does not support "
+                                 f"local latent variables: site `{local[0]}` sits in a "
+                                 f"subsampled plate. Use AutoNormal or AutoDelta.")
+        return [(name, latent.shape, math.prod(latent.shape)) for name, latent in sites.items()]
 
     def _unpack(self, flat, layout):
         out, start = {}, 0
@@ -140,7 +181,7 @@ class AutoContinuous(AutoGuide):
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
         latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
         values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
-        return self._emit(values, {n: -log_dets[n] for n in values})
+        return self._emit(values, sites, {n: -log_dets[n] for n in values})
 
     def _loc(self, params):
         return params[f"{self.prefix}_loc"]
@@ -257,7 +298,8 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
 class AutoLaplaceApproximation(AutoContinuous):
     """MAP in unconstrained space (param `auto_loc`), then a Laplace approximation:
     `get_posterior` is the normal with covariance the inverse Hessian of the negative log joint
-    (unconstrained, Jacobian included) at `auto_loc`. **References:** NumPyro's
+    (unconstrained, Jacobian included) at `auto_loc`. `create_plates` is accepted and unused,
+    as in NumPyro (no local latent site in a subsampled plate). **References:** NumPyro's
     `AutoLaplaceApproximation`; MacKay (2003), ch. 27."""
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, create_plates=None,
