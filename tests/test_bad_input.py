@@ -562,6 +562,10 @@ def in_a_scan(y):
     jax.lax.scan(step, 0.0, y)
 
 
+def in_a_scan_with_unused(y, unused=None):
+    in_a_scan(y)
+
+
 def _svi_scan():
     import optax
 
@@ -614,6 +618,11 @@ SVI_CASES = [
     pytest.param(lambda: _svi_scan().run(KEY, 2, None, progress_bar=False),
                  effppl.infer.ModelArgumentError,
                  ["SVI", "argument 0 (`y`)", "is None", "length=T"], id="SVI-run-scan-data-None"),
+    pytest.param(lambda: Predictive(in_a_scan_with_unused, num_samples=2)(KEY, None, None),
+                 effppl.infer.ModelArgumentError,
+                 ["Predictive", "argument 0 (`y`), argument 1 (`unused`) are None",
+                  "one of them may be what the scan reads", "length=T"],
+                 id="Predictive-scan-data-None-two-None-arguments"),
     pytest.param(lambda: _svi().run("k", 2, Y3), SVIError, ["SVI", "PRNG key", "str"],
                  id="SVI-run-key-a-str"),
     pytest.param(lambda: _svi().run(KEY, 2, "abc", progress_bar=False),

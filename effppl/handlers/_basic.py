@@ -160,6 +160,9 @@ class _SetValue(Handler):
         if data is not None and not isinstance(data, Mapping):
             raise TypeError(f"{api}(fn, data=...) expected a dict site name -> value, but got "
                             f"{type(data).__name__} {data!r:.60}.")
+        if data is not None and substitute_fn is not None:
+            raise ValueError(f"{api}(fn, ...): only one of `data` or "
+                             f"`{type(self).__name__}_fn` should be provided (as in NumPyro).")
         if substitute_fn is not None and not callable(substitute_fn):
             raise TypeError(f"{api}(fn, {type(self).__name__}_fn=...) expected a callable "
                             f"`fn(msg) -> value or None`, but got {substitute_fn!r:.60}.")
@@ -211,6 +214,8 @@ class _SetValue(Handler):
             elif self.substitute_fn is not None:
                 value = self.substitute_fn(numpyro_message(
                     static.get("site_type", "sample"), name, static, msg))
+                if value is not None:
+                    value = self._returned(name, value, shape)
             if value is None:
                 return resume(counts, forward(msg, name=name, **static))
             if self.intervene:  # the site stays as it was for the handlers outside; the model
@@ -253,6 +258,23 @@ class _SetValue(Handler):
             clauses.update({deterministic_op: deterministic, param_op: param,
                             mutable_op: mutable})
         return clauses
+
+    def _returned(self, name, value, shape):
+        """`value`, returned by `substitute_fn`/`condition_fn` for site `name`, as an array
+        broadcast to the site's `shape` (as `data` values are), or a `SiteError` naming the
+        site."""
+        api = f"effppl.handlers.{self.entry_point or type(self).__name__}"
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise SiteError(f"{api}: the function giving sites' values returned {problem} for "
+                            f"site `{name}`; return an array, or None to leave the site alone.")
+        value = jnp.asarray(value)
+        try:
+            return jnp.broadcast_to(value, tuple(shape))
+        except ValueError:
+            raise SiteError(f"{api}: the function giving sites' values returned a value of shape "
+                            f"{value.shape} for site `{name}`, but the site expects "
+                            f"{tuple(shape)}.") from None
 
     def _site(self, name):
         """The static description (`_sites.Site`) of site `name`, None if unknown (a `with`

@@ -120,6 +120,11 @@ def analyze(jaxpr) -> dict:
         once = kind == "param" or (kind == "mutable" and name in sites
                                    and sites[name].type == "mutable")
         for other, other_where in ([] if once else seen.get(name, [])):
+            if not exclusive(perform, other) and kind == "plate":
+                raise SiteError(f"The subsampled plate `{name}` is created twice (at {other_where} "
+                                f"and at {where}), which would draw its indices twice: create it "
+                                f"once and enter it again (`data = effppl.plate(...)`, then "
+                                f"`with data:` for each block).")
             if not exclusive(perform, other):
                 raise SiteError(f"Duplicate site name `{name}`: sampled at {other_where} and again "
                                 f"at {where}. Site names must be unique (inside a loop, one "

@@ -81,6 +81,14 @@ def _message(api, model, label, problem):
             f"lists of numbers).")
 
 
+def _none_args(labels):
+    """Which arguments are None, for the message of a scan over None (which of them the scan
+    reads is not known)."""
+    if len(labels) == 1:
+        return f"{labels[0]} is None"
+    return f"{', '.join(labels)} are None (one of them may be what the scan reads)"
+
+
 @contextlib.contextmanager
 def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
     """Check the model arguments `args`, `kwargs` of `api`, and name them in errors raised while
@@ -104,7 +112,7 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
         nones = [label for label, value in labelled if value is None]
         if nones and "no values to scan over" in str(err):  # JAX's, from a `lax.scan` on None
             raise ModelArgumentError(
-                f"`{api}`: {nones[0]} of model `{_model_name(model)}` is None, and a "
+                f"`{api}`: {_none_args(nones)} of model `{_model_name(model)}`, and a "
                 f"`lax.scan` in the model got no values to scan over and no `length` (JAX: "
                 f"{str(err).rstrip('.')}). Pass the data, or give the scan its length when its "
                 f"`xs` may be None: `jax.lax.scan(step, init, y, length=T)`.") from err

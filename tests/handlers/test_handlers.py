@@ -619,6 +619,45 @@ def test_condition_fn_gives_values_as_in_numpyro():
     _close(ours, stats.norm.logpdf(0.3) + stats.norm.logpdf(-1.2, 0.3))
 
 
+def _with_plate():
+    a = effppl.sample("a", dist.Normal(0.0, 1.0))
+    with effppl.plate("N", 3):
+        effppl.sample("b", dist.Normal(a, 1.0))
+
+
+def test_condition_fn_values_are_broadcast_and_checked_as_data_values():
+    """A value returned by `condition_fn`/`substitute_fn` is broadcast to the site's shape, as a
+    `data` value is (NumPyro accepts a scalar for a plated site); a wrong shape or a non-array
+    is a `SiteError` naming the site; `data` and the function together are refused (NumPyro)."""
+    three = lambda msg: 3.0 if msg["name"] == "b" else None  # noqa: E731
+    by_fn = handlers.trace(handlers.seed(handlers.condition(_with_plate, condition_fn=three),
+                                         0)).get_trace()
+    by_data = handlers.trace(handlers.seed(handlers.condition(_with_plate, data={"b": 3.0}),
+                                           0)).get_trace()
+    _close(by_fn["b"]["value"], jnp.full(3, 3.0))
+    _close(by_fn["b"]["value"], by_data["b"]["value"])
+    wrong = lambda msg: jnp.ones(5) if msg["name"] == "b" else None  # noqa: E731
+    with pytest.raises(effppl.SiteError, match=r"site `b`, but the site expects \(3,\)"):
+        handlers.trace(handlers.seed(handlers.substitute(_with_plate, substitute_fn=wrong),
+                                     0)).get_trace()
+    text = lambda msg: "hi" if msg["name"] == "a" else None  # noqa: E731
+    with pytest.raises(effppl.SiteError, match="str 'hi' for site `a`"):
+        handlers.trace(handlers.seed(handlers.substitute(_with_plate, substitute_fn=text),
+                                     0)).get_trace()
+    with pytest.raises(ValueError, match="only one of `data` or `substitute_fn`"):
+        handlers.substitute(_with_plate, data={"a": 1.0}, substitute_fn=text)
+
+
+def test_a_subsampled_plate_created_twice_says_to_create_it_once():
+    def model(y):
+        with effppl.plate("data", 10, subsample_size=3):
+            a = effppl.sample("a", dist.Normal(0.0, 1.0))
+        with effppl.plate("data", 10, subsample_size=3) as i:
+            effppl.sample("y", dist.Normal(a, 1.0), obs=y[i])
+    with pytest.raises(effppl.SiteError, match="plate `data` is created twice.*create it once"):
+        handlers.trace(handlers.seed(model, 0)).get_trace(jnp.zeros(10))
+
+
 def test_a_model_returning_a_non_array_is_a_clear_error():
     def greets():
         effppl.sample("a", dist.Normal(0.0, 1.0))
