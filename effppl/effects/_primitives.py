@@ -471,15 +471,15 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_slice = slice(0, len(ret_consts))
         frame_consts += ret_consts
 
-    traced, by_signature, template_of = {}, {}, {}
+    traced, by_signature = {}, {}  # signature -> (the traced Clause, its forwarded values)
     ops = frozenset(clauses)
     for key in _perform_sites(body_jaxpr.jaxpr, ops):
         clause = clauses[key.op]
         signature, forwarded = _signature(clause, key)
-        template = by_signature.get(signature)
-        if template is not None:  # the same clause but for forwarded static arguments
+        if signature in by_signature:  # the same clause but for forwarded static arguments
+            template, template_forwarded = by_signature[signature]
             traced[key] = template._replace(
-                jaxpr=_forwarding_to(template.jaxpr, template_of[signature], forwarded))
+                jaxpr=_forwarding_to(template.jaxpr, template_forwarded, forwarded))
             continue
         clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
                                              answer_avals)
@@ -488,7 +488,7 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)),
                              classify_clause(clause_jaxpr))
         if signature is not None and _only_top_level_performs(clause_jaxpr.jaxpr):
-            by_signature[signature], template_of[signature] = traced[key], forwarded
+            by_signature[signature] = traced[key], forwarded
     spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
                          spec=spec, n_body_consts=len(body_consts),

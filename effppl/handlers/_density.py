@@ -198,23 +198,24 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
     """The log density in unconstrained space, `log p(t(u)) + log|det J_t(u)|` (a scalar), with
     the sites marked for enumeration summed out."""
     check_call("effppl.handlers.unconstrained_log_density", model_args, model_kwargs, params)
+    kwargs = model_kwargs or {}
     try:  # the common case first: nothing to enumerate (found by the handler's own analysis)
-        joint = _LogJoint(_Unconstrain(model, params, without_enumeration=True))
-        (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
-                                                   **(model_kwargs or {}))
-        return log_joint + log_det
+        return _joint(model, params, model_args, kwargs, without_enumeration=True)
     except _Enumerated:
         pass
-    enumerated = enumerated_sites(model, model_args, model_kwargs or {})
-    if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
-        (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
-                                               model_kwargs or {})
-        return log_joint + log_det
-    if enumerated:  # inside scans only: each scan's forward algorithm adds its own factor
-        model = enum(model)
-    joint = _LogJoint(_Unconstrain(model, params))
-    (_, log_det, _), log_joint = run_outermost(joint.handled, *model_args,
-                                               **(model_kwargs or {}))
+    if all(enumerated_sites(model, model_args, kwargs).values()):
+        # inside scans only: each scan's forward algorithm adds its own factor
+        return _joint(enum(model), params, model_args, kwargs)
+    # sites outside scans: sum-product over the trace's factors
+    (_, log_det, _), log_joint, _ = _marginal(_Unconstrain(enum(model), params), model_args,
+                                           kwargs)
+    return log_joint + log_det
+
+
+def _joint(model, params, args, kwargs, **options):
+    """`log p(t(u)) + log|det J_t(u)|` of `model` at unconstrained `params`, no enumeration."""
+    joint = _LogJoint(_Unconstrain(model, params, **options))
+    (_, log_det, _), log_joint = run_outermost(joint.handled, *args, **kwargs)
     return log_joint + log_det
 
 
