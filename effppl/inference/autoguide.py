@@ -7,12 +7,14 @@ distribution of the unconstrained latent values.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
+from numpyro.distributions.util import cholesky_of_inverse
 
 from .. import primitives
 from ..primitives import prng_key_op
@@ -381,7 +383,8 @@ class AutoLaplaceApproximation(AutoContinuous):
 
     def get_posterior(self, params):
         """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the
-        inverse Hessian of the potential energy at `loc`."""
+        inverse Hessian of the potential energy at `loc`. As NumPyro's: where the Hessian is not
+        positive definite, `scale_tril` is 0 (the draws are `loc`), with a `UserWarning`."""
         from effppl.handlers import potential_energy
 
         args, kwargs = self._args("get_posterior")
@@ -397,8 +400,15 @@ class AutoLaplaceApproximation(AutoContinuous):
 
         fn, dynamic = self._compiled("laplace_hessian", build, args, kwargs)
         loc = params[f"{self.prefix}_loc"]
-        cov = jnp.linalg.inv(fn(loc, dynamic))
-        return dist.MultivariateNormal(loc, scale_tril=jnp.linalg.cholesky(cov))
+        scale_tril = cholesky_of_inverse(fn(loc, dynamic))
+        if not isinstance(scale_tril, jax.core.Tracer) and bool(jnp.any(jnp.isnan(scale_tril))):
+            warnings.warn("effppl.infer.autoguide.AutoLaplaceApproximation: the Hessian of the "
+                          "potential energy at `auto_loc` is not positive definite (not a MAP "
+                          "point?), so the posterior is the point `auto_loc` (scale_tril 0), "
+                          "as in NumPyro. Fit longer, or use AutoNormal.", UserWarning,
+                          stacklevel=2)
+        scale_tril = jnp.where(jnp.isnan(scale_tril), 0.0, scale_tril)
+        return dist.MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """Draws from the Laplace approximation (`get_posterior`), mapped to the supports, and

@@ -2,6 +2,8 @@
 NumPyro's autoguides at the same params: the latent sites of the guide's prototype and the model's
 deterministic sites; clear errors for missing or misshaped params."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -175,3 +177,28 @@ def test_a_param_of_the_wrong_shape_is_an_error_naming_it(name, param):
 
 def re_shape(shape):
     return str(tuple(shape)).replace("(", r"\(").replace(")", r"\)")
+
+
+@pytest.mark.parametrize("loc", [[0.3, -0.2], [1.0, -1.0]])
+def test_laplace_posterior_equals_numpyros_also_where_the_hessian_is_singular(loc):
+    """At `[1, -1]` the Hessian is not positive definite: NumPyro's posterior is the point (a
+    zero scale_tril, with a warning); quantiles and draws equal NumPyro's."""
+    ours, theirs = _guides("AutoLaplaceApproximation")
+    params = {"auto_loc": jnp.array(loc), "w": jnp.asarray(0.5)}
+    singular = loc == [1.0, -1.0]
+    posteriors = []
+    for guide in (ours, theirs):
+        with pytest.warns(UserWarning, match="not positive definite|singular") if singular \
+                else warnings.catch_warnings():
+            posteriors.append(guide.get_posterior(params))
+    np.testing.assert_allclose(posteriors[0].scale_tril, posteriors[1].scale_tril, rtol=1e-6,
+                               atol=1e-12)
+    assert np.all(posteriors[0].scale_tril == 0) == singular
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not singular:  # (NumPyro's quantiles then build a Normal of scale 0: an error)
+            _assert_same(ours.quantiles(params, [0.1, 0.9]),
+                         theirs.quantiles(params, [0.1, 0.9]))
+        key = jax.random.PRNGKey(3)
+        _assert_same(ours.sample_posterior(key, params, sample_shape=(5,)),
+                     theirs.sample_posterior(key, params, sample_shape=(5,)))
