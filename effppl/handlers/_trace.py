@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from .._mutable import mutable_op
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, _nesting, forward, forward_param, masked_log_prob, run_outermost
+from ._handler import Handler, _named_like, _nesting, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
 
 
@@ -213,8 +213,11 @@ class trace(Handler):
         return super().handled(*args, **kwargs)[0]
 
     def _run(self, *args, **kwargs):
+        handled = super().handled
+
+        @_named_like(handled)
         def run_and_read(*a, **kw):  # the record read out where it is written (see `_Layout`)
-            result, bufs = super(trace, self).handled(*a, **kw)
+            result, bufs = handled(*a, **kw)
             return result, self._layout.read_all(bufs)
 
         result, values = run_outermost(run_and_read, *args, **kwargs)
