@@ -201,8 +201,7 @@ def current_trace():
 def bind_eqn(eqn, invals):
     """Re-emit `eqn` unchanged on `invals` in the current trace; returns the list of outputs."""
     trace = _core.trace_ctx.trace
-    if type(trace) is pe.DynamicJaxprTrace and not eqn.effects \
-            and eqn.primitive not in pe.custom_staging_rules:
+    if type(trace) is pe.DynamicJaxprTrace and not eqn.effects and _emittable(eqn):
         outs = _emit_eqn(trace, eqn, invals)
         if outs is not None:
             return outs
@@ -211,6 +210,15 @@ def bind_eqn(eqn, invals):
                                         name_stack=eqn.source_info.name_stack), eqn.ctx.manager:
         out = eqn.primitive.bind(*invals, **bind_params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def _emittable(eqn) -> bool:
+    """Whether `eqn` may be recorded as it is, as JAX inlines a jaxpr: a primitive whose staging
+    rule only decides how to record a new equation (a nested `jit` without mutable-array
+    constants, `reshape`, `broadcast_in_dim`, `dynamic_slice`), or one without such a rule."""
+    if eqn.primitive is jit_p:
+        return not any(isinstance(c, _core.Ref) for c in eqn.params["jaxpr"].consts)
+    return eqn.primitive not in pe.custom_staging_rules or eqn.primitive in _STAGED_AS_THEY_ARE
 
 
 def emit_jaxpr(closed: ClosedJaxpr, *args) -> list:
@@ -225,6 +233,9 @@ def emit_jaxpr(closed: ClosedJaxpr, *args) -> list:
     for eqn in closed.jaxpr.eqns:
         env.update(zip(eqn.outvars, bind_eqn(eqn, [read(v) for v in eqn.invars])))
     return [read(v) for v in closed.jaxpr.outvars]
+
+
+_STAGED_AS_THEY_ARE = {jax.lax.reshape_p, jax.lax.broadcast_in_dim_p, jax.lax.dynamic_slice_p}
 
 
 def _emit_eqn(trace, eqn, invals):

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from . import _compat
 from ._errors import UnhandledEffectError, UnsupportedHandlerError
+from ._forward import forward_reads
 from ._compat import abstractify
 from ._primitives import (_OUR_EFFECTS, ClauseKind, HandlerSpec, OpEffect, _handle_effects,
                           handle_p, in_play, perform_p, resume_p, site_key)
@@ -491,7 +492,8 @@ def _eliminate(closed):
         return outs
 
     out = _compat.trace_to_closed_jaxpr(fn, closed.in_avals, "eliminate")
-    jaxpr, _ = _compat.pe.dce_jaxpr(out.jaxpr, [True] * len(out.jaxpr.outvars), instantiate=True)
+    jaxpr, _ = _compat.pe.dce_jaxpr(forward_reads(out.jaxpr), [True] * len(out.jaxpr.outvars),
+                                    instantiate=True)
     return _compat.ClosedJaxpr(jaxpr, out.consts)
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from .._mutable import mutable_op
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, _nesting, forward, forward_param, masked_log_prob, run_outermost
+from ._handler import Handler, _named_like, _nesting, forward, forward_param, masked_log_prob, run_outermost
 from ._sites import bijector, pad_row, unconstrained_type
 
 
@@ -100,7 +100,7 @@ class trace(Handler):
         return self.trace
 
     def absorb(self, handled, params):
-        self.trace.update(handled._assemble(params))
+        self.trace.update(handled._assemble(handled._layout.read_all(params)))
 
     def _sites(self, *args, **kwargs):
         return recorded(self.analysis())
@@ -213,20 +213,29 @@ class trace(Handler):
         return super().handled(*args, **kwargs)[0]
 
     def _run(self, *args, **kwargs):
-        result, bufs = run_outermost(super().handled, *args, **kwargs)
-        return result, self._assemble(bufs)
+        handled = super().handled
+
+        @_named_like(handled)
+        def run_and_read(*a, **kw):  # the record read out where it is written (see `_Layout`)
+            result, bufs = handled(*a, **kw)
+            return result, self._layout.read_all(bufs)
+
+        result, values = run_outermost(run_and_read, *args, **kwargs)
+        return result, self._assemble(values)
 
     def get_trace(self, *args, **kwargs):
         """Run the model and return its trace (dict site name -> site dict)."""
         return self._run(*args, **kwargs)[1]
 
-    def _assemble(self, bufs):
+    def _assemble(self, values):
+        """The trace from `values`, `_Layout.read_all`'s list of every recorded field."""
+        values = dict(zip(self._layout.all_fields(), values))
         out = {}
         for name, fields in self._layout.fields.items():
             site = self._recorded[name]
 
             def read(field, site=site):
-                x = self._layout.read(bufs, field, all_rows=True)
+                x = values[field]
                 return x.reshape(site.loops + x.shape[1:]) if site.in_loop else x
 
             msg_static = dict(site.key.static)
@@ -234,7 +243,7 @@ class trace(Handler):
                 value = jax.tree_util.tree_unflatten(
                     jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(
                         site.key.in_tree, site.key.in_avals)[0]),
-                    [self._layout.read(bufs, f) for f in fields["value"]])
+                    [values[f] for f in fields["value"]])
                 out[name] = {"type": "mutable", "name": name, "value": value, "is_observed": False}
                 continue
             # `cond` branches that put the site in different plates: no plates are recorded
@@ -257,7 +266,7 @@ class trace(Handler):
                 msg = site.message
                 constraint = jax.tree_util.tree_unflatten(
                     jax.tree_util.tree_structure(msg.constraint),
-                    [self._layout.read(bufs, f) for f in fields["constraint"]])
+                    [values[f] for f in fields["constraint"]])
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in fields:
                 rec["unconstrained"] = read(fields["unconstrained"])
@@ -305,6 +314,17 @@ class _Layout:
         field = _Field(dtype, self.sizes.get(dtype, 0), tuple(shape), rows)
         self.sizes[dtype] = field.offset + field.size * (1 if rows is None else rows)
         return field
+
+    def all_fields(self) -> list:
+        """Every field, in the order of `fields` (a site's own fields in their order)."""
+        return jax.tree_util.tree_leaves(list(self.fields.values()),
+                                         is_leaf=lambda x: isinstance(x, _Field))
+
+    def read_all(self, bufs) -> list:
+        """Every field's value (all rows), as `all_fields` orders them. Read inside the program
+        that wrote them, so that the translator forwards each read to its write
+        (`effects` forwards reads of buffers before anything differentiates the program)."""
+        return [self.read(bufs, f, all_rows=True) for f in self.all_fields()]
 
     def buffers(self):
         return {dtype: jnp.zeros((n,), dtype) for dtype, n in self.sizes.items()}
