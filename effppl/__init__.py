@@ -9,11 +9,12 @@ from . import effects
 from .primitives import (SiteError, deterministic, factor, get_mask, param, plate, plate_stack,
                          prng_key, sample, subsample)
 from ._mutable import mutable
+from ._site_fns import SiteFunctionError
 from numpyro.util import enable_x64, set_host_device_count, set_platform
 from . import distributions, handlers
 from .handlers import log_density
 
-__all__ = ["__version__", "EffpplError", "SiteError", "effects", "distributions", "handlers", "sample",
+__all__ = ["__version__", "EffpplError", "SiteError", "SiteFunctionError", "effects", "distributions", "handlers", "sample",
            "deterministic", "factor", "param", "mutable", "plate", "plate_stack", "subsample", "log_density",
            "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform"]
 

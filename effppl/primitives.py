@@ -60,32 +60,22 @@ class SampleMsg(NamedTuple):
 
 
 class ParamMsg(NamedTuple):
-    """The message of a `param` site: its `value` (None while an `init_value` function waits for
-    a key) and its `constraint` (a `numpyro.distributions.constraints` object)."""
+    """The message of a `param` site, the dynamic argument of `param_op`.
+
+    - `value`: the value a handler gave it (`substitute`, SVI), or None (as NumPyro's message).
+    - `constraint`: its support, a `numpyro.distributions.constraints` object.
+    - `init`: its `init_value` (array), or None while an `init_value` function waits for a key
+      (`seed` draws it).
+    """
 
     value: Any
     constraint: Any
+    init: Any = None
 
-
-def numpyro_message(kind: str, name: str, static: dict, msg: Any = None) -> dict:
-    """NumPyro's message for site `name` of type `kind` (`"sample"`, `"plate"`, `"param"`,
-    `"deterministic"`, `"mutable"`): the dict NumPyro's handlers give the user's site functions
-    (`block`'s `hide_fn`, `substitute_fn`, a `reparam` config, an init strategy). Built from
-    the site's message (`SampleMsg`, `ParamMsg`, a deterministic or mutable site's value, or None)
-    and its static parameters; as NumPyro's, `infer` is a dict and the key is in `kwargs`."""
-    if isinstance(msg, SampleMsg):
-        fields = msg
-    else:
-        fields = SampleMsg(fn=None, value=msg.value if isinstance(msg, ParamMsg) else msg)
-    kwargs = {"rng_key": fields.rng_key, "sample_shape": ()}
-    if isinstance(msg, ParamMsg):
-        kwargs = {"constraint": msg.constraint, "event_dim": static.get("event_dim")}
-    return {"type": kind, "name": name, "fn": fields.fn, "value": fields.value,
-            "is_observed": bool(static.get("is_observed", False)),
-            "infer": dict(static.get("infer", ())), "scale": fields.scale, "mask": fields.mask,
-            "cond_indep_stack": list(static.get("cond_indep_stack", ())),
-            "args": (), "kwargs": kwargs, "intermediates": [], "stop": False,
-            "continuation": None}
+    def decided(self):
+        """The param's value: the one a handler gave, else its initial value (None while
+        neither is known)."""
+        return self.init if self.value is None else self.value
 
 
 def _value_type(msg, **static):
@@ -716,8 +706,8 @@ def get_mask():
 
 
 def _param_type(msg, *, name, init_fn, **static):
-    if msg.value is not None:
-        return jax.ShapeDtypeStruct(msg.value.shape, msg.value.dtype)
+    if msg.decided() is not None:
+        return jax.ShapeDtypeStruct(msg.decided().shape, msg.decided().dtype)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
 
@@ -760,8 +750,8 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
         raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
                         f"numpyro.distributions.constraints object, but got {constraint!r}.")
     init_fn = init_value if callable(init_value) else None
-    value = None if init_fn is not None else jnp.asarray(init_value)
-    msg = ParamMsg(value=value, constraint=constraint)
+    init = None if init_fn is not None else jnp.asarray(init_value)
+    msg = ParamMsg(value=None, constraint=constraint, init=init)
     value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
     if event_dim is None:
         return value

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 
 from .._keys import key_data
 from ..effects.internal import describe_non_array, describe_non_bool, forwards_static
+from .._site_fns import ask
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
-                          numpyro_message, param_op, prng_key_op, sample_op)
+                          param_op, prng_key_op, sample_op)
 from .._mutable import mutable_op
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
@@ -54,10 +55,10 @@ class seed(Handler):
             return resume(key, sub)
 
         def param(key, msg, *, resume, init_fn, **static):
-            if msg.value is not None:  # as NumPyro: a key only for an `init_value` function
+            if msg.decided() is not None:  # as NumPyro: a key only for an `init_value` function
                 return resume(key, forward_param(msg, init_fn=init_fn, **static))
             key, sub = jax.random.split(key)
-            msg = msg._replace(value=jnp.asarray(init_fn(sub)))
+            msg = msg._replace(init=jnp.asarray(init_fn(sub)))
             return resume(key, forward_param(msg, init_fn=init_fn, **static))
         return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
@@ -212,8 +213,7 @@ class _SetValue(Handler):
             elif name in self.data:
                 value, counts = given(counts, name, shape)
             elif self.substitute_fn is not None:
-                value = self.substitute_fn(numpyro_message(
-                    static.get("site_type", "sample"), name, static, msg))
+                value = self._ask(static.get("site_type", "sample"), name, static, msg)
                 if value is not None:
                     value = self._returned(name, value, shape)
             if value is None:
@@ -236,7 +236,7 @@ class _SetValue(Handler):
             if name in self.data:
                 value = self.data[name]
             elif self.substitute_fn is not None:
-                value = self.substitute_fn(numpyro_message("param", name, static, msg))
+                value = self._ask("param", name, static, msg)
             if value is not None:
                 shape = _param_type(msg, name=name, **static)
                 value = jnp.asarray(value, shape.dtype)
@@ -258,6 +258,12 @@ class _SetValue(Handler):
             clauses.update({deterministic_op: deterministic, param_op: param,
                             mutable_op: mutable})
         return clauses
+
+    def _ask(self, kind, name, static, msg):
+        """What `substitute_fn` (`condition_fn`) answers for the site: a value, or None."""
+        api = self.entry_point or type(self).__name__
+        return ask(f"effppl.handlers.{api}(fn, {type(self).__name__}_fn=...)",
+                   self.substitute_fn, kind, name, static, msg)
 
     def _returned(self, name, value, shape):
         """`value`, returned by `substitute_fn`/`condition_fn` for site `name`, as an array
@@ -319,11 +325,16 @@ class substitute(_SetValue):
     """Set sites' values from `data` (dict name -> array), or from `substitute_fn(msg)` (`None`:
     leave the site alone). As in NumPyro, every site named takes the value: a latent site stays
     latent, an observed site (`obs=` or an inner `condition`) stays observed at the new value, and
-    deterministic sites named in `data` take it too (`substitute_fn` is asked about sample sites
-    only).
+    deterministic, param and mutable sites named in `data` take it too.
+
+    `substitute_fn` is asked about sample, param and subsampled plate sites (NumPyro also asks
+    about deterministic and mutable sites), with NumPyro's message (`effppl._site_fns.
+    numpyro_message`: a param's `value` is None until a handler gives one, its `init_value` is
+    `args[0]`). It is called while the model is traced: the message's arrays are tracers.
 
     Inside loops, `data[name]` stacks one row per occurrence (shape `(T, ...)`, nested loops
-    `(T_outer, T_inner, ...)`). **Raises:** `SiteError` on a shape mismatch, naming the site.
+    `(T_outer, T_inner, ...)`). **Raises:** `SiteError` on a shape mismatch, naming the site;
+    `SiteFunctionError` when `substitute_fn` needs the Python value of a traced array.
     """
 
     sets_deterministic = True
@@ -331,7 +342,9 @@ class substitute(_SetValue):
 
 class condition(_SetValue):
     """Observe sites at the values in `data` (dict name -> array): they become observed. Or, as
-    in NumPyro, `condition_fn(msg)` gives a site's value (`None`: leave the site alone)."""
+    in NumPyro, `condition_fn(msg)` gives a sample site's value (`None`: leave the site alone),
+    asked as `substitute` asks `substitute_fn` (traced message; `SiteFunctionError` when it needs
+    a Python value)."""
 
     observe = True
 
@@ -366,7 +379,8 @@ class block(Handler):
     message: `type`, `name`, `fn`, `value`, `is_observed`, `infer`, `scale`, `mask`,
     `cond_indep_stack`, `args`, `kwargs`), `hide` (names), `expose_types` (site types kept),
     `expose` (names kept), or `hide_types` (site types hidden), the first one given; by default
-    every site is hidden. A hidden latent site with no value is drawn here, from the key an inner
+    every site is hidden. `hide_fn` is called while the model is traced (the message's arrays are
+    tracers; `SiteFunctionError` when it needs a Python value of one). A hidden latent site with no value is drawn here, from the key an inner
     `seed` attached or, as in NumPyro, a key it asks an outer `seed` for."""
 
     def __init__(self, fn=None, hide_fn=None, hide=None, expose_types=None, expose=None,
@@ -396,7 +410,8 @@ class block(Handler):
 
     def hidden(self, kind, name, msg, static):
         """Whether `hide_fn` hides this site, asked with NumPyro's message for it."""
-        return bool(self.hide_fn(numpyro_message(kind, name, static, msg)))
+        return bool(ask("effppl.handlers.block(fn, hide_fn=...)", self.hide_fn, kind, name,
+                        static, msg))
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):
@@ -414,9 +429,9 @@ class block(Handler):
             return resume(params, value)
 
         def param(params, msg, *, resume, name, init_fn, **static):
-            if not self.hidden("param", name, msg, static):
+            if not self.hidden("param", name, msg, dict(static, init_fn=init_fn)):
                 return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
-            value = msg.value
+            value = msg.decided()
             if value is None:
                 value = jnp.asarray(init_fn(prng_key_op(name=name)))
             return resume(params, value)

@@ -92,11 +92,11 @@ def _base_sample(params, msg, *, resume, name, **static):
 
 @internal.forwards_static("name")
 def _base_param(params, msg, *, resume, name, **static):
-    if msg.value is None:
+    if msg.decided() is None:
         raise SiteError(f"The param site `{name}` has a function as `init_value`, which needs a "
                         f"PRNG key: run the model under `effppl.handlers.seed(model, rng_seed)`, "
                         f"or `substitute` the param's value.")
-    return resume(params, msg.value)
+    return resume(params, msg.decided())
 
 
 _BASE = {sample_op: _base_sample, param_op: _base_param,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..primitives import (deterministic_op, in_clause, message_contexts, numpyro_message,
-                          sample_op)
+from .._site_fns import ask
+from ..primitives import deterministic_op, in_clause, message_contexts, sample_op
 from ._handler import Handler, forward
 
 
@@ -31,7 +31,8 @@ class reparam(Handler):
     def _strategy(self, name, msg, static):
         if isinstance(self.config, dict):
             return self.config.get(name)
-        return self.config(numpyro_message("sample", name, static, msg))
+        return ask("effppl.handlers.reparam(fn, config=...)", self.config, "sample", name,
+                   static, msg)
 
     def clauses(self):
         def sample(params, msg, *, resume, name, **static):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import jax
@@ -39,12 +40,20 @@ from ._cache import cached, split_cache_key
 from ._init import InitStrategy, ModelContext, init_to_uniform
 from ._model import initialising
 
-__all__ = ["AutoGuide", "AutoGuideError"]
+__all__ = ["AutoGuide", "AutoGuideError", "MissingParamError"]
 
 
 class AutoGuideError(EffpplError, ValueError):
     """An autoguide cannot cover the model (a discrete latent site, a site in a `while_loop`),
-    or was asked for something before it has seen the model's arguments."""
+    was asked for something before it has seen the model's arguments, or was given params of the
+    wrong shapes."""
+
+
+class MissingParamError(AutoGuideError, KeyError):
+    """The params given to an autoguide's `median`, `quantiles`, `sample_posterior` (or
+    `NeuTraReparam`) lack one of the guide's params: a `KeyError`, as NumPyro's lookup raises."""
+
+    __str__ = BaseException.__str__  # the message as written (KeyError's would quote it)
 
 
 class _Latent(NamedTuple):
@@ -163,7 +172,7 @@ class AutoGuide:
         self._latent_names = tuple(self._latent_sites(args, kwargs))
         self._prototype_args = (args, kwargs)
 
-    def _latent_sites(self, args, kwargs) -> dict:
+    def _latent_sites(self, args, kwargs, analysis=None) -> dict:
         """`{name: _Latent}`: the model's latent sites, each with its unconstrained stacked
         shape and the plates around it.
 
@@ -173,7 +182,8 @@ class AutoGuide:
         from effppl.handlers._basic import _analyzed
         from effppl.handlers._trace import is_enumerated
 
-        analysis = _analyzed(self.model, args, kwargs)
+        if analysis is None:
+            analysis = _analyzed(self.model, args, kwargs)
         subsampled = plates_.subsampled_plates(analysis)
         out = {}
         for name, site in analysis.items():
@@ -301,6 +311,61 @@ class AutoGuide:
 
     # -- after fitting -----------------------------------------------------------------------
 
+    def _expected_params(self, sites) -> dict:
+        """`{param name: shape}` of the guide's params for the latent `sites` (`_latent_sites`);
+        None in a shape: any length. (None known here: a subclass declares its own.)"""
+        return {}
+
+    def _checked_sites(self, api, params, args=(), kwargs=None, where=None,
+                       only: str | None = None) -> dict:
+        """The model's latent sites (`_latent_sites` at the arguments `SVI.init` saw, or those
+        given: the guide's prototype, as NumPyro's), once `params` hold the guide's params
+        (with `only`, those whose name ends with it: what NumPyro's method reads, e.g. `median`
+        the locs). `api`: the method asked (`"median"`); `where`: the call, for messages
+        (default `{guide}.{api}(params)`).
+
+        **Raises:** `MissingParamError` (a `KeyError`) naming a param `params` lack;
+        `AutoGuideError` for `params` that are not a dict, or a param of the wrong shape."""
+        guide = where or f"{type(self).__name__}.{api}(params)"
+        if not isinstance(params, Mapping):
+            raise AutoGuideError(f"`{guide}` expected the guide's fitted params (a dict, "
+                                 f"`SVIRunResult.params`), but got {type(params).__name__}.")
+        args, kwargs = self._args(api, args, kwargs)
+        sites = self._latent_sites(args, kwargs)
+        for name, shape in self._expected_params(sites).items():
+            if only is not None and not name.endswith(only):
+                continue
+            described = str(tuple("*" if n is None else n for n in shape)).replace("'*'", "r")
+            if name not in params:
+                raise MissingParamError(
+                    f"`{guide}`: params lack `{name}` (shape {described}), one of the "
+                    f"guide's params for the model's latent sites "
+                    f"({', '.join(f'`{n}`' for n in sites)}). Pass the params SVI fitted for this "
+                    f"guide (`SVIRunResult.params`, `svi.get_params(state)`).")
+            got = jnp.shape(params[name])
+            if len(got) != len(shape) or any(n is not None and g != n
+                                             for g, n in zip(got, shape)):
+                raise AutoGuideError(
+                    f"`{guide}`: param `{name}` has shape {got}, but the guide's param "
+                    f"for the model's latent sites has shape {described}. Pass the params SVI "
+                    f"fitted for this guide, with the model arguments it was fitted at.")
+        return sites
+
+    def _deterministic(self, args, kwargs, values: dict, params: dict, analysis: dict) -> dict:
+        """The model's deterministic sites at the latent `values` (constrained) and the model's
+        params in `params`, as NumPyro's autoguides return them: the model runs with `values`
+        substituted, under `seed(0)` for the indices of subsampled plates (NumPyro's
+        `postprocess_fn`). Empty when the model has no deterministic site."""
+        from effppl import handlers
+
+        if not any(site.type == "deterministic" for site in analysis.values()):
+            return {}
+        model_params = {n: v for n, v in params.items()
+                        if n in analysis and analysis[n].type == "param"}
+        model = handlers.substitute(self.model, data={**values, **model_params})
+        tr = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)
+        return {n: site["value"] for n, site in tr.items() if site["type"] == "deterministic"}
+
     def _args(self, api, args=(), kwargs=None):
         if args or kwargs:
             return tuple(args), dict(kwargs or {})
@@ -315,42 +380,60 @@ class AutoGuide:
         fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
         return fn, dynamic
 
-    def _postprocess(self, unconstrained: dict, batch_ndim: int = 0, args=(), kwargs=None,
-                     api="median") -> dict:
-        """Constrained values of the model's latent sites at `unconstrained` (with `batch_ndim`
-        leading batch axes; full size along subsampled plates). The model's arguments default
-        to those `SVI.init` saw.
+    def _postprocess(self, values: dict, params: dict, batch_ndim: int = 0, args=(),
+                     kwargs=None, api="median", constrained=False) -> dict:
+        """The model's latent sites at the unconstrained `values` (or, with `constrained`, at
+        `values` as they are), constrained, with `batch_ndim` leading batch axes (full size along
+        subsampled plates), and its deterministic sites there (`_deterministic`; not when a
+        latent site sits in a subsampled plate, whose full-size values the model, which
+        subsamples, cannot take). The model's arguments default to those `SVI.init` saw.
 
         **Raises:** `AutoGuideError` for a latent site in a subsampled plate when some support
         depends on other values (the model, run to find it, has subsample sizes)."""
+        from effppl.handlers._basic import _analyzed
+
         args, kwargs = self._args(api, args, kwargs)
 
         def build(structure):
-            def constrain(u, dynamic):
+            def postprocess(values, params, dynamic):
                 a, kw = structure.rebuild(dynamic)
-                sites = self._latent_sites(a, kw)
+                analysis = _analyzed(self.model, a, kw)
+                sites = self._latent_sites(a, kw, analysis)
                 local = [n for n, latent in sites.items() if latent.subsampled]
-                if local and _fixed_supports(sites) is None:
+                if local and not constrained and _fixed_supports(sites) is None:
                     raise AutoGuideError(
                         f"effppl.infer.autoguide.{type(self).__name__}: site `{local[0]}` "
                         f"sits in a subsampled plate and the model has a support that depends "
                         f"on other values, so its full-size values cannot be mapped to their "
                         f"supports.")
-                one = lambda v: self._constrain(a, kw, v, sites)[0]  # noqa: E731
+
+                def one(v):
+                    if not constrained:
+                        v = self._constrain(a, kw, v, sites)[0]
+                    if local:
+                        return v
+                    return {**v, **self._deterministic(a, kw, v, params, analysis)}
                 for _ in range(batch_ndim):
                     one = jax.vmap(one)
-                return one(u)
-            return constrain
+                return one(values)
+            return postprocess
 
-        fn, dynamic = self._compiled(("postprocess", batch_ndim), build, args, kwargs)
-        return fn(unconstrained, dynamic)
+        fn, dynamic = self._compiled(("postprocess", batch_ndim, constrained), build, args,
+                                     kwargs)
+        return fn(values, dict(params), dynamic)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
-        """Draws of the model's latent sites from the guide at `params`: dict name -> array
-        `(*sample_shape, *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). The model's
-        arguments default to those `SVI.init` saw."""
-        from effppl import handlers
+        """Draws of the model's latent sites from the guide at `params`, and the model's
+        deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
+        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). The model's arguments default
+        to those `SVI.init` saw.
 
+        **Raises:** `MissingParamError` (a `KeyError`) naming a guide's param missing from
+        `params`; `AutoGuideError` naming a param of the wrong shape."""
+        from effppl import handlers
+        from effppl.handlers._basic import _analyzed
+
+        self._checked_sites("sample_posterior", params, args, kwargs)
         args, kwargs = self._args("sample_posterior", args, kwargs)
         sample_shape = tuple(sample_shape)
         n = math.prod(sample_shape)
@@ -358,12 +441,14 @@ class AutoGuide:
         def build(structure):
             def draw(keys, params, dynamic):
                 a, kw = structure.rebuild(dynamic)
+                analysis = _analyzed(self.model, a, kw)
 
                 def one(key):
                     guide = handlers.seed(handlers.substitute(self, data=params), key)
                     tr = handlers.trace(guide).get_trace(*a, **kw)
-                    return {name: s["value"] for name, s in tr.items()
-                            if s["type"] == "sample" and not name.startswith("_")}
+                    values = {name: s["value"] for name, s in tr.items()
+                              if s["type"] == "sample" and not name.startswith("_")}
+                    return {**values, **self._deterministic(a, kw, values, params, analysis)}
                 return jax.vmap(one)(keys)
             return draw
 

@@ -17,7 +17,7 @@ from numpyro.distributions.util import periodic_repeat
 from .. import primitives
 
 __all__ = ["Frame", "site_frames", "subsampled_plates", "check_frames", "create_plates",
-           "entered", "full_size", "subsample_scale"]
+           "entered", "full_size", "full_shape", "subsample_scale"]
 
 
 class Frame(NamedTuple):
@@ -130,6 +130,16 @@ def full_size(value, frames: tuple, event_ndim: int):
         if frame.subsampled:
             value = periodic_repeat(value, frame.size, frame.dim - event_ndim)
     return value
+
+
+def full_shape(shape: tuple, frames: tuple, event_ndim: int) -> tuple:
+    """The shape `full_size` gives a value of `shape`: each subsampled plate's dim at the plate's
+    full size."""
+    shape = list(shape)
+    for frame in frames:
+        if frame.subsampled:
+            shape[frame.dim - event_ndim] = frame.size
+    return tuple(shape)
 
 
 def subsample_scale(frames: tuple) -> float | None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 
 import jax.numpy as jnp
 import numpyro.distributions as dist
@@ -53,9 +52,9 @@ class NeuTraReparam:
     **Arguments:** `guide`: an `AutoContinuous` guide that `SVI` has run (its latent layout is
     known); `params`: its fitted params (`SVIRunResult.params`).
 
-    **Raises:** `TypeError` for another guide; `AutoGuideError` for `params` that are not a dict
-    holding the guide's params with their shapes (`auto_loc`: `(D,)`, ...; D the guide's latent
-    size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
+    **Raises:** `TypeError` for another guide; `MissingParamError` (a `KeyError`) naming a param
+    of the guide that `params` lack; `AutoGuideError` for `params` that are not a dict or hold a
+    param of the wrong shape (`auto_loc`: `(D,)`, ...; D the guide's latent size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
     than the guide's), and for draws of another size than D in `transform_sample`; `SiteError`
     (when the model runs) for an observed site given in the guide, or a site inside a loop.
 
@@ -75,8 +74,9 @@ class NeuTraReparam:
         if not isinstance(guide, AutoContinuous):
             raise TypeError(f"effppl.infer.reparam.NeuTraReparam expected an AutoContinuous guide "
                             f"(AutoDiagonalNormal, ...), but got {type(guide).__name__}.")
-        self._layout = guide._layout_now()
-        self._check_params(guide, params, sum(n for _, _, n in self._layout))
+        self._layout = guide._layout(guide._checked_sites(
+            "NeuTraReparam", params,
+            where=f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"))
         self.guide, self.params = guide, params
         posterior = guide.get_posterior(params)
         if isinstance(posterior, dist.Normal):
@@ -84,29 +84,6 @@ class NeuTraReparam:
                                              domain=constraints.real_vector)
         else:
             self.transform = LowerCholeskyAffine(posterior.mean, posterior.scale_tril)
-
-    @staticmethod
-    def _check_params(guide, params, size):
-        api = f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"
-        expected = {f"{guide.prefix}_{k}": shape for k, shape in guide._param_shapes(size).items()}
-        described = ", ".join(f"`{k}` {tuple('r' if n is None else n for n in shape)}"
-                              for k, shape in expected.items())
-        if not isinstance(params, Mapping):
-            raise AutoGuideError(f"`{api}` expected the guide's fitted params (a dict, "
-                                 f"`SVIRunResult.params`: {described}), but got "
-                                 f"{type(params).__name__}.")
-        for name, shape in expected.items():
-            if name not in params:
-                raise AutoGuideError(f"`{api}`: params lack `{name}`; the guide's latent has size "
-                                     f"{size}, and its params are {described}. Pass the params "
-                                     f"SVI fitted for this guide (`SVIRunResult.params`).")
-            got = jnp.shape(params[name])
-            if len(got) != len(shape) or any(n is not None and g != n
-                                             for g, n in zip(got, shape)):
-                raise AutoGuideError(f"`{api}`: param `{name}` has shape {got}, but the guide's "
-                                     f"latent has size {size}, so it should have shape "
-                                     f"{tuple('r' if n is None else n for n in shape)}. Pass the "
-                                     f"params SVI fitted for this guide (`SVIRunResult.params`).")
 
     def get_base_dist(self):
         """The shared latent's distribution: standard normal, of the guide's latent size."""
@@ -155,5 +132,5 @@ class NeuTraReparam:
                                  f"expected draws of the shared latent of shape (..., {size}), "
                                  f"but got shape {jnp.shape(latent)}.")
         x = self.transform(latent)
-        return self.guide._postprocess(self.guide._unpack(x, self._layout),
+        return self.guide._postprocess(self.guide._unpack(x, self._layout), self.params,
                                        batch_ndim=jnp.ndim(latent) - 1)

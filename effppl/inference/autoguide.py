@@ -7,22 +7,24 @@ distribution of the unconstrained latent values.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
+from numpyro.distributions.util import cholesky_of_inverse
 
 from .. import primitives
 from ..primitives import prng_key_op
-from ._autoguide import AutoGuide, AutoGuideError
-from ._guide_plates import entered, full_size
+from ._autoguide import AutoGuide, AutoGuideError, MissingParamError
+from ._guide_plates import entered, full_shape, full_size
 from ._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideError"]
+           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError"]
 
 
 class AutoNormal(AutoGuide):
@@ -74,38 +76,60 @@ class AutoNormal(AutoGuide):
         values, log_dets, _ = self._constrain(args, kwargs, u, sites, plates)
         return self._emit(values, sites, {n: log_q[n] - log_dets[n] for n in values})
 
-    def _locs_scales(self, params):
-        names = [k[:-len(f"_{self.prefix}_loc")] for k in params
-                 if k.endswith(f"_{self.prefix}_loc")]
-        return ({n: params[f"{n}_{self.prefix}_loc"] for n in names},
-                {n: params[f"{n}_{self.prefix}_scale"] for n in names})
+    def _expected_params(self, sites):
+        p = self.prefix
+        out = {}
+        for name, latent in sites.items():
+            shape = full_shape(latent.shape, latent.frames, len(latent.shape) - latent.batch_ndim)
+            out.update({f"{name}_{p}_loc": shape, f"{name}_{p}_scale": shape})
+        return out
+
+    def _locs_scales(self, api, params, args=(), kwargs=None):
+        """The guide's `loc` and `scale` of each latent site of the model (its prototype, as
+        NumPyro's), checked (`_checked_sites`)."""
+        sites = self._checked_sites(api, params, args, kwargs)
+        p = self.prefix
+        return ({n: params[f"{n}_{p}_loc"] for n in sites},
+                {n: params[f"{n}_{p}_scale"] for n in sites})
+
+    def _locs(self, api, params):
+        sites = self._checked_sites(api, params, only=f"_{self.prefix}_loc")
+        return {n: params[f"{n}_{self.prefix}_loc"] for n in sites}
 
     def median(self, params) -> dict:
-        """The posterior median of each latent site (the constrained image of `loc`)."""
-        return self._postprocess(self._locs_scales(params)[0])
+        """The posterior median of each latent site (the constrained image of `loc`), and the
+        model's deterministic sites there (as NumPyro's): dict site -> array (full size along
+        subsampled plates; then without deterministic sites).
+
+        **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`
+        (e.g. `z_auto_loc`); `AutoGuideError` naming a param of the wrong shape, or when
+        `SVI.init` has not seen the model's arguments."""
+        return self._postprocess(self._locs("median", params), params)
 
     def quantiles(self, params, quantiles) -> dict:
         """Marginal quantiles: dict site -> array `(len(quantiles), *site_shape)` (full size
-        along subsampled plates)."""
-        locs, scales = self._locs_scales(params)
+        along subsampled plates), and the model's deterministic sites at them. **Raises:** as
+        `median`."""
+        locs, scales = self._locs_scales("quantiles", params)
         q = jnp.asarray(quantiles)
         u = {n: locs[n] + scales[n] * ndtri(q).reshape((-1,) + (1,) * jnp.ndim(locs[n]))
              for n in locs}
-        return self._postprocess(u, batch_ndim=1)
+        return self._postprocess(u, params, batch_ndim=1, api="quantiles")
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
-        """Draws of the model's latent sites from the guide at `params`: dict name -> array
-        `(*sample_shape, *site_shape)` (sites in loops: `(*sample_shape, T, ...)`; full size
-        along subsampled plates, as NumPyro's). The model's arguments default to those
-        `SVI.init` saw."""
-        locs, scales = self._locs_scales(params)
+        """Draws of the model's latent sites from the guide at `params`, and the model's
+        deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
+        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`; full size along subsampled
+        plates, as NumPyro's). The model's arguments default to those `SVI.init` saw.
+        **Raises:** as `median`."""
+        locs, scales = self._locs_scales("sample_posterior", params, args, kwargs)
         sample_shape = tuple(sample_shape)
         n = math.prod(sample_shape)
         keys = jax.random.split(rng_key, len(locs))
         u = {name: locs[name] + scales[name] * jax.random.normal(
                 key, (max(n, 1), *jnp.shape(locs[name])), jnp.result_type(locs[name]))
              for key, name in zip(keys, locs)}
-        out = self._postprocess(u, 1, args, kwargs, "sample_posterior")
+        out = self._postprocess(u, params, 1, args, kwargs, "sample_posterior")
         return jax.tree.map(lambda x: x[:n].reshape(sample_shape + x.shape[1:]), out)
 
 
@@ -140,17 +164,36 @@ class AutoDelta(AutoGuide):
                     constraint=fns[name].support, event_dim=event_ndim)
         return self._emit(locs, sites)
 
+    def _expected_params(self, sites):
+        out = {}
+        for name, latent in sites.items():
+            shape = tuple(latent.site.loops) + tuple(latent.site.aval.shape)  # constrained
+            out[f"{name}_{self.prefix}_loc"] = full_shape(shape, latent.frames,
+                                                          len(shape) - latent.batch_ndim)
+        return out
+
+    def _locs(self, api, params, args=(), kwargs=None):
+        sites = self._checked_sites(api, params, args, kwargs)
+        return {n: params[f"{n}_{self.prefix}_loc"] for n in sites}
+
     def median(self, params) -> dict:
-        """The point estimates (dict site -> constrained value, full size along subsampled
-        plates)."""
-        suffix = f"_{self.prefix}_loc"
-        return {k[:-len(suffix)]: v for k, v in params.items() if k.endswith(suffix)}
+        """The point estimates: dict site -> constrained value (full size along subsampled
+        plates), the model's latent sites only (as NumPyro's).
+
+        **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
+        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
+        model's arguments."""
+        return self._locs("median", params)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
-        """The point estimates (`median`) repeated `sample_shape` times: dict name -> array
-        `(*sample_shape, *site_shape)`."""
-        return {k: jnp.broadcast_to(v, tuple(sample_shape) + jnp.shape(v))
-                for k, v in self.median(params).items()}
+        """The point estimates (`median`) repeated `sample_shape` times, and the model's
+        deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
+        *site_shape)`. **Raises:** as `median`."""
+        sample_shape = tuple(sample_shape)
+        locs = self._locs("sample_posterior", params, args, kwargs)
+        out = self._postprocess(locs, params, 0, args, kwargs, "sample_posterior",
+                                constrained=True)
+        return {k: jnp.broadcast_to(v, sample_shape + jnp.shape(v)) for k, v in out.items()}
 
 
 class AutoContinuous(AutoGuide):
@@ -195,19 +238,37 @@ class AutoContinuous(AutoGuide):
         args, kwargs = self._args("median")
         return self._layout(self._latent_sites(args, kwargs))
 
+    def _expected_params(self, sites):
+        size = sum(n for _, _, n in self._layout(sites))
+        return {f"{self.prefix}_{k}": shape for k, shape in self._param_shapes(size).items()}
+
+    def _checked_layout(self, api, params, only=None):
+        """The latent layout of the guide's prototype, once `params` hold its params (`only`:
+        as `_checked_sites`)."""
+        return self._layout(self._checked_sites(api, params, only=only))
+
     def median(self, params) -> dict:
-        """The posterior median of each latent site (the constrained image of `loc`)."""
-        return self._postprocess(self._unpack(self._loc(params), self._layout_now()))
+        """The posterior median of each latent site (the constrained image of `loc`), and the
+        model's deterministic sites there (as NumPyro's).
+
+        **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
+        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
+        model's arguments."""
+        layout = self._checked_layout("median", params, only=f"{self.prefix}_loc")
+        return self._postprocess(self._unpack(self._loc(params), layout), params)
 
     def quantiles(self, params, quantiles) -> dict:
         """Marginal quantiles (normal marginals of `get_posterior`): dict site -> array
-        `(len(quantiles), *site_shape)`."""
+        `(len(quantiles), *site_shape)`, and the model's deterministic sites at them.
+        **Raises:** as `median`."""
+        layout = self._checked_layout("quantiles", params)
         posterior = self.get_posterior(params)
         sd = jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2, axis2=-1)) \
             if not isinstance(posterior, dist.Normal) else posterior.scale
         q = ndtri(jnp.asarray(quantiles))[:, None]
         flat = posterior.mean + sd * q
-        return self._postprocess(self._unpack(flat, self._layout_now()), batch_ndim=1)
+        return self._postprocess(self._unpack(flat, layout), params, batch_ndim=1,
+                                 api="quantiles")
 
 
 class AutoDiagonalNormal(AutoContinuous):
@@ -262,10 +323,10 @@ class AutoMultivariateNormal(AutoContinuous):
 
 
 class AutoLowRankMultivariateNormal(AutoContinuous):
-    """A normal guide with low-rank-plus-diagonal covariance `W W^T + diag(scale^2)` over the flat
-    unconstrained latent vector: params `auto_loc`, `auto_cov_factor` (`(D, rank)`, rank
-    `round(sqrt(D))` by default), `auto_scale`. **References:** NumPyro's
-    `AutoLowRankMultivariateNormal`."""
+    """A normal guide with low-rank-plus-diagonal covariance `S (W W^T + I) S`, `S =
+    diag(scale)`, over the flat unconstrained latent vector (NumPyro's parametrization): params
+    `auto_loc`, `auto_cov_factor` (`W`, `(D, rank)`, rank `round(sqrt(D))` by default),
+    `auto_scale`. **References:** NumPyro's `AutoLowRankMultivariateNormal`."""
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
                  rank=None):
@@ -283,16 +344,21 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
                                                                           flat_init.dtype))
         scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
                                  constraint=constraints.softplus_positive)
-        return dist.LowRankMultivariateNormal(loc, factor, scale ** 2)
+        return self._posterior(loc, factor, scale)
+
+    @staticmethod
+    def _posterior(loc, cov_factor, scale):
+        return dist.LowRankMultivariateNormal(loc, cov_factor * scale[..., None], scale ** 2)
 
     def _param_shapes(self, size):
         return {"loc": (size,), "cov_factor": (size, None), "scale": (size,)}
 
     def get_posterior(self, params):
-        """`LowRankMultivariateNormal(loc, cov_factor, scale**2)` of the flat latent."""
+        """`LowRankMultivariateNormal(loc, cov_factor * scale[:, None], scale**2)` of the flat
+        latent (covariance `S (W W^T + I) S`)."""
         p = self.prefix
-        return dist.LowRankMultivariateNormal(params[f"{p}_loc"], params[f"{p}_cov_factor"],
-                                              params[f"{p}_scale"] ** 2)
+        return self._posterior(params[f"{p}_loc"], params[f"{p}_cov_factor"],
+                               params[f"{p}_scale"])
 
 
 class AutoLaplaceApproximation(AutoContinuous):
@@ -317,7 +383,8 @@ class AutoLaplaceApproximation(AutoContinuous):
 
     def get_posterior(self, params):
         """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the
-        inverse Hessian of the potential energy at `loc`."""
+        inverse Hessian of the potential energy at `loc`. As NumPyro's: where the Hessian is not
+        positive definite, `scale_tril` is 0 (the draws are `loc`), with a `UserWarning`."""
         from effppl.handlers import potential_energy
 
         args, kwargs = self._args("get_posterior")
@@ -333,14 +400,24 @@ class AutoLaplaceApproximation(AutoContinuous):
 
         fn, dynamic = self._compiled("laplace_hessian", build, args, kwargs)
         loc = params[f"{self.prefix}_loc"]
-        cov = jnp.linalg.inv(fn(loc, dynamic))
-        return dist.MultivariateNormal(loc, scale_tril=jnp.linalg.cholesky(cov))
+        scale_tril = cholesky_of_inverse(fn(loc, dynamic))
+        if not isinstance(scale_tril, jax.core.Tracer) and bool(jnp.any(jnp.isnan(scale_tril))):
+            warnings.warn("effppl.infer.autoguide.AutoLaplaceApproximation: the Hessian of the "
+                          "potential energy at `auto_loc` is not positive definite (not a MAP "
+                          "point?), so the posterior is the point `auto_loc` (scale_tril 0), "
+                          "as in NumPyro. Fit longer, or use AutoNormal.", UserWarning,
+                          stacklevel=2)
+        scale_tril = jnp.where(jnp.isnan(scale_tril), 0.0, scale_tril)
+        return dist.MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
-        """Draws from the Laplace approximation (`get_posterior`), mapped to the supports."""
+        """Draws from the Laplace approximation (`get_posterior`), mapped to the supports, and
+        the model's deterministic sites at them (as NumPyro's). **Raises:** as `median`."""
         if args or kwargs:
             self._setup_prototype(*args, **kwargs)
+        layout = self._checked_layout("sample_posterior", params)
         sample_shape = tuple(sample_shape)
         flat = self.get_posterior(params).sample(rng_key, (math.prod(sample_shape),))
-        out = self._postprocess(self._unpack(flat, self._layout_now()), batch_ndim=1)
+        out = self._postprocess(self._unpack(flat, layout), params, batch_ndim=1,
+                                api="sample_posterior")
         return jax.tree.map(lambda x: x.reshape(sample_shape + x.shape[1:]), out)

@@ -70,10 +70,12 @@ def test_bad_params_another_model_and_bad_draws_are_errors_naming_what_is_wrong(
     assert params["auto_cov_factor"].shape == (4, 2)
     with pytest.raises(autoguide.AutoGuideError, match=r"got NoneType"):
         NeuTraReparam(guide, None)
-    with pytest.raises(autoguide.AutoGuideError, match=r"lack `auto_cov_factor`.*size 4"):
+    with pytest.raises(autoguide.MissingParamError, match=r"lack `auto_cov_factor` \(shape "
+                                                          r"\(4, r\)\).*`y`, `x`") as err:
         NeuTraReparam(guide, {"auto_loc": params["auto_loc"]})
+    assert isinstance(err.value, KeyError)
     with pytest.raises(autoguide.AutoGuideError,
-                       match=r"`auto_scale` has shape \(3,\).*should have shape \(4,\)"):
+                       match=r"`auto_scale` has shape \(3,\).*has shape \(4,\)"):
         NeuTraReparam(guide, {**params, "auto_scale": jnp.ones(3)})
     neutra = NeuTraReparam(guide, params)
     with pytest.raises(autoguide.AutoGuideError, match=r"shape \(\.\.\., 4\), but got shape"):
