@@ -135,11 +135,11 @@ def full_size(value, frames: tuple, event_ndim: int):
 def full_shape(shape: tuple, frames: tuple, event_ndim: int) -> tuple:
     """The shape `full_size` gives a value of `shape`: each subsampled plate's dim at the plate's
     full size."""
-    shape = list(shape)
+    dims = list(shape)
     for frame in frames:
         if frame.subsampled:
-            shape[frame.dim - event_ndim] = frame.size
-    return tuple(shape)
+            dims[frame.dim - event_ndim] = frame.size
+    return tuple(dims)
 
 
 def subsample_scale(frames: tuple) -> float | None:
