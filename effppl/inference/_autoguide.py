@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
@@ -349,7 +350,27 @@ class AutoGuide:
                     f"`{guide}`: param `{name}` has shape {got}, but the guide's param "
                     f"for the model's latent sites has shape {described}. Pass the params SVI "
                     f"fitted for this guide, with the model arguments it was fitted at.")
+            self._check_support(guide, name, params[name])
         return sites
+
+    def _param_support(self, name: str):
+        """The constraint the guide's param `name` must satisfy where a distribution reads it
+        (a scale: positive), or None. Subclasses name theirs."""
+        return None
+
+    def _check_support(self, guide, name, value):
+        """`AutoGuideError` naming param `name` when its value (concrete: a traced value is
+        not checked) is outside its support, where NumPyro's distribution would raise a
+        `ValueError` (an invalid scale) instead of giving a silently wrong number."""
+        constraint = self._param_support(name)
+        if constraint is None or isinstance(value, jax.core.Tracer):
+            return
+        if not bool(np.all(np.asarray(constraint(jnp.asarray(value))))):
+            raise AutoGuideError(
+                f"`{guide}`: param `{name}` is outside its support ({constraint}), so the "
+                f"guide's distribution is not defined there: {np.asarray(value)!r:.120}. Pass "
+                f"the params SVI fitted for this guide (constrained, as `svi.get_params` "
+                f"returns them).")
 
     def _deterministic(self, args, kwargs, values: dict, params: dict, analysis: dict) -> dict:
         """The model's deterministic sites at the latent `values` (constrained) and the model's
@@ -370,8 +391,9 @@ class AutoGuide:
         if args or kwargs:
             return tuple(args), dict(kwargs or {})
         if self._prototype_args is None:
-            raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments: "
-                                 f"run `SVI.init`/`SVI.run` with this guide first (or pass them).")
+            raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments, "
+                                 f"which the guide learns when `SVI.init`/`SVI.run` runs it: "
+                                 f"run one of them with this guide first.")
         return self._prototype_args
 
     def _compiled(self, what, build, args, kwargs):

@@ -76,6 +76,9 @@ class AutoNormal(AutoGuide):
         values, log_dets, _ = self._constrain(args, kwargs, u, sites, plates)
         return self._emit(values, sites, {n: log_q[n] - log_dets[n] for n in values})
 
+    def _param_support(self, name):
+        return constraints.positive if name.endswith(f"_{self.prefix}_scale") else None
+
     def _expected_params(self, sites):
         p = self.prefix
         out = {}
@@ -265,9 +268,9 @@ class AutoContinuous(AutoGuide):
         posterior = self.get_posterior(params)
         sd = jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2, axis2=-1)) \
             if not isinstance(posterior, dist.Normal) else posterior.scale
-        q = ndtri(jnp.asarray(quantiles))[:, None]
+        q = ndtri(jnp.asarray(quantiles))[..., None]  # a scalar: one value per site, as NumPyro's
         flat = posterior.mean + sd * q
-        return self._postprocess(self._unpack(flat, layout), params, batch_ndim=1,
+        return self._postprocess(self._unpack(flat, layout), params, batch_ndim=jnp.ndim(q) - 1,
                                  api="quantiles")
 
 
@@ -285,6 +288,9 @@ class AutoDiagonalNormal(AutoContinuous):
         scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
                                  constraint=constraints.softplus_positive)
         return dist.Normal(loc, scale).to_event(1)
+
+    def _param_support(self, name):
+        return constraints.positive if name == f"{self.prefix}_scale" else None
 
     def _param_shapes(self, size):
         return {"loc": (size,), "scale": (size,)}
@@ -312,6 +318,9 @@ class AutoMultivariateNormal(AutoContinuous):
                                       jnp.eye(flat_init.shape[0], dtype=flat_init.dtype)
                                       * self.init_scale, constraint=self.scale_tril_constraint)
         return dist.MultivariateNormal(loc, scale_tril=scale_tril)
+
+    def _param_support(self, name):
+        return constraints.lower_cholesky if name == f"{self.prefix}_scale_tril" else None
 
     def _param_shapes(self, size):
         return {"loc": (size,), "scale_tril": (size, size)}

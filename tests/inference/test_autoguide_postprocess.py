@@ -202,3 +202,43 @@ def test_laplace_posterior_equals_numpyros_also_where_the_hessian_is_singular(lo
         key = jax.random.PRNGKey(3)
         _assert_same(ours.sample_posterior(key, params, sample_shape=(5,)),
                      theirs.sample_posterior(key, params, sample_shape=(5,)))
+
+
+CONTINUOUS = ["AutoDiagonalNormal", "AutoMultivariateNormal", "AutoLowRankMultivariateNormal"]
+
+
+@pytest.mark.parametrize("name", CONTINUOUS)
+def test_a_scalar_quantile_gives_one_value_per_site_as_numpyros(name):
+    ours, theirs = _guides(name)
+    params = _params(name)
+    got, want = ours.quantiles(params, 0.9), theirs.quantiles(params, 0.9)
+    for site in ("mu", "s"):
+        assert jnp.shape(got[site]) == jnp.shape(want[site]) == ()
+        np.testing.assert_allclose(got[site], want[site], rtol=1e-10)
+    listed = ours.quantiles(params, [0.1, 0.9])
+    np.testing.assert_allclose(listed["mu"][1], got["mu"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, param, bad", [
+    ("AutoNormal", "mu_auto_scale", -0.5),
+    ("AutoDiagonalNormal", "auto_scale", jnp.array([-0.5, 0.4])),
+    ("AutoMultivariateNormal", "auto_scale_tril", jnp.array([[1.0, 0.5], [0.0, 1.0]])),
+])
+def test_a_param_outside_its_support_is_refused_where_numpyro_raises(name, param, bad):
+    ours, theirs = _guides(name)
+    params = {**_params(name), param: jnp.asarray(bad, jnp.float64)}
+    with pytest.raises(ValueError):  # NumPyro's distribution validates its argument
+        with numpyro.validation_enabled():
+            theirs.sample_posterior(jax.random.PRNGKey(0), params, sample_shape=(2,))
+    for call in (lambda: ours.quantiles(params, [0.1, 0.9]),
+                 lambda: ours.sample_posterior(jax.random.PRNGKey(0), params,
+                                               sample_shape=(2,))):
+        with pytest.raises(autoguide.AutoGuideError, match=f"`{param}` is outside its support"):
+            call()
+    ours.median(params)  # the median reads the locs only, as NumPyro's
+
+
+def test_before_svi_init_the_message_says_to_run_it():
+    guide = autoguide.AutoNormal(_model(effppl))
+    with pytest.raises(autoguide.AutoGuideError, match="run one of them with this guide first"):
+        guide.median(_params("AutoNormal"))
