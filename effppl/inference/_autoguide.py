@@ -139,6 +139,12 @@ class AutoGuide:
         self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
         self.__name__ = type(self).__name__
 
+    def quantiles(self, params, quantiles) -> dict:
+        """Marginal quantiles of the guide's posterior; a guide without a spread (`AutoDelta`)
+        has none. **Raises:** `NotImplementedError` here, as NumPyro's base class."""
+        raise NotImplementedError(f"{type(self).__name__} has no quantiles: its posterior is a "
+                                  f"point (use `median`), or it does not define them.")
+
     def _positive(self, name, value):
         """`value` as a float; an `AutoGuideError` naming the setting `name` unless it is a
         positive real number."""

@@ -242,3 +242,11 @@ def test_before_svi_init_the_message_says_to_run_it():
     guide = autoguide.AutoNormal(_model(effppl))
     with pytest.raises(autoguide.AutoGuideError, match="run one of them with this guide first"):
         guide.median(_params("AutoNormal"))
+
+
+def test_autodelta_has_no_quantiles_as_numpyros():
+    ours, theirs = _guides("AutoDelta")
+    with pytest.raises(NotImplementedError):
+        theirs.quantiles(_params("AutoDelta"), [0.5])
+    with pytest.raises(NotImplementedError, match="AutoDelta has no quantiles"):
+        ours.quantiles(_params("AutoDelta"), [0.5])
