@@ -97,3 +97,30 @@ def test_a_clamped_write_is_forwarded_where_it_lands():
     closed = f(jnp.zeros(N), jnp.arange(2.0))
     forwarded = forward_reads(closed.jaxpr)
     assert forwarded.outvars[0] is forwarded.invars[1]
+
+
+def test_reads_of_earlier_versions_rewrites_and_forks_keep_their_values():
+    """Reads of intermediate buffers, a range written twice, and two writes on one version
+    (a fork): the forwarded program computes what JAX computes from the unforwarded one."""
+    def program(b, u, v, w):
+        b1 = jax.lax.dynamic_update_slice(b, u, (0,))  # [0, 2)
+        b2 = jax.lax.dynamic_update_slice(b1, v, (4,))  # [4, 6)
+        b3 = jax.lax.dynamic_update_slice(b2, w, (0,))  # [0, 2) again
+        fork = jax.lax.dynamic_update_slice(b2, w * 10.0, (4,))  # another write on version 2
+        return (b1[0:2], b2[0:2], b3[0:2], b3[4:6], b3[2:4], b3[1:5], fork[4:6], fork[0:2],
+                b[0:2])
+
+    args = (jnp.arange(8.0), jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]), jnp.array([5.0, 6.0]))
+    closed = jax.make_jaxpr(program)(*args)
+    forwarded = forward_reads(closed.jaxpr)
+    check_jaxpr(forwarded)
+    want = jax.jit(program)(*args)
+    got = jax.core.eval_jaxpr(forwarded, closed.consts, *args)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)
+    slices = [e for e in forwarded.eqns if e.primitive.name == "slice"]
+    # left: [2, 4) (unwritten: from `b`), [1, 5) (across two writes), `b[0:2]`, and the fork's
+    # [0, 2) (a fork starts a chain of its own: read from `b2`, not forwarded further)
+    assert len(slices) == 4 and not any(e.primitive.name == "slice" and e.invars[0] is
+                                        forwarded.invars[0] and e.params["start_indices"] == (4,)
+                                        for e in forwarded.eqns)
