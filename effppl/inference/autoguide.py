@@ -112,7 +112,7 @@ class AutoNormal(AutoGuide):
     def quantiles(self, params, quantiles) -> dict:
         """Marginal quantiles: dict site -> array `(len(quantiles), *site_shape)` (full size
         along subsampled plates), and the model's deterministic sites at them. **Raises:** as
-        `median`."""
+        `median`; `AutoGuideError` naming a `*_auto_scale` that is not positive."""
         locs, scales = self._locs_scales("quantiles", params)
         q = jnp.asarray(quantiles)
         u = {n: locs[n] + scales[n] * ndtri(q).reshape((-1,) + (1,) * jnp.ndim(locs[n]))
@@ -262,8 +262,9 @@ class AutoContinuous(AutoGuide):
 
     def quantiles(self, params, quantiles) -> dict:
         """Marginal quantiles (normal marginals of `get_posterior`): dict site -> array
-        `(len(quantiles), *site_shape)`, and the model's deterministic sites at them.
-        **Raises:** as `median`."""
+        `(len(quantiles), *site_shape)` (a scalar `quantiles`: `site_shape`, as NumPyro's), and
+        the model's deterministic sites at them. **Raises:** as `median`; `AutoGuideError`
+        naming a scale param outside its support."""
         layout = self._checked_layout("quantiles", params)
         posterior = self.get_posterior(params)
         sd = jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2, axis2=-1)) \
