@@ -394,13 +394,18 @@ class AutoGuide:
         return {n: site["value"] for n, site in tr.items() if site["type"] == "deterministic"}
 
     def _args(self, api, args=(), kwargs=None):
-        if args or kwargs:
-            return tuple(args), dict(kwargs or {})
-        if self._prototype_args is None:
-            raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments, "
-                                 f"which the guide learns when `SVI.init`/`SVI.run` runs it: "
-                                 f"run one of them with this guide first.")
-        return self._prototype_args
+        """The model's arguments for `api`: those of the guide's prototype (as NumPyro's guides,
+        whose `sample_posterior` does not use new ones); with none yet, `args`/`kwargs` set it up
+        (as the guide's first run would).
+
+        **Raises:** `AutoGuideError` when there is neither."""
+        if self._prototype_args is None and (args or kwargs):
+            self._setup_prototype(*args, **(kwargs or {}))
+        if self._prototype_args is not None:
+            return self._prototype_args
+        raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments, which "
+                             f"the guide learns when it first runs (`SVI.init`/`SVI.run`, or "
+                             f"`trace(seed(guide, key)).get_trace(*args)`): run it once first.")
 
     def _compiled(self, what, build, args, kwargs):
         structure, dynamic = split_cache_key(f"effppl.infer.autoguide.{type(self).__name__}",
@@ -408,19 +413,20 @@ class AutoGuide:
         fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
         return fn, dynamic
 
-    def _postprocess(self, values: dict, params: dict, batch_ndim: int = 0, args=(),
-                     kwargs=None, api="median", constrained=False) -> dict:
+    def _postprocess(self, values: dict, params: dict, batch_ndim: int = 0,
+                     model_args=None, api="median", constrained=False) -> dict:
         """The model's latent sites at the unconstrained `values` (or, with `constrained`, at
         `values` as they are), constrained, with `batch_ndim` leading batch axes (full size along
         subsampled plates), and its deterministic sites there (`_deterministic`; not when a
         latent site sits in a subsampled plate, whose full-size values the model, which
-        subsamples, cannot take). The model's arguments default to those `SVI.init` saw.
+        subsamples, cannot take). The model runs at `model_args` (`(args, kwargs)`), by default
+        the guide's prototype's (`_args`).
 
         **Raises:** `AutoGuideError` for a latent site in a subsampled plate when some support
         depends on other values (the model, run to find it, has subsample sizes)."""
         from effppl.handlers._basic import _analyzed
 
-        args, kwargs = self._args(api, args, kwargs)
+        args, kwargs = model_args if model_args is not None else self._args(api)
 
         def build(structure):
             def postprocess(values, params, dynamic):

@@ -196,12 +196,22 @@ def test_laplace_posterior_equals_numpyros_also_where_the_hessian_is_singular(lo
     assert np.all(posteriors[0].scale_tril == 0) == singular
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if not singular:  # (NumPyro's quantiles then build a Normal of scale 0: an error)
+        if not singular:
             _assert_same(ours.quantiles(params, [0.1, 0.9]),
                          theirs.quantiles(params, [0.1, 0.9]))
         key = jax.random.PRNGKey(3)
         _assert_same(ours.sample_posterior(key, params, sample_shape=(5,)),
                      theirs.sample_posterior(key, params, sample_shape=(5,)))
+    if singular:  # NumPyro's quantiles build a Normal of scale 0: a ValueError; its
+        with pytest.raises(ValueError, match="invalid scale"):  # sample_posterior warns
+            theirs.quantiles(params, [0.1, 0.9])
+        with pytest.raises(autoguide.AutoGuideError,
+                           match=r"AutoLaplaceApproximation.quantiles.*Hessian.*`auto_loc` is "
+                                 r"not positive definite"):
+            ours.quantiles(params, [0.1, 0.9])
+        for guide in (ours, theirs):
+            with pytest.warns(UserWarning, match="not positive definite|singular"):
+                guide.sample_posterior(jax.random.PRNGKey(3), params, sample_shape=(2,))
 
 
 CONTINUOUS = ["AutoDiagonalNormal", "AutoMultivariateNormal", "AutoLowRankMultivariateNormal"]
@@ -240,7 +250,7 @@ def test_a_param_outside_its_support_is_refused_where_numpyro_raises(name, param
 
 def test_before_svi_init_the_message_says_to_run_it():
     guide = autoguide.AutoNormal(_model(effppl))
-    with pytest.raises(autoguide.AutoGuideError, match="run one of them with this guide first"):
+    with pytest.raises(autoguide.AutoGuideError, match="run it once first"):
         guide.median(_params("AutoNormal"))
 
 
