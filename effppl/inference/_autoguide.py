@@ -35,13 +35,14 @@ from numpyro.distributions.transforms import biject_to
 
 from .. import primitives
 from .._errors import EffpplError
+from ..effects.internal import describe_non_array
 from ..primitives import SiteError, prng_key_op
 from . import _guide_plates as plates_
 from ._cache import cached, split_cache_key
 from ._init import InitStrategy, ModelContext, init_to_uniform
 from ._model import initialising
 
-__all__ = ["AutoGuide", "AutoGuideError", "MissingParamError"]
+__all__ = ["AutoGuide", "AutoGuideError", "MissingParamError", "ParamTypeError"]
 
 
 class AutoGuideError(EffpplError, ValueError):
@@ -55,6 +56,12 @@ class MissingParamError(AutoGuideError, KeyError):
     `NeuTraReparam`) lack one of the guide's params: a `KeyError`, as NumPyro's lookup raises."""
 
     __str__ = BaseException.__str__  # the message as written (KeyError's would quote it)
+
+
+class ParamTypeError(AutoGuideError, TypeError):
+    """A value in the params given to an autoguide's `median`, `quantiles`, `sample_posterior`
+    (or `NeuTraReparam`) is not an array of numbers (a string, an object): a `TypeError`, as
+    JAX's would be, naming the param and what it is."""
 
 
 class _Latent(NamedTuple):
@@ -332,11 +339,20 @@ class AutoGuide:
         (default `{guide}.{api}(params)`).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param `params` lack;
+        `ParamTypeError` (a `TypeError`) naming a param whose value is not an array of numbers;
         `AutoGuideError` for `params` that are not a dict, or a param of the wrong shape."""
         guide = where or f"{type(self).__name__}.{api}(params)"
         if not isinstance(params, Mapping):
             raise AutoGuideError(f"`{guide}` expected the guide's fitted params (a dict, "
                                  f"`SVIRunResult.params`), but got {type(params).__name__}.")
+        for name, value in params.items():
+            problems = [describe_non_array(x) for x in jax.tree_util.tree_leaves(value)]
+            problem = next((p for p in problems if p is not None), None)
+            if problem is not None:
+                raise ParamTypeError(
+                    f"`{guide}`: param `{name}` must be an array of numbers, but is {problem}. "
+                    f"Pass the params SVI fitted for this guide (`SVIRunResult.params`, "
+                    f"`svi.get_params(state)`).")
         args, kwargs = self._args(api, args, kwargs)
         sites = self._latent_sites(args, kwargs)
         for name, shape in self._expected_params(sites).items():

@@ -18,13 +18,14 @@ from numpyro.distributions.util import cholesky_of_inverse
 
 from .. import primitives
 from ..primitives import prng_key_op
-from ._autoguide import AutoGuide, AutoGuideError, MissingParamError
+from ._autoguide import AutoGuide, AutoGuideError, MissingParamError, ParamTypeError
 from ._guide_plates import entered, full_shape, full_size
 from ._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError"]
+           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError",
+           "ParamTypeError"]
 
 
 class AutoNormal(AutoGuide):

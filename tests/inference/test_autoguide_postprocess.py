@@ -260,3 +260,26 @@ def test_autodelta_has_no_quantiles_as_numpyros():
         theirs.quantiles(_params("AutoDelta"), [0.5])
     with pytest.raises(NotImplementedError, match="AutoDelta has no quantiles"):
         ours.quantiles(_params("AutoDelta"), [0.5])
+
+
+@pytest.mark.parametrize("name, param", [("AutoNormal", "mu_auto_loc"),
+                                         ("AutoDiagonalNormal", "w"),
+                                         ("AutoDiagonalNormal", "auto_scale"),
+                                         ("AutoLaplaceApproximation", "auto_loc")])
+@pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
+def test_a_param_that_is_no_array_is_a_type_error_naming_it(name, param, bad):
+    """NumPyro's methods fail inside JAX (a `TypeError` naming neither param nor guide)."""
+    ours, theirs = _guides(name)
+    params = {**(_params(name) if name != "AutoLaplaceApproximation" else
+                 {"auto_loc": jnp.array([0.3, -0.2]), "w": jnp.asarray(0.5)}), param: bad}
+    with pytest.raises(TypeError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (JAX's, on NumPyro's way there)
+        theirs.quantiles(params, [0.5])
+    kind = "str" if isinstance(bad, str) else "object of type object"
+    for call in (lambda: ours.median(params), lambda: ours.quantiles(params, [0.5]),
+                 lambda: ours.sample_posterior(jax.random.PRNGKey(0), params)):
+        with pytest.raises(autoguide.ParamTypeError,
+                           match=rf"param `{param}` must be an array of numbers, but is an? "
+                                 rf"{kind}") as err:
+            call()
+        assert isinstance(err.value, TypeError)
