@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -39,7 +40,7 @@ from ..effects.internal import describe_non_array
 from ..primitives import SiteError, prng_key_op
 from . import _guide_plates as plates_
 from ._cache import cached, split_cache_key
-from ._init import InitStrategy, ModelContext, init_to_uniform
+from ._init import InitStrategy, ModelContext, _InitToUniform, init_to_uniform
 from ._model import initialising
 
 __all__ = ["AutoGuide", "AutoGuideError", "MissingParamError", "ParamTypeError"]
@@ -62,6 +63,33 @@ class ParamTypeError(AutoGuideError, TypeError):
     """A value in the params given to an autoguide's `median`, `quantiles`, `sample_posterior`
     (or `NeuTraReparam`) is not an array of numbers (a string, an object): a `TypeError`, as
     JAX's would be, naming the param and what it is."""
+
+
+_first = threading.local()
+
+
+@contextlib.contextmanager
+def first_run():
+    """The autoguides run in this block run for the first time (`_init_key`): `SVI.init`'s run
+    of its guide, whose prototype it set up before."""
+    outer = getattr(_first, "run", False)
+    _first.run = True
+    try:
+        yield
+    finally:
+        _first.run = outer
+
+
+def uniform_chain(rng_key, types: dict, radius: float) -> dict:
+    """`{site: Uniform(-radius, radius) draws}` of the unconstrained `types` (`{site: (shape,
+    dtype)}`, in the model's order), as NumPyro's `find_valid_initial_params` draws its first
+    point: a key split off for each site in turn, a draw in the default float type."""
+    key, sub = jax.random.split(rng_key)
+    out = {}
+    for name, (shape, dtype) in types.items():
+        out[name] = jax.random.uniform(sub, shape, minval=-radius, maxval=radius).astype(dtype)
+        key, sub = jax.random.split(key)
+    return out
 
 
 class _Latent(NamedTuple):
@@ -247,14 +275,36 @@ class AutoGuide:
                 f"plate dim to subsample along. Give it one distribution family.")
         return latent
 
+    def _init_key(self, args, kwargs, sites):
+        """The raw key of the initial values when this run is the guide's first (it has no
+        prototype yet, or it runs in `first_run()`, as `SVI.init` runs it), drawn from `seed`
+        then, before anything else, as NumPyro's guide draws it when it sets up its prototype;
+        None otherwise. A first run at arguments the outermost handler was called with (e.g.
+        `trace(seed(guide, key)).get_trace(*args)`) sets up the prototype (`latent` sites
+        `sites`), as NumPyro's guides do."""
+        from effppl.handlers._handler import concrete_arguments
+
+        first = self._prototype_args is None or getattr(_first, "run", False)
+        if self._prototype_args is None:
+            concrete = concrete_arguments(args, kwargs)
+            if concrete is not None:
+                self._latent_names = tuple(sites)
+                self._prototype_args = concrete
+        return prng_key_op(name=f"_{self.prefix}_init") if first else None
+
     def _init_locs(self, args, kwargs, sites, key=None) -> dict:
-        """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
-        the model hidden by `block`, with `key` (raw) or a key from the enclosing `seed`; when
-        SVI substitutes the params this is dead code, which XLA removes."""
+        """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn` with
+        the raw `key` (`_init_key`; None: a fixed key, in a run whose initial values are not
+        its first's, dead code once SVI substitutes the params, which XLA removes). Runs the
+        model hidden by `block`. `init_to_uniform` draws as NumPyro's `find_valid_initial_params`
+        draws its first point, so the initial params equal NumPyro's at the same key."""
         from effppl import handlers
 
-        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init") if key is None
-                                       else key)
+        key = jax.random.PRNGKey(0) if key is None else key
+        if isinstance(self.init_loc_fn, _InitToUniform):
+            return uniform_chain(key, {n: (latent.shape, latent.dtype)
+                                       for n, latent in sites.items()}, self.init_loc_fn.radius)
+        key = jax.random.wrap_key_data(key)
 
         def propose():
             with initialising():

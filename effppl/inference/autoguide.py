@@ -63,11 +63,11 @@ class AutoNormal(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
+        init_key = self._init_key(args, kwargs, sites)
         plates = self._plates(args, kwargs, sites)
         # a key from `seed` per site, in the model's order after the plates' (NumPyro's draws
-        # at the same key); the initial locations' is dead code once SVI substitutes the params
+        # at the same key)
         keys = [prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
-        init_key = jax.random.fold_in(keys[0], 1)
         locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key), plates)
         u, log_q = {}, {}
         for key, (name, latent) in zip(keys, sites.items()):
@@ -152,8 +152,10 @@ class AutoDelta(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
+        init_key = self._init_key(args, kwargs, sites)
         plates = self._plates(args, kwargs, sites)
-        values, _, fns = self._constrain(args, kwargs, self._init_locs(args, kwargs, sites),
+        values, _, fns = self._constrain(args, kwargs,
+                                         self._init_locs(args, kwargs, sites, init_key),
                                          plates=plates)
         locs = {}
         for name, value in values.items():
@@ -227,7 +229,7 @@ class AutoContinuous(AutoGuide):
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
         layout = self._layout(sites)
-        init = self._init_locs(args, kwargs, sites)
+        init = self._init_locs(args, kwargs, sites, self._init_key(args, kwargs, sites))
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
         latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
         values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)

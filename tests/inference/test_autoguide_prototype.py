@@ -76,8 +76,15 @@ GUIDES = ["AutoNormal", "AutoDelta", "AutoDiagonalNormal", "AutoMultivariateNorm
 NEW_ARGS = [((X,), {"y": None}), ((X_NEW,), {})]
 
 
+def _some_slow(names, fast):
+    """`names` as pytest params, those not in `fast` marked slow (each compiles its own SVI)."""
+    return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 @pytest.mark.parametrize("new_args, new_kwargs", NEW_ARGS, ids=["y=None", "new x"])
-@pytest.mark.parametrize("name", [g for g in GUIDES if g != "AutoDelta"])
+@pytest.mark.parametrize("name", _some_slow([g for g in GUIDES if g != "AutoDelta"],
+                                            ("AutoNormal", "AutoDiagonalNormal",
+                                             "AutoLaplaceApproximation")))
 def test_sample_posterior_ignores_new_model_arguments_as_numpyros(name, new_args, new_kwargs):
     """NumPyro's guides draw the latent sites of their prototype and give the deterministic
     sites at the prototype's arguments: the draws at new arguments are those at none."""
@@ -114,7 +121,7 @@ def test_autodelta_sample_posterior_gives_deterministic_sites_at_new_arguments(n
     assert got["m"].shape == (2, new_args[0].shape[0])
 
 
-@pytest.mark.parametrize("name", GUIDES)
+@pytest.mark.parametrize("name", _some_slow(GUIDES, ("AutoNormal", "AutoLaplaceApproximation")))
 def test_median_and_quantiles_after_new_arguments_are_the_prototypes(name):
     ours, theirs = _fitted(name)
     params = _params(name)
@@ -122,3 +129,76 @@ def test_median_and_quantiles_after_new_arguments_are_the_prototypes(name):
     _assert_same(ours.median(params), theirs.median(params))
     if name != "AutoDelta":
         _assert_same(ours.quantiles(params, [0.2, 0.7]), theirs.quantiles(params, [0.2, 0.7]))
+
+
+def _guide(module, name, model):
+    if name == "AutoDelta":  # (its default init_to_median draws differently from NumPyro's)
+        init = (effppl.infer if module is autoguide else numpyro.infer).init_to_uniform
+        return module.AutoDelta(model, init_loc_fn=init)
+    return getattr(module, name)(model)
+
+
+@pytest.mark.parametrize("name", _some_slow(GUIDES, ("AutoNormal", "AutoDelta",
+                                                    "AutoDiagonalNormal",
+                                                    "AutoLaplaceApproximation")))
+def test_one_run_of_the_guide_sets_it_up_as_numpyros(name):
+    """NumPyro's guide sets up its prototype when it first runs: its params from
+    `trace(seed(guide, key))` (no `SVI.init`) are enough for `median` and `quantiles`."""
+    out = []
+    for ppl, module, handlers in ((effppl, autoguide, effppl.handlers),
+                                  (numpyro, numpyro_autoguide, numpyro.handlers)):
+        guide = _guide(module, name, _regression(ppl))
+        tr = handlers.trace(handlers.seed(guide, jax.random.PRNGKey(2))).get_trace(X, Y)
+        out.append((guide, {n: s["value"] for n, s in tr.items() if s["type"] == "param"}))
+    (ours, params), (theirs, their_params) = out
+    _assert_same(params, their_params, rtol=1e-12)  # the same initial params, too
+    _assert_same(ours.median(params), theirs.median(params))
+    if name in ("AutoDelta", "AutoLaplaceApproximation"):
+        return  # (no quantiles; the Hessian at a random point need not be positive definite)
+    _assert_same(ours.quantiles(params, [0.2, 0.7]), theirs.quantiles(params, [0.2, 0.7]))
+
+
+def test_a_first_run_at_computed_arguments_does_not_set_the_guide_up():
+    """Only arguments the outermost call was given are kept (a value computed while tracing
+    has no concrete value to keep)."""
+    guide = autoguide.AutoNormal(_regression(effppl))
+    handlers = effppl.handlers
+    handlers.trace(handlers.seed(lambda x, y: guide(2.0 * x, y), 0)).get_trace(X, Y)
+    with pytest.raises(autoguide.AutoGuideError, match="run it once first"):
+        guide.median(_params("AutoNormal"))
+    handlers.trace(handlers.seed(lambda x, y: guide(x, y), 0)).get_trace(X, Y)
+    np.testing.assert_allclose(guide.median(_params("AutoNormal"))["m"], 0.3 * X, rtol=1e-6)
+
+
+def _plated(ppl):
+    def model(y):
+        tau = ppl.sample("tau", dist.HalfNormal(1.0))
+        with ppl.plate("J", 4):
+            theta = ppl.sample("theta", dist.Normal(0.0, tau))
+        with ppl.plate("N", y.shape[0]):
+            ppl.sample("y", dist.Normal(theta[jnp.arange(y.shape[0]) % 4], 1.0), obs=y)
+    return model
+
+
+@pytest.mark.parametrize("name", _some_slow(GUIDES, ("AutoNormal", "AutoDiagonalNormal")))
+def test_svi_init_params_and_first_steps_equal_numpyros_at_the_same_key(name):
+    """With `init_to_uniform` (the autoguides' default; NumPyro's too), SVI.init draws NumPyro's
+    initial params at the same key, and the next steps draw NumPyro's particles: equal losses."""
+    y = jnp.linspace(-1.0, 2.0, 8)
+    runs = []
+    for ppl, module, svi_cls, loss in ((effppl, autoguide, SVI, Trace_ELBO),
+                                       (numpyro, numpyro_autoguide, numpyro.infer.SVI,
+                                        numpyro.infer.Trace_ELBO)):
+        model = _plated(ppl)
+        svi = svi_cls(model, _guide(module, name, model), optax.adam(0.05), loss())
+        state = svi.init(jax.random.PRNGKey(3), y)
+        params = svi.get_params(state)
+        losses = []
+        for _ in range(3):
+            state, value = svi.update(state, y)
+            losses.append(value)
+        runs.append((params, jnp.stack(losses), svi.get_params(state)))
+    (params, losses, after), (their_params, their_losses, their_after) = runs
+    _assert_same(params, their_params, rtol=1e-10)
+    np.testing.assert_allclose(losses, their_losses, rtol=1e-8)
+    _assert_same(after, their_after, rtol=1e-6)
