@@ -33,12 +33,26 @@ def recording_sources():
         _state.sources = None
 
 
-def note_sources(tracers, values) -> None:
-    """Note that each of `tracers` stands for the value at the same place in `values`."""
+@contextlib.contextmanager
+def noting_sources(tracers, values):
+    """While the block runs (the function traced at `tracers`), note that each of `tracers`
+    stands for the value at the same place in `values`. Notes are keyed by `id` and hold no
+    tracer of their own level: they end with the trace, so JAX's leak checker finds nothing,
+    and an `id` is not reused while its tracer is in use."""
     sources = getattr(_state, "sources", None)
-    if sources is not None:
-        for t, x in zip(tracers, values):
-            sources[id(t)] = (t, x)
+    if sources is None:
+        yield
+        return
+    keys = []
+    for t, x in zip(tracers, values):
+        if id(t) not in sources:
+            sources[id(t)] = x
+            keys.append(id(t))
+    try:
+        yield
+    finally:
+        for k in keys:
+            sources.pop(k, None)
 
 
 def source_values(tree):
@@ -49,9 +63,8 @@ def source_values(tree):
     out = []
     for leaf in leaves:
         while isinstance(leaf, jax.core.Tracer):
-            noted = sources.get(id(leaf))
-            if noted is None or noted[0] is not leaf:
+            if id(leaf) not in sources:
                 return None
-            leaf = noted[1]
+            leaf = sources[id(leaf)]
         out.append(leaf)
     return jax.tree_util.tree_unflatten(treedef, out)

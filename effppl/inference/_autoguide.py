@@ -15,8 +15,15 @@ When every support is a constraint without parameters (`real`, `positive`, `simp
 no site sits in a `cond` branch, nothing can depend on other sites, and the values are mapped
 directly, with no model run inside the guide (`_fixed_supports`).
 
-Initial values come from `init_loc_fn` inside the guide body (hidden by `block`, with a key from
-the enclosing `seed`): when SVI substitutes the params, that code is dead and XLA drops it.
+The guide's *prototype* (the model's latent sites and concrete arguments, read by `median`,
+`quantiles`, `sample_posterior`) is set up when the guide first runs, as NumPyro's: by `SVI.init`,
+or by a run at arguments the outermost handler was given (`trace(seed(guide, key)).get_trace(
+*args)`). Later runs guide those sites only (`Predictive` with `y=None` leaves `y` to the model).
+
+Initial values come from `init_loc_fn` inside the guide body (hidden by `block`). In a first run
+their key is the first `seed` gives, as NumPyro's guide draws it when it sets up its prototype,
+and `init_to_uniform` draws as NumPyro does, so SVI.init's params equal NumPyro's at the same key;
+in later runs (SVI substitutes the params) that code is dead and XLA drops it.
 """
 
 from __future__ import annotations
@@ -171,7 +178,7 @@ class AutoGuide:
         self.create_plates = create_plates
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
-        self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
+        self._latent_names = None  # the latent sites when the guide was set up (NumPyro)
         self.__name__ = type(self).__name__
 
     def quantiles(self, params, quantiles) -> dict:
@@ -209,7 +216,7 @@ class AutoGuide:
         """Keep the model's (concrete) arguments for `median`, `quantiles`, `get_posterior` and
         `sample_posterior`, and which sites are latent: later calls (`Predictive(model,
         guide=...)` with `y=None`) guide those sites only, as NumPyro's prototype trace does.
-        Called by `SVI.init`."""
+        Called by `SVI.init`, and when the guide first runs (`_init_key`)."""
         self._prototype_args = None
         self._latent_names = tuple(self._latent_sites(args, kwargs))
         self._prototype_args = (args, kwargs)
@@ -382,8 +389,8 @@ class AutoGuide:
 
     def _checked_sites(self, api, params, args=(), kwargs=None, where=None,
                        only: str | None = None) -> dict:
-        """The model's latent sites (`_latent_sites` at the arguments `SVI.init` saw, or those
-        given: the guide's prototype, as NumPyro's), once `params` hold the guide's params
+        """The model's latent sites (`_latent_sites` at the guide's prototype's arguments, as
+        NumPyro's; with no prototype, at those given, `_args`), once `params` hold the guide's params
         (with `only`, those whose name ends with it: what NumPyro's method reads, e.g. `median`
         the locs). `api`: the method asked (`"median"`); `where`: the call, for messages
         (default `{guide}.{api}(params)`).
@@ -525,11 +532,13 @@ class AutoGuide:
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """Draws of the model's latent sites from the guide at `params`, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
-        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). The model's arguments default
-        to those `SVI.init` saw.
+        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). New `*args, **kwargs` are
+        not used, as NumPyro's: the guide's prototype fixes the latent sites and the model's
+        arguments (they set it up when the guide has none yet).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a guide's param missing from
-        `params`; `AutoGuideError` naming a param of the wrong shape."""
+        `params`; `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape."""
         from effppl import handlers
         from effppl.handlers._basic import _analyzed
 

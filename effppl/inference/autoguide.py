@@ -106,8 +106,9 @@ class AutoNormal(AutoGuide):
         subsampled plates; then without deterministic sites).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`
-        (e.g. `z_auto_loc`); `AutoGuideError` naming a param of the wrong shape, or when
-        `SVI.init` has not seen the model's arguments."""
+        (e.g. `z_auto_loc`); `ParamTypeError` (a `TypeError`) naming a value that is no array
+        of numbers; `AutoGuideError` naming a param of the wrong shape, or when the guide has
+        not run yet (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         return self._postprocess(self._locs("median", params), params)
 
     def quantiles(self, params, quantiles) -> dict:
@@ -124,8 +125,9 @@ class AutoNormal(AutoGuide):
         """Draws of the model's latent sites from the guide at `params`, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
         *site_shape)` (sites in loops: `(*sample_shape, T, ...)`; full size along subsampled
-        plates, as NumPyro's). The model's arguments default to those `SVI.init` saw.
-        **Raises:** as `median`."""
+        plates, as NumPyro's). New `*args, **kwargs` are not used, as NumPyro's: the guide's
+        prototype fixes the latent sites and the model's arguments (they set it up when the
+        guide has none yet). **Raises:** as `median`."""
         locs, scales = self._locs_scales("sample_posterior", params, args, kwargs)
         sample_shape = tuple(sample_shape)
         n = math.prod(sample_shape)
@@ -188,14 +190,17 @@ class AutoDelta(AutoGuide):
         plates), the model's latent sites only (as NumPyro's).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
-        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
-        model's arguments."""
+        `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape, or when the guide has not run yet
+        (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         return self._locs("median", params)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """The point estimates (`median`) repeated `sample_shape` times, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
-        *site_shape)`. **Raises:** as `median`."""
+        *site_shape)`. The deterministic sites are computed at new `*args, **kwargs` when given
+        (as NumPyro's AutoDelta; the latent sites stay the prototype's). **Raises:** as
+        `median`."""
         sample_shape = tuple(sample_shape)
         locs = self._locs("sample_posterior", params, args, kwargs)
         model_args = (tuple(args), dict(kwargs)) if args or kwargs else \
@@ -267,8 +272,9 @@ class AutoContinuous(AutoGuide):
         model's deterministic sites there (as NumPyro's).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
-        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
-        model's arguments."""
+        `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape, or when the guide has not run yet
+        (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         layout = self._checked_layout("median", params, only=f"{self.prefix}_loc")
         return self._postprocess(self._unpack(self._loc(params), layout), params)
 
