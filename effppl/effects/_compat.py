@@ -23,6 +23,7 @@ from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
 from ._errors import LeakedTracerError
+from ._sources import noting_sources
 from ._values import describe_non_array
 
 typeof = jax.typeof
@@ -162,8 +163,9 @@ def trace_call(fn: Callable, args, kwargs, name: str):
     leaves, rebuild = split_traced_args(args, kwargs)
 
     def flat(*xs):
-        a, kw = rebuild(xs)
-        return fn(*a, **kw)
+        with noting_sources(xs, leaves):  # what each tracer stands for (`_sources.py`)
+            a, kw = rebuild(xs)
+            return fn(*a, **kw)
 
     closed, consts, out_tree = trace_to_jaxpr(flat, [abstractify(x) for x in leaves], name)
     return closed, consts, leaves, out_tree

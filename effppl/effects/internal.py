@@ -11,7 +11,8 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 - Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
   `check_no_leaked_tracers`, `dce`, `current_trace`, `vmap_index`, `paused_gc` (tracing a
-  large program without cyclic garbage collection).
+  large program without cyclic garbage collection); `recording_sources`, `source_values` (the
+  concrete value a traced argument passed on unchanged stands for).
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
@@ -25,6 +26,7 @@ from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, c
                       jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_traced_args,
                       summarize_source, trace_call, trace_to_jaxpr, vmap_index)
 from ._primitives import SiteKey, forwards_static, perform_p
+from ._sources import recording_sources, source_values
 from ._translate import paused_gc
 from ._values import describe_non_array, describe_non_bool
 from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
@@ -35,5 +37,5 @@ __all__ = [
     "check_no_leaked_tracers", "dce",
     "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
-    "callable_name",
+    "callable_name", "recording_sources", "source_values",
 ]

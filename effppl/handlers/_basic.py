@@ -126,8 +126,9 @@ def check_values(api, values, sites=None):
         if problem is None and jnp.iscomplexobj(value):
             problem = f"a complex value (dtype {jnp.result_type(value)})"
         if problem is not None:
-            raise SiteError(f"effppl.handlers.{api}: the value given for site `{name}` must be an "
-                            f"array of numbers (real, integer or bool), but is {problem}.")
+            kind = "param" if site is not None and site.type == "param" else "site"
+            raise SiteError(f"effppl.handlers.{api}: the value given for {kind} `{name}` must be "
+                            f"an array of numbers (real, integer or bool), but is {problem}.")
 
 
 def occurrence_counters(names, sites, conditional=False):
@@ -237,6 +238,12 @@ class _SetValue(Handler):
                 value = self.data[name]
             elif self.substitute_fn is not None:
                 value = self._ask("param", name, static, msg)
+                problem = None if value is None else describe_non_array(value)
+                if problem is not None:
+                    raise SiteError(f"effppl.handlers.{self.entry_point or type(self).__name__}: "
+                                    f"the function giving sites' values returned {problem} for "
+                                    f"param `{name}`; return an array, or None to leave the "
+                                    f"param alone.")
             if value is not None:
                 shape = _param_type(msg, name=name, **static)
                 value = jnp.asarray(value, shape.dtype)

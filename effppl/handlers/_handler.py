@@ -150,7 +150,16 @@ def run_outermost(fn, *args, **kwargs):
         with _inside():
             return fn(*a, **kw)
 
-    return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
+    with internal.recording_sources():  # for `concrete_arguments`
+        return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
+
+
+def concrete_arguments(args, kwargs):
+    """`(args, kwargs)` with each tracer replaced by the concrete value the outermost handler
+    was called with, for arguments a model passes on unchanged (a guide's under `trace(seed(
+    guide, key))`); None when some tracer stands for no such value (one computed while tracing,
+    or traced by an outer `jax.jit`)."""
+    return internal.source_values((args, kwargs))
 
 
 def run_eager(fn, *args, **kwargs):

@@ -15,14 +15,22 @@ When every support is a constraint without parameters (`real`, `positive`, `simp
 no site sits in a `cond` branch, nothing can depend on other sites, and the values are mapped
 directly, with no model run inside the guide (`_fixed_supports`).
 
-Initial values come from `init_loc_fn` inside the guide body (hidden by `block`, with a key from
-the enclosing `seed`): when SVI substitutes the params, that code is dead and XLA drops it.
+The guide's *prototype* (the model's latent sites and concrete arguments, read by `median`,
+`quantiles`, `sample_posterior`) is set up when the guide first runs, as NumPyro's: by `SVI.init`,
+or by a run at arguments the outermost handler was given (`trace(seed(guide, key)).get_trace(
+*args)`). Later runs guide those sites only (`Predictive` with `y=None` leaves `y` to the model).
+
+Initial values come from `init_loc_fn` inside the guide body (hidden by `block`). In a first run
+their key is the first `seed` gives, as NumPyro's guide draws it when it sets up its prototype,
+and `init_to_uniform` draws as NumPyro does, so SVI.init's params equal NumPyro's at the same key;
+in later runs (SVI substitutes the params) that code is dead and XLA drops it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -35,13 +43,14 @@ from numpyro.distributions.transforms import biject_to
 
 from .. import primitives
 from .._errors import EffpplError
+from ..effects.internal import describe_non_array
 from ..primitives import SiteError, prng_key_op
 from . import _guide_plates as plates_
 from ._cache import cached, split_cache_key
-from ._init import InitStrategy, ModelContext, init_to_uniform
+from ._init import InitStrategy, ModelContext, _InitToUniform, init_to_uniform
 from ._model import initialising
 
-__all__ = ["AutoGuide", "AutoGuideError", "MissingParamError"]
+__all__ = ["AutoGuide", "AutoGuideError", "MissingParamError", "ParamTypeError"]
 
 
 class AutoGuideError(EffpplError, ValueError):
@@ -55,6 +64,39 @@ class MissingParamError(AutoGuideError, KeyError):
     `NeuTraReparam`) lack one of the guide's params: a `KeyError`, as NumPyro's lookup raises."""
 
     __str__ = BaseException.__str__  # the message as written (KeyError's would quote it)
+
+
+class ParamTypeError(AutoGuideError, TypeError):
+    """A value in the params given to an autoguide's `median`, `quantiles`, `sample_posterior`
+    (or `NeuTraReparam`) is not an array of numbers (a string, an object): a `TypeError`, as
+    JAX's would be, naming the param and what it is."""
+
+
+_first = threading.local()
+
+
+@contextlib.contextmanager
+def first_run():
+    """The autoguides run in this block run for the first time (`_init_key`): `SVI.init`'s run
+    of its guide, whose prototype it set up before."""
+    outer = getattr(_first, "run", False)
+    _first.run = True
+    try:
+        yield
+    finally:
+        _first.run = outer
+
+
+def uniform_chain(rng_key, types: dict, radius: float) -> dict:
+    """`{site: Uniform(-radius, radius) draws}` of the unconstrained `types` (`{site: (shape,
+    dtype)}`, in the model's order), as NumPyro's `find_valid_initial_params` draws its first
+    point: a key split off for each site in turn, a draw in the default float type."""
+    key, sub = jax.random.split(rng_key)
+    out = {}
+    for name, (shape, dtype) in types.items():
+        out[name] = jax.random.uniform(sub, shape, minval=-radius, maxval=radius).astype(dtype)
+        key, sub = jax.random.split(key)
+    return out
 
 
 class _Latent(NamedTuple):
@@ -136,7 +178,7 @@ class AutoGuide:
         self.create_plates = create_plates
         self.init_loc_fn = _strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
-        self._latent_names = None  # the latent sites when SVI set the guide up (NumPyro)
+        self._latent_names = None  # the latent sites when the guide was set up (NumPyro)
         self.__name__ = type(self).__name__
 
     def quantiles(self, params, quantiles) -> dict:
@@ -174,7 +216,7 @@ class AutoGuide:
         """Keep the model's (concrete) arguments for `median`, `quantiles`, `get_posterior` and
         `sample_posterior`, and which sites are latent: later calls (`Predictive(model,
         guide=...)` with `y=None`) guide those sites only, as NumPyro's prototype trace does.
-        Called by `SVI.init`."""
+        Called by `SVI.init`, and when the guide first runs (`_init_key`)."""
         self._prototype_args = None
         self._latent_names = tuple(self._latent_sites(args, kwargs))
         self._prototype_args = (args, kwargs)
@@ -240,14 +282,36 @@ class AutoGuide:
                 f"plate dim to subsample along. Give it one distribution family.")
         return latent
 
+    def _init_key(self, args, kwargs, sites):
+        """The raw key of the initial values when this run is the guide's first (it has no
+        prototype yet, or it runs in `first_run()`, as `SVI.init` runs it), drawn from `seed`
+        then, before anything else, as NumPyro's guide draws it when it sets up its prototype;
+        None otherwise. A first run at arguments the outermost handler was called with (e.g.
+        `trace(seed(guide, key)).get_trace(*args)`) sets up the prototype (`latent` sites
+        `sites`), as NumPyro's guides do."""
+        from effppl.handlers._handler import concrete_arguments
+
+        first = self._prototype_args is None or getattr(_first, "run", False)
+        if self._prototype_args is None:
+            concrete = concrete_arguments(args, kwargs)
+            if concrete is not None:
+                self._latent_names = tuple(sites)
+                self._prototype_args = concrete
+        return prng_key_op(name=f"_{self.prefix}_init") if first else None
+
     def _init_locs(self, args, kwargs, sites, key=None) -> dict:
-        """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn`. Runs
-        the model hidden by `block`, with `key` (raw) or a key from the enclosing `seed`; when
-        SVI substitutes the params this is dead code, which XLA removes."""
+        """Initial unconstrained values (stacked for sites in loops), from `init_loc_fn` with
+        the raw `key` (`_init_key`; None: a fixed key, in a run whose initial values are not
+        its first's, dead code once SVI substitutes the params, which XLA removes). Runs the
+        model hidden by `block`. `init_to_uniform` draws as NumPyro's `find_valid_initial_params`
+        draws its first point, so the initial params equal NumPyro's at the same key."""
         from effppl import handlers
 
-        key = jax.random.wrap_key_data(prng_key_op(name=f"_{self.prefix}_init") if key is None
-                                       else key)
+        key = jax.random.PRNGKey(0) if key is None else key
+        if isinstance(self.init_loc_fn, _InitToUniform):
+            return uniform_chain(key, {n: (latent.shape, latent.dtype)
+                                       for n, latent in sites.items()}, self.init_loc_fn.radius)
+        key = jax.random.wrap_key_data(key)
 
         def propose():
             with initialising():
@@ -325,18 +389,27 @@ class AutoGuide:
 
     def _checked_sites(self, api, params, args=(), kwargs=None, where=None,
                        only: str | None = None) -> dict:
-        """The model's latent sites (`_latent_sites` at the arguments `SVI.init` saw, or those
-        given: the guide's prototype, as NumPyro's), once `params` hold the guide's params
+        """The model's latent sites (`_latent_sites` at the guide's prototype's arguments, as
+        NumPyro's; with no prototype, at those given, `_args`), once `params` hold the guide's params
         (with `only`, those whose name ends with it: what NumPyro's method reads, e.g. `median`
         the locs). `api`: the method asked (`"median"`); `where`: the call, for messages
         (default `{guide}.{api}(params)`).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param `params` lack;
+        `ParamTypeError` (a `TypeError`) naming a param whose value is not an array of numbers;
         `AutoGuideError` for `params` that are not a dict, or a param of the wrong shape."""
         guide = where or f"{type(self).__name__}.{api}(params)"
         if not isinstance(params, Mapping):
             raise AutoGuideError(f"`{guide}` expected the guide's fitted params (a dict, "
                                  f"`SVIRunResult.params`), but got {type(params).__name__}.")
+        for name, value in params.items():
+            problems = [describe_non_array(x) for x in jax.tree_util.tree_leaves(value)]
+            problem = next((p for p in problems if p is not None), None)
+            if problem is not None:
+                raise ParamTypeError(
+                    f"`{guide}`: param `{name}` must be an array of numbers, but is {problem}. "
+                    f"Pass the params SVI fitted for this guide (`SVIRunResult.params`, "
+                    f"`svi.get_params(state)`).")
         args, kwargs = self._args(api, args, kwargs)
         sites = self._latent_sites(args, kwargs)
         for name, shape in self._expected_params(sites).items():
@@ -394,13 +467,18 @@ class AutoGuide:
         return {n: site["value"] for n, site in tr.items() if site["type"] == "deterministic"}
 
     def _args(self, api, args=(), kwargs=None):
-        if args or kwargs:
-            return tuple(args), dict(kwargs or {})
-        if self._prototype_args is None:
-            raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments, "
-                                 f"which the guide learns when `SVI.init`/`SVI.run` runs it: "
-                                 f"run one of them with this guide first.")
-        return self._prototype_args
+        """The model's arguments for `api`: those of the guide's prototype (as NumPyro's guides,
+        whose `sample_posterior` does not use new ones); with none yet, `args`/`kwargs` set it up
+        (as the guide's first run would).
+
+        **Raises:** `AutoGuideError` when there is neither."""
+        if self._prototype_args is None and (args or kwargs):
+            self._setup_prototype(*args, **(kwargs or {}))
+        if self._prototype_args is not None:
+            return self._prototype_args
+        raise AutoGuideError(f"`{type(self).__name__}.{api}` needs the model's arguments, which "
+                             f"the guide learns when it first runs (`SVI.init`/`SVI.run`, or "
+                             f"`trace(seed(guide, key)).get_trace(*args)`): run it once first.")
 
     def _compiled(self, what, build, args, kwargs):
         structure, dynamic = split_cache_key(f"effppl.infer.autoguide.{type(self).__name__}",
@@ -408,19 +486,20 @@ class AutoGuide:
         fn = cached(("autoguide", what, self, structure), lambda: jax.jit(build(structure)))
         return fn, dynamic
 
-    def _postprocess(self, values: dict, params: dict, batch_ndim: int = 0, args=(),
-                     kwargs=None, api="median", constrained=False) -> dict:
+    def _postprocess(self, values: dict, params: dict, batch_ndim: int = 0,
+                     model_args=None, api="median", constrained=False) -> dict:
         """The model's latent sites at the unconstrained `values` (or, with `constrained`, at
         `values` as they are), constrained, with `batch_ndim` leading batch axes (full size along
         subsampled plates), and its deterministic sites there (`_deterministic`; not when a
         latent site sits in a subsampled plate, whose full-size values the model, which
-        subsamples, cannot take). The model's arguments default to those `SVI.init` saw.
+        subsamples, cannot take). The model runs at `model_args` (`(args, kwargs)`), by default
+        the guide's prototype's (`_args`).
 
         **Raises:** `AutoGuideError` for a latent site in a subsampled plate when some support
         depends on other values (the model, run to find it, has subsample sizes)."""
         from effppl.handlers._basic import _analyzed
 
-        args, kwargs = self._args(api, args, kwargs)
+        args, kwargs = model_args if model_args is not None else self._args(api)
 
         def build(structure):
             def postprocess(values, params, dynamic):
@@ -453,11 +532,13 @@ class AutoGuide:
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """Draws of the model's latent sites from the guide at `params`, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
-        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). The model's arguments default
-        to those `SVI.init` saw.
+        *site_shape)` (sites in loops: `(*sample_shape, T, ...)`). New `*args, **kwargs` are
+        not used, as NumPyro's: the guide's prototype fixes the latent sites and the model's
+        arguments (they set it up when the guide has none yet).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a guide's param missing from
-        `params`; `AutoGuideError` naming a param of the wrong shape."""
+        `params`; `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape."""
         from effppl import handlers
         from effppl.handlers._basic import _analyzed
 

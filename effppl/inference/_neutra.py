@@ -53,7 +53,8 @@ class NeuTraReparam:
     known); `params`: its fitted params (`SVIRunResult.params`).
 
     **Raises:** `TypeError` for another guide; `MissingParamError` (a `KeyError`) naming a param
-    of the guide that `params` lack; `AutoGuideError` for `params` that are not a dict or hold a
+    of the guide that `params` lack; `ParamTypeError` (a `TypeError`) naming a value that is no
+    array of numbers; `AutoGuideError` for `params` that are not a dict or hold a
     param of the wrong shape (`auto_loc`: `(D,)`, ...; D the guide's latent size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
     than the guide's), and for draws of another size than D in `transform_sample`; `SiteError`
     (when the model runs) for an observed site given in the guide, or a site inside a loop.

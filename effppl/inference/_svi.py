@@ -25,6 +25,7 @@ from .._errors import EffpplError
 from .._keys import key_data
 from ..effects.internal import describe_non_array
 from ._arguments import model_arguments
+from ._autoguide import first_run
 from ._cache import cached, split_cache_key
 from ._mcmc import _advance
 from ._optim import as_optimizer
@@ -95,7 +96,9 @@ class _Compiled:
 
         args, kwargs = self.args(dynamic)
         rng_key, k_model, k_guide = jax.random.split(rng_key, 3)
-        guide_tr = handlers.trace(handlers.seed(self.guide, k_guide)).get_trace(*args, **kwargs)
+        with first_run():  # an autoguide draws its initial values' key first (NumPyro's)
+            guide_tr = handlers.trace(handlers.seed(self.guide, k_guide)).get_trace(*args,
+                                                                                   **kwargs)
         latent = {n: s["value"] for n, s in guide_tr.items()
                   if s["type"] == "sample" and not s["is_observed"]}
         model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)

@@ -18,13 +18,14 @@ from numpyro.distributions.util import cholesky_of_inverse
 
 from .. import primitives
 from ..primitives import prng_key_op
-from ._autoguide import AutoGuide, AutoGuideError, MissingParamError
+from ._autoguide import AutoGuide, AutoGuideError, MissingParamError, ParamTypeError
 from ._guide_plates import entered, full_shape, full_size
 from ._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError"]
+           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError",
+           "ParamTypeError"]
 
 
 class AutoNormal(AutoGuide):
@@ -62,11 +63,11 @@ class AutoNormal(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
+        init_key = self._init_key(args, kwargs, sites)
         plates = self._plates(args, kwargs, sites)
         # a key from `seed` per site, in the model's order after the plates' (NumPyro's draws
-        # at the same key); the initial locations' is dead code once SVI substitutes the params
+        # at the same key)
         keys = [prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
-        init_key = jax.random.fold_in(keys[0], 1)
         locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key), plates)
         u, log_q = {}, {}
         for key, (name, latent) in zip(keys, sites.items()):
@@ -105,8 +106,9 @@ class AutoNormal(AutoGuide):
         subsampled plates; then without deterministic sites).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`
-        (e.g. `z_auto_loc`); `AutoGuideError` naming a param of the wrong shape, or when
-        `SVI.init` has not seen the model's arguments."""
+        (e.g. `z_auto_loc`); `ParamTypeError` (a `TypeError`) naming a value that is no array
+        of numbers; `AutoGuideError` naming a param of the wrong shape, or when the guide has
+        not run yet (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         return self._postprocess(self._locs("median", params), params)
 
     def quantiles(self, params, quantiles) -> dict:
@@ -123,8 +125,9 @@ class AutoNormal(AutoGuide):
         """Draws of the model's latent sites from the guide at `params`, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
         *site_shape)` (sites in loops: `(*sample_shape, T, ...)`; full size along subsampled
-        plates, as NumPyro's). The model's arguments default to those `SVI.init` saw.
-        **Raises:** as `median`."""
+        plates, as NumPyro's). New `*args, **kwargs` are not used, as NumPyro's: the guide's
+        prototype fixes the latent sites and the model's arguments (they set it up when the
+        guide has none yet). **Raises:** as `median`."""
         locs, scales = self._locs_scales("sample_posterior", params, args, kwargs)
         sample_shape = tuple(sample_shape)
         n = math.prod(sample_shape)
@@ -132,7 +135,8 @@ class AutoNormal(AutoGuide):
         u = {name: locs[name] + scales[name] * jax.random.normal(
                 key, (max(n, 1), *jnp.shape(locs[name])), jnp.result_type(locs[name]))
              for key, name in zip(keys, locs)}
-        out = self._postprocess(u, params, 1, args, kwargs, "sample_posterior")
+        out = self._postprocess(u, params, 1, self._args("sample_posterior", args, kwargs),
+                                "sample_posterior")
         return jax.tree.map(lambda x: x[:n].reshape(sample_shape + x.shape[1:]), out)
 
 
@@ -150,8 +154,10 @@ class AutoDelta(AutoGuide):
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
+        init_key = self._init_key(args, kwargs, sites)
         plates = self._plates(args, kwargs, sites)
-        values, _, fns = self._constrain(args, kwargs, self._init_locs(args, kwargs, sites),
+        values, _, fns = self._constrain(args, kwargs,
+                                         self._init_locs(args, kwargs, sites, init_key),
                                          plates=plates)
         locs = {}
         for name, value in values.items():
@@ -184,17 +190,22 @@ class AutoDelta(AutoGuide):
         plates), the model's latent sites only (as NumPyro's).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
-        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
-        model's arguments."""
+        `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape, or when the guide has not run yet
+        (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         return self._locs("median", params)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """The point estimates (`median`) repeated `sample_shape` times, and the model's
         deterministic sites at them (as NumPyro's): dict name -> array `(*sample_shape,
-        *site_shape)`. **Raises:** as `median`."""
+        *site_shape)`. The deterministic sites are computed at new `*args, **kwargs` when given
+        (as NumPyro's AutoDelta; the latent sites stay the prototype's). **Raises:** as
+        `median`."""
         sample_shape = tuple(sample_shape)
         locs = self._locs("sample_posterior", params, args, kwargs)
-        out = self._postprocess(locs, params, 0, args, kwargs, "sample_posterior",
+        model_args = (tuple(args), dict(kwargs)) if args or kwargs else \
+            self._args("sample_posterior")  # the deterministic sites at new ones, as NumPyro's
+        out = self._postprocess(locs, params, 0, model_args, "sample_posterior",
                                 constrained=True)
         return {k: jnp.broadcast_to(v, sample_shape + jnp.shape(v)) for k, v in out.items()}
 
@@ -223,7 +234,7 @@ class AutoContinuous(AutoGuide):
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
         layout = self._layout(sites)
-        init = self._init_locs(args, kwargs, sites)
+        init = self._init_locs(args, kwargs, sites, self._init_key(args, kwargs, sites))
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
         latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
         values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
@@ -231,6 +242,12 @@ class AutoContinuous(AutoGuide):
 
     def _loc(self, params):
         return params[f"{self.prefix}_loc"]
+
+    def _marginals(self, params):
+        """`(mean, sd)` of the marginals of `get_posterior(params)` (flat, unconstrained)."""
+        posterior = self.get_posterior(params)
+        return posterior.mean, jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2,
+                                                      axis2=-1))
 
     def _param_shapes(self, size) -> dict:
         """`{param suffix: shape}` of the guide's params for a flat latent of `size` (None: any
@@ -255,8 +272,9 @@ class AutoContinuous(AutoGuide):
         model's deterministic sites there (as NumPyro's).
 
         **Raises:** `MissingParamError` (a `KeyError`) naming a param missing from `params`;
-        `AutoGuideError` naming a param of the wrong shape, or when `SVI.init` has not seen the
-        model's arguments."""
+        `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
+        `AutoGuideError` naming a param of the wrong shape, or when the guide has not run yet
+        (`SVI.init`, or `trace(seed(guide, key)).get_trace(*args)`)."""
         layout = self._checked_layout("median", params, only=f"{self.prefix}_loc")
         return self._postprocess(self._unpack(self._loc(params), layout), params)
 
@@ -266,11 +284,9 @@ class AutoContinuous(AutoGuide):
         the model's deterministic sites at them. **Raises:** as `median`; `AutoGuideError`
         naming a scale param outside its support."""
         layout = self._checked_layout("quantiles", params)
-        posterior = self.get_posterior(params)
-        sd = jnp.sqrt(jnp.diagonal(posterior.covariance_matrix, axis1=-2, axis2=-1)) \
-            if not isinstance(posterior, dist.Normal) else posterior.scale
+        mean, sd = self._marginals(params)
         q = ndtri(jnp.asarray(quantiles))[..., None]  # a scalar: one value per site, as NumPyro's
-        flat = posterior.mean + sd * q
+        flat = mean + sd * q
         return self._postprocess(self._unpack(flat, layout), params, batch_ndim=jnp.ndim(q) - 1,
                                  api="quantiles")
 
@@ -283,6 +299,10 @@ class AutoDiagonalNormal(AutoContinuous):
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
         self.init_scale = self._positive("init_scale", init_scale)
+
+    def _marginals(self, params):
+        posterior = self.get_posterior(params)
+        return posterior.loc, posterior.scale
 
     def _base(self, flat_init):
         loc = primitives.param(f"{self.prefix}_loc", flat_init)
@@ -391,13 +411,14 @@ class AutoLaplaceApproximation(AutoContinuous):
     def _param_shapes(self, size):
         return {"loc": (size,)}
 
-    def get_posterior(self, params):
-        """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the
-        inverse Hessian of the potential energy at `loc`. As NumPyro's: where the Hessian is not
-        positive definite, `scale_tril` is 0 (the draws are `loc`), with a `UserWarning`."""
+    def _laplace(self, params, api):
+        """`(posterior, positive_definite)`: `MultivariateNormal(loc, scale_tril)` with
+        `scale_tril` the Cholesky factor of the inverse Hessian of the potential energy at `loc`
+        (the model at the guide's prototype's arguments, as NumPyro's), 0 where the Hessian is
+        not positive definite; `positive_definite` is None when `loc` is traced."""
         from effppl.handlers import potential_energy
 
-        args, kwargs = self._args("get_posterior")
+        args, kwargs = self._args(api)
         layout = self._layout_now()
         hessian_fn = self.hessian_fn or (lambda f, x: jax.hessian(f)(x))
 
@@ -411,23 +432,62 @@ class AutoLaplaceApproximation(AutoContinuous):
         fn, dynamic = self._compiled("laplace_hessian", build, args, kwargs)
         loc = params[f"{self.prefix}_loc"]
         scale_tril = cholesky_of_inverse(fn(loc, dynamic))
-        if not isinstance(scale_tril, jax.core.Tracer) and bool(jnp.any(jnp.isnan(scale_tril))):
-            warnings.warn("effppl.infer.autoguide.AutoLaplaceApproximation: the Hessian of the "
-                          "potential energy at `auto_loc` is not positive definite (not a MAP "
-                          "point?), so the posterior is the point `auto_loc` (scale_tril 0), "
-                          "as in NumPyro. Fit longer, or use AutoNormal.", UserWarning,
-                          stacklevel=2)
+        ok = None if isinstance(scale_tril, jax.core.Tracer) else \
+            not bool(jnp.any(jnp.isnan(scale_tril)))
         scale_tril = jnp.where(jnp.isnan(scale_tril), 0.0, scale_tril)
-        return dist.MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False)
+        return dist.MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False), ok
+
+    def _warn_singular(self, api):
+        warnings.warn(f"effppl.infer.autoguide.AutoLaplaceApproximation.{api}: the Hessian of the "
+                      f"potential energy at `{self.prefix}_loc` is not positive definite (not a "
+                      f"MAP point?), so the posterior is the point `{self.prefix}_loc` (scale_tril "
+                      f"0), as in NumPyro. Fit longer, or use AutoNormal.", UserWarning,
+                      stacklevel=3)
+
+    def get_posterior(self, params):
+        """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the
+        inverse Hessian of the potential energy at `loc` (the model at the arguments the guide
+        first ran with). As NumPyro's: where the Hessian is not positive definite, `scale_tril`
+        is 0 (the draws are `loc`), with a `UserWarning`."""
+        posterior, ok = self._laplace(params, "get_posterior")
+        if ok is False:
+            self._warn_singular("get_posterior")
+        return posterior
+
+    def _marginals(self, params):
+        posterior, ok = self._laplace(params, "quantiles")
+        if ok is False:  # NumPyro's quantiles build a Normal of scale 0 there: a ValueError
+            raise AutoGuideError(
+                f"`AutoLaplaceApproximation.quantiles(params, quantiles)`: the Hessian of the "
+                f"potential energy (the negative log joint, unconstrained) at the MAP point "
+                f"`{self.prefix}_loc` is not positive definite, so the Laplace approximation has "
+                f"no spread there and no quantiles (NumPyro's raise too). Fit longer (is "
+                f"`{self.prefix}_loc` a MAP point?), give `hessian_fn` a small diagonal "
+                f"(`lambda f, x: jax.hessian(f)(x) + 1e-3 * jnp.eye(x.shape[0])`), or use "
+                f"AutoNormal.")
+        return posterior.mean, jnp.linalg.norm(posterior.scale_tril, axis=-1)
+
+    def quantiles(self, params, quantiles) -> dict:
+        """Marginal quantiles of the Laplace approximation, as `AutoContinuous.quantiles`.
+
+        **Raises:** as `median`; `AutoGuideError` where the Hessian at `auto_loc` is not
+        positive definite (NumPyro's `quantiles` raise there; `get_posterior` and
+        `sample_posterior` warn and give the point `auto_loc`)."""
+        return super().quantiles(params, quantiles)
 
     def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
         """Draws from the Laplace approximation (`get_posterior`), mapped to the supports, and
-        the model's deterministic sites at them (as NumPyro's). **Raises:** as `median`."""
-        if args or kwargs:
-            self._setup_prototype(*args, **kwargs)
+        the model's deterministic sites at them (as NumPyro's: new `*args, **kwargs` are not
+        used; the guide's prototype fixes the latent sites and the model's arguments). Where the
+        Hessian at `auto_loc` is not positive definite, the draws are `auto_loc`, with a
+        `UserWarning` (NumPyro's). **Raises:** as `median`."""
+        self._args("sample_posterior", args, kwargs)  # a prototype from them, if none yet
         layout = self._checked_layout("sample_posterior", params)
         sample_shape = tuple(sample_shape)
-        flat = self.get_posterior(params).sample(rng_key, (math.prod(sample_shape),))
+        posterior, ok = self._laplace(params, "sample_posterior")
+        if ok is False:
+            self._warn_singular("sample_posterior")
+        flat = posterior.sample(rng_key, (math.prod(sample_shape),))
         out = self._postprocess(self._unpack(flat, layout), params, batch_ndim=1,
                                 api="sample_posterior")
         return jax.tree.map(lambda x: x.reshape(sample_shape + x.shape[1:]), out)

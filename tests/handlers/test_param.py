@@ -105,3 +105,19 @@ def test_param_errors_name_the_site():
         handlers.seed(lambda: effppl.param("p"), 0)()
     with pytest.raises(effppl.SiteError, match="param `a`"):
         handlers.substitute(lambda: effppl.param("a", jnp.ones(2)), {"a": jnp.ones(3)})()
+
+
+@pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
+def test_a_param_value_that_is_no_array_is_an_error_naming_the_param(bad):
+    """NumPyro's substitute passes the value on, and JAX's error later names neither."""
+    def model():
+        return effppl.param("w", jnp.zeros(2)) + 1.0
+
+    kind = "str" if isinstance(bad, str) else "object of type object"
+    with pytest.raises(effppl.SiteError, match=rf"param `w` must be .*, but is an? {kind}"):
+        handlers.substitute(model, data={"w": bad})()
+    with pytest.raises(effppl.SiteError, match=rf"returned an? {kind} .*for param `w`"):
+        handlers.substitute(model, substitute_fn=lambda msg: bad)()
+    with pytest.raises(TypeError):
+        numpyro.handlers.substitute(lambda: numpyro.param("w", jnp.zeros(2)) + 1.0,
+                                    data={"w": bad})()

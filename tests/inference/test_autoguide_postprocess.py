@@ -196,12 +196,22 @@ def test_laplace_posterior_equals_numpyros_also_where_the_hessian_is_singular(lo
     assert np.all(posteriors[0].scale_tril == 0) == singular
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if not singular:  # (NumPyro's quantiles then build a Normal of scale 0: an error)
+        if not singular:
             _assert_same(ours.quantiles(params, [0.1, 0.9]),
                          theirs.quantiles(params, [0.1, 0.9]))
         key = jax.random.PRNGKey(3)
         _assert_same(ours.sample_posterior(key, params, sample_shape=(5,)),
                      theirs.sample_posterior(key, params, sample_shape=(5,)))
+    if singular:  # NumPyro's quantiles build a Normal of scale 0: a ValueError; its
+        with pytest.raises(ValueError, match="invalid scale"):  # sample_posterior warns
+            theirs.quantiles(params, [0.1, 0.9])
+        with pytest.raises(autoguide.AutoGuideError,
+                           match=r"AutoLaplaceApproximation.quantiles.*Hessian.*`auto_loc` is "
+                                 r"not positive definite"):
+            ours.quantiles(params, [0.1, 0.9])
+        for guide in (ours, theirs):
+            with pytest.warns(UserWarning, match="not positive definite|singular"):
+                guide.sample_posterior(jax.random.PRNGKey(3), params, sample_shape=(2,))
 
 
 CONTINUOUS = ["AutoDiagonalNormal", "AutoMultivariateNormal", "AutoLowRankMultivariateNormal"]
@@ -240,7 +250,7 @@ def test_a_param_outside_its_support_is_refused_where_numpyro_raises(name, param
 
 def test_before_svi_init_the_message_says_to_run_it():
     guide = autoguide.AutoNormal(_model(effppl))
-    with pytest.raises(autoguide.AutoGuideError, match="run one of them with this guide first"):
+    with pytest.raises(autoguide.AutoGuideError, match="run it once first"):
         guide.median(_params("AutoNormal"))
 
 
@@ -250,3 +260,26 @@ def test_autodelta_has_no_quantiles_as_numpyros():
         theirs.quantiles(_params("AutoDelta"), [0.5])
     with pytest.raises(NotImplementedError, match="AutoDelta has no quantiles"):
         ours.quantiles(_params("AutoDelta"), [0.5])
+
+
+@pytest.mark.parametrize("name, param", [("AutoNormal", "mu_auto_loc"),
+                                         ("AutoDiagonalNormal", "w"),
+                                         ("AutoDiagonalNormal", "auto_scale"),
+                                         ("AutoLaplaceApproximation", "auto_loc")])
+@pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
+def test_a_param_that_is_no_array_is_a_type_error_naming_it(name, param, bad):
+    """NumPyro's methods fail inside JAX (a `TypeError` naming neither param nor guide)."""
+    ours, theirs = _guides(name)
+    params = {**(_params(name) if name != "AutoLaplaceApproximation" else
+                 {"auto_loc": jnp.array([0.3, -0.2]), "w": jnp.asarray(0.5)}), param: bad}
+    with pytest.raises(TypeError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (JAX's, on NumPyro's way there)
+        theirs.quantiles(params, [0.5])
+    kind = "str" if isinstance(bad, str) else "object of type object"
+    for call in (lambda: ours.median(params), lambda: ours.quantiles(params, [0.5]),
+                 lambda: ours.sample_posterior(jax.random.PRNGKey(0), params)):
+        with pytest.raises(autoguide.ParamTypeError,
+                           match=rf"param `{param}` must be an array of numbers, but is an? "
+                                 rf"{kind}") as err:
+            call()
+        assert isinstance(err.value, TypeError)
