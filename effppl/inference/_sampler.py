@@ -158,7 +158,11 @@ class Sampler:
                                logdensity_grad=ravel_pytree(state.logdensity_grad)[0])
 
         def logdensity(flat):
-            return model_logdensity(unravel(flat))
+            # The barrier keeps the sites' slices of the flat vector out of the potential's
+            # fusions, as in NumPyro's sampler, whose potential takes one buffer per site: XLA
+            # otherwise recomputes them inside fusions that grow with the model, and compiles
+            # the chunk more slowly (600 sites: 212 -> 164 s).
+            return model_logdensity(jax.lax.optimization_barrier(unravel(flat)))
 
         schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
