@@ -14,9 +14,10 @@ O(T K^2) time, O(K^2) memory per step; `lp` comes from the body traced once and 
 `jax.vmap` over `(t, j, i)` (see `forward_scan`).
 
 The body runs once per step performing its sites for the handlers outside (their values:
-`substitute`, HMC's unconstrained values, `seed`; masked so that no log density outside counts
-them, the enumerated sites at their first value), then as a pure function of `(t, j, i)` that
-computes every site's `log_prob` at those values. A first-order chain is required: the Markov
+`substitute`, HMC's unconstrained values, `seed`; the sites that depend on the enumerated ones
+masked so that no log density outside counts them, the enumerated sites at their first value;
+the others counted there as any site), then as a pure function of `(t, j, i)` that
+computes the `log_prob` of each site that depends on them at those values. A first-order chain is required: the Markov
 carry must depend on the enumerated sites of the same step only, and no other carry on it.
 Enumerated sites in plates are independent chains, one message per plate element (`_enum_chains`).
 
@@ -254,6 +255,27 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
     return markov, poisoned, fixed, dependent
 
 
+def _no_reparam_of_dependent(body, dependent, names):
+    """Raise for a site that depends on the enumerated sites and is reparametrized by a `with
+    reparam(...)` block inside the body: pass 2 computes such a site's log density from its own
+    distribution, not from the auxiliary sites the reparameterizer draws instead. (Other scoped
+    handlers change a site's value, which pass 2 reads from pass 1, or its mask and scale, which
+    the message carries.)"""
+    scopes = []
+    for index, eqn in enumerate(body.eqns):
+        if eqn.primitive is internal.scope_enter_p:
+            scopes.append(eqn.params["spec"].name)
+        elif eqn.primitive is internal.scope_exit_p:
+            scopes.pop()
+        elif index in dependent and "reparam" in scopes:
+            raise SiteError(
+                f"effppl.handlers.enum: site `{_name(eqn)}` in the `lax.scan` holding enumerated "
+                f"site `{names[0]}` depends on it and is reparametrized by a `with reparam(...)` "
+                f"block inside the scan body; the forward algorithm cannot reparametrize a site "
+                f"that depends on an enumerated one. Reparametrize only sites that do not depend "
+                f"on the enumerated sites.")
+
+
 def forward_scan(eqn, ins, names, discrete=None):
     """The outputs of the scan `eqn` on `ins` with its enumerated sites summed out by the
     forward algorithm, and which outputs are dummies (depend on the enumerated sites).
@@ -262,10 +284,11 @@ def forward_scan(eqn, ins, names, discrete=None):
 
     Three passes: (1) the scan itself, performing the body's sites for the handlers outside
     (the Markov carry held at its initial value, the enumerated sites at their first value),
-    recording every site's value; (2) every step's table `lp[t, j, i, *chains]`, vectorised over
-    `(t, j, i)` (one chain per element of the enumerated sites' plates, see `_enum_chains`;
-    the sites that do not depend on the enumerated ones are summed apart); (3) the recursion
-    over `t`, a scan as light as a hand-written one."""
+    recording every site's value, and counting there the sites that do not depend on the
+    enumerated ones (so handlers scoped inside the body, e.g. `reparam`, act on them as usual);
+    (2) every step's table `lp[t, j, i, *chains]` of the sites that do depend on them,
+    vectorised over `(t, j, i)` (one chain per element of the enumerated sites' plates, see
+    `_enum_chains`); (3) the recursion over `t`, a scan as light as a hand-written one."""
     params = eqn.params
     n_consts, n_carry = internal.scan_counts(params)
     closed = params["jaxpr"]
@@ -276,6 +299,7 @@ def forward_scan(eqn, ins, names, discrete=None):
              if e.primitive is perform_p and e.params["op"] is sample_op]
     markov, poisoned_ys, fixed, dependent = _markov_structure(body, n_consts, n_carry, enum_eqns,
                                                               names)
+    _no_reparam_of_dependent(body, dependent, names)
     chains = chains_of(body, enum_eqns)
     reducers = {i: reducer(body.eqns[i], chains, names[0]) for i in sorted(dependent)}
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
@@ -303,7 +327,8 @@ def forward_scan(eqn, ins, names, discrete=None):
             if e.primitive is not perform_p or e.params["op"] is not sample_op:
                 return None
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
-            msg = msg._replace(mask=jnp.zeros((), bool))  # counted in pass 2, not outside
+            if index in dependent:  # counted in pass 2, not outside
+                msg = msg._replace(mask=jnp.zeros((), bool))
             if index in enum_eqns:
                 msg = msg._replace(value=state_value(enum_eqns.index(index), 0))
             values[index] = sample_op(msg, **dict(e.params["static"]))
@@ -323,54 +348,49 @@ def forward_scan(eqn, ins, names, discrete=None):
     if reverse:  # processing order
         steps = jax.tree.map(lambda a: a[::-1], steps)
 
-    def log_density(step_inputs, markov_values, i):  # pass 2: lp[t, j, i, *chains], the rest
+    def log_density(step_inputs, markov_values, i):  # pass 2: lp[t, j, i, *chains]
         carry_t, x_t, values_t = step_inputs
         given = dict(zip(sites, values_t))
-        chained, rest = [jnp.zeros(chains.shape)], [0.0]
+        chained = [jnp.zeros(chains.shape)]
 
         def perform(index, e, e_ins):
             if e.primitive is not perform_p:
                 return None
             if e.params["op"] is deterministic_op:
                 return list(e_ins)
+            if index not in dependent:  # counted outside, in pass 1
+                return [given[index]]
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
             if index in enum_eqns:
                 k = enum_eqns.index(index)
                 value = state_value(k, states[i, k])
             else:
                 value = given[index]
-            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
-            if index in reducers:
-                chained.append(reducers[index](lp))
-            else:
-                rest.append(jnp.sum(lp))
+            chained.append(reducers[index](masked_log_prob(msg.fn, value, msg.mask, msg.scale)))
             return [value]
 
         outs = body_fn(perform, merged(markov_values, carry_t), x_t)
-        return (sum(chained), sum(rest)), [o for o, m in zip(outs[:n_carry], markov) if m]
+        return sum(chained), [o for o, m in zip(outs[:n_carry], markov) if m]
 
     every_state = jnp.arange(num_states)
     over_states = jax.vmap(log_density, (None, None, 0))
     if any(markov) and fixed:  # the Markov carry after state i is the same at every step
         first = jax.tree.map(lambda a: a[0], steps)
-        (lp0, rest0), after = over_states(first, markov_init, every_state)
+        lp0, after = over_states(first, markov_init, every_state)
         later = jax.tree.map(lambda a: a[1:], steps)
-        lp, rest = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
+        lp = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
             later, after, every_state)[0]
         lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, *lp0.shape)), lp])
-        rest = jnp.sum(rest0[0]) + jnp.sum(rest[:, 0, 0])
     elif any(markov):  # the Markov carry after each state of each step; it ignores the one before
         after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
             steps, markov_init, every_state)[1]
         table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])
                  for c, a in zip(markov_init, after)]
-        lp, rest = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
-                            (0, 0, None))(steps, table, every_state)[0]
-        rest = jnp.sum(rest[:, 0, 0])
+        lp = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
+                      (0, 0, None))(steps, table, every_state)[0]
     else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
-        lp, rest = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
-            steps, [], every_state)[0]
-        lp, rest = lp[:, None], jnp.sum(rest[:, 0])
+        lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
+            steps, [], every_state)[0][:, None]
 
     viterbi = discrete is not None and discrete[0] == 0
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
@@ -386,7 +406,7 @@ def forward_scan(eqn, ins, names, discrete=None):
         path = _backward_chains(alphas, lp, chains, *discrete)
         _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
-    factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)) + rest)
+    factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)))
     return list(carry) + list(ys), list(markov) + list(poisoned_ys)
 
 
