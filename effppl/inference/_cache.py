@@ -18,6 +18,7 @@ instead of silently reusing the old values.
 """
 
 import collections
+import copy
 import dataclasses
 import threading
 from collections.abc import Callable, Hashable
@@ -46,6 +47,7 @@ class ArgsStructure:
 
     Array leaves (`jax.Array`, `numpy.ndarray`, numpy scalars) are *dynamic*: they are passed to the
     compiled functions as arguments. Every other leaf (Python `int`/`float`/`bool`/`str`, callables,
+    an object with hashable attributes such as an `argparse.Namespace`, as a `StaticObject`,
     ...) is *static*: part of the cache key, like `jax.jit`'s `static_argnums`, so the model may use
     it in Python control flow or as a shape. Changing a static leaf compiles anew.
     """
@@ -58,7 +60,8 @@ class ArgsStructure:
         leaves, it = [], iter(dynamic)
         static = dict(self.static_leaves)
         for i in range(self.treedef.num_leaves):
-            leaves.append(static[i] if i in static else next(it))
+            leaf = static[i] if i in static else next(it)
+            leaves.append(leaf.obj if isinstance(leaf, StaticObject) else leaf)
         return jax.tree.unflatten(self.treedef, leaves)
 
 
@@ -79,6 +82,24 @@ class StaticArray:
         return isinstance(other, StaticArray) and self._key == other._key
 
 
+class StaticObject:
+    """An unhashable non-array argument whose attributes are hashable (NumPyro's examples pass
+    their `argparse.Namespace` to the model): a static leaf, hashed and compared by its type and
+    attributes. A copy is kept, so a later change to the caller's object keys a new entry
+    instead of changing what the cached functions were built with."""
+
+    def __init__(self, obj):
+        self.obj = copy.copy(obj)
+        self._key = (type(obj), tuple(sorted(vars(obj).items())))
+        hash(self._key)  # TypeError when an attribute is unhashable
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, StaticObject) and self._key == other._key
+
+
 def split_cache_key(api: str, args: tuple, kwargs: dict,
                     static_arrays: frozenset = frozenset()) -> tuple[ArgsStructure, tuple]:
     """Split model arguments into their hashable structure, which keys the compiled functions,
@@ -96,7 +117,8 @@ def split_cache_key(api: str, args: tuple, kwargs: dict,
 
     **Returns:** `(structure, dynamic)`: an `ArgsStructure` and the tuple of array leaves.
 
-    **Raises:** `UnhashableArgumentError` when a non-array leaf cannot be hashed.
+    **Raises:** `UnhashableArgumentError` when a non-array leaf cannot be hashed, nor its
+    attributes (`StaticObject`).
     """
     leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
     static, dynamic = [], []
@@ -110,12 +132,16 @@ def split_cache_key(api: str, args: tuple, kwargs: dict,
         try:
             hash(leaf)
         except TypeError:
-            raise UnhashableArgumentError(
-                f"`{api}` expected model arguments that are arrays or hashable values, but got an "
-                f"unhashable {type(leaf).__name__} at leaf {i} of (args, kwargs). Non-array "
-                "arguments key the compiled sampler; pass data as jax or numpy arrays, or make "
-                "the object hashable."
-            ) from None
+            try:
+                leaf = StaticObject(leaf)
+            except TypeError:
+                raise UnhashableArgumentError(
+                    f"`{api}` expected model arguments that are arrays or hashable values (or "
+                    f"objects whose attributes are hashable, e.g. an `argparse.Namespace`), but "
+                    f"got an unhashable {type(leaf).__name__} at leaf {i} of (args, kwargs). "
+                    "Non-array arguments key the compiled sampler; pass data as jax or numpy "
+                    "arrays, or make the object hashable."
+                ) from None
         static.append((i, leaf))
     return ArgsStructure(treedef=treedef, static_leaves=tuple(static)), tuple(dynamic)
 
