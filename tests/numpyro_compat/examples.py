@@ -39,6 +39,10 @@ EXAMPLES = {
                           "--active-dimensions 2"),
     "var2": "--num-samples 10 --num-warmup 10 --num-data 30",
     "funnel": "--num-samples 10 --num-warmup 10",
+    # SVI and enumeration
+    "toy_mixture_model_discrete_enumeration": "--num-steps 20 --num-obs 100",
+    "annotation": "--num-samples 10 --num-warmup 10",
+    "minipyro": "--num-steps 1001",
     # these read NumPyro's data sets (`numpyro.examples.datasets`): pass `--data-dir`
     "stochastic_volatility": "--num-samples 10 --num-warmup 10",
     "ucbadmit": "--num-samples 10 --num-warmup 10",
