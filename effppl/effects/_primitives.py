@@ -12,11 +12,13 @@ compiles the handlers away. Paper §3 (the calculus) and §6 (implementation).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
 import inspect
 import sys
+import types
 from typing import Any, NamedTuple
 from collections.abc import Callable, Mapping
 
@@ -481,6 +483,16 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
             traced[key] = template._replace(
                 jaxpr=_forwarding_to(template.jaxpr, template_forwarded, forwarded))
             continue
+        shared = _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals)
+        cached = _SHARED_CLAUSES.get(shared) if shared is not None else None
+        if cached is not None:  # traced by an earlier handler of the same code and types
+            (clause_jaxpr, consts, kind), template_forwarded = cached
+            clause_jaxpr = _forwarding_to(clause_jaxpr, template_forwarded, forwarded)
+            start = len(frame_consts)
+            frame_consts += consts
+            traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)), kind)
+            by_signature[signature] = traced[key], forwarded
+            continue
         clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
                                              answer_avals)
         start = len(frame_consts)
@@ -489,6 +501,9 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
                              classify_clause(clause_jaxpr))
         if signature is not None and _only_top_level_performs(clause_jaxpr.jaxpr):
             by_signature[signature] = traced[key], forwarded
+            if shared is not None and not any(isinstance(c, jax.core.Tracer) for c in consts):
+                _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, traced[key].kind),
+                                             forwarded))
     spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
                          spec=spec, n_body_consts=len(body_consts),
@@ -539,6 +554,47 @@ def _signature(clause, key):
     kept = tuple(kv for kv in key.static if kv[0] not in forwarded)
     return (clause, key.op, key.in_tree, key.in_avals, kept), \
         {k: v for k, v in key.static if k in forwarded}
+
+
+class _LRU:
+    """A small least-recently-used map (`functools.lru_cache` for values computed elsewhere)."""
+
+    def __init__(self, size):
+        self.size, self.items = size, collections.OrderedDict()
+
+    def get(self, key):
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key, value):
+        self.items[key] = value
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+# Clause jaxprs shared between handlers, across calls: `(jaxpr, consts, kind)`, and the static
+# values it forwards, keyed by `_shared_key`. As JAX's own trace caches, this holds a clause's
+# jaxpr for its code and its argument types; the consts are concrete arrays (never tracers).
+_SHARED_CLAUSES = _LRU(4096)
+
+
+def _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals):
+    """A key under which the jaxpr of `clause` (marked `forwards_static`) at `signature` may be
+    reused by later handlers, or None: only for a plain function that closes over nothing, whose
+    jaxpr then depends on its code, its globals, its argument types and the dtype settings."""
+    if signature is None or not isinstance(clause, types.FunctionType) \
+            or clause.__closure__ or clause.__defaults__ or clause.__kwdefaults__:
+        return None
+    key = (clause.__code__, id(clause.__globals__), signature[1:], p_tree, tuple(p_avals),
+           answer_tree, tuple(answer_avals), jax.config.jax_enable_x64,
+           jax.config.jax_numpy_dtype_promotion)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable static argument
+        return None
+    return key
 
 
 def _only_top_level_performs(jaxpr):

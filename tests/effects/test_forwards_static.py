@@ -119,3 +119,41 @@ def test_the_cyclic_gc_is_paused_during_an_elimination_and_restored():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+_TRACED = []  # labels `_shared_doubling` was traced for (a global: the clause closes over nothing)
+
+
+@internal.forwards_static("label")
+def _shared_doubling(p, x, *, resume, label, **static):
+    _TRACED.append(label)
+    return resume(p, tick(2.0 * x, label=label, **static))
+
+
+def test_a_closure_free_forwarding_clause_is_shared_across_eliminations():
+    """Its jaxpr depends only on its code and argument types, so a later handler (a later call,
+    a later model) reuses it, as JAX reuses a traced function; the forwarded labels are still
+    each perform's own, and the program is the one tracing it again would give."""
+    x = jnp.float32(1.5)
+    want = _program(_doubling([]))(x)
+    _TRACED.clear()
+    first = fx.make_jaxpr(_program(_shared_doubling))(x)
+    traced_first = list(_TRACED)
+    second = fx.make_jaxpr(_program(_shared_doubling))(x)
+    assert len(traced_first) == 2 and _TRACED == traced_first  # nothing traced the second time
+    assert str(first) == str(second) == str(fx.make_jaxpr(_program(_doubling([])))(x))
+    check_jaxpr(second.jaxpr)
+    for w, g in zip(jax.tree_util.tree_leaves(want),
+                    jax.tree_util.tree_leaves(_program(_shared_doubling)(x))):
+        assert jnp.allclose(w, g)
+    # other argument types: traced anew
+    fx.make_jaxpr(_program(_shared_doubling))(jnp.ones(3, jnp.float32))
+    assert len(_TRACED) == len(traced_first) + 2
+
+
+def test_a_clause_with_a_closure_is_not_shared_across_eliminations():
+    count = []
+    clause = internal.forwards_static("label")(_doubling(count))
+    _program(clause)(jnp.float32(1.0))
+    _program(clause)(jnp.float32(1.0))
+    assert len(count) == 4  # two signatures, traced in each elimination
