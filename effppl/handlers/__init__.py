@@ -28,7 +28,7 @@ from ._density import (constrain_fn, log_density, potential_energy, unconstrain_
                        unconstrained_log_density)
 from ._discrete import InferDiscreteError, infer_discrete
 from ._enum import config_enumerate, enum
-from ._lift import lift
+from ._lift import LiftPriorError, lift
 from ._reparam import reparam
 from ._scope import scope
 from ._trace import trace
@@ -38,4 +38,4 @@ __all__ = ["block", "condition", "do", "lift", "mask", "replay", "reparam", "sca
            "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density", "enum", "config_enumerate",
-           "infer_discrete", "InferDiscreteError"]
+           "infer_discrete", "InferDiscreteError", "LiftPriorError"]

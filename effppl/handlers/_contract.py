@@ -93,8 +93,10 @@ def log_joint(tr, loops, scale_outside=False) -> ArrayLike:
         return total
     funsor = _funsor()
     eliminate = frozenset(enum_dims.values()) | frozenset(plates)
-    marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
-                                              eliminate=eliminate, plates=frozenset(plates))
+    with funsor.interpretations.normalize:  # then contracted by opt_einsum, as NumPyro's
+        marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
+                                                  eliminate=eliminate, plates=frozenset(plates))
+    marginal = funsor.optimizer.apply_optimizer(marginal)
     return total + (marginal.data if scale is None else scale * marginal.data)
 
 

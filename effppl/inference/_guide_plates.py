@@ -15,6 +15,7 @@ from typing import NamedTuple
 from numpyro.distributions.util import periodic_repeat
 
 from .. import primitives
+from ._guide_errors import AutoGuideError
 
 __all__ = ["Frame", "site_frames", "subsampled_plates", "check_frames", "create_plates",
            "entered", "full_size", "full_shape", "subsample_scale"]
@@ -59,8 +60,6 @@ def check_frames(frames_by_site: dict, guide: str) -> dict:
 
     **Raises:** `AutoGuideError` when one plate has different dims or sizes at two sites (as
     NumPyro's assertion)."""
-    from ._autoguide import AutoGuideError
-
     plates = {}
     for site, frames in frames_by_site.items():
         for frame in frames:
@@ -82,8 +81,6 @@ def create_plates(user_fn, frames: dict, args, kwargs, guide: str) -> dict:
 
     **Raises:** `AutoGuideError` when `user_fn` returns something else than plates, or a plate
     whose size or subsample size differs from the model's plate of that name."""
-    from ._autoguide import AutoGuideError
-
     plates = {}
     if user_fn is not None:
         made = user_fn(*args, **kwargs)

@@ -12,7 +12,8 @@ from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffin
 from numpyro.distributions.util import sum_rightmost
 
 from ..primitives import SiteError, factor, get_mask, sample
-from ._autoguide import AutoGuideError
+from ._guide_continuous import AutoContinuous
+from ._guide_errors import AutoGuideError
 from ._reparam import Reparam
 
 
@@ -70,8 +71,6 @@ class NeuTraReparam:
     """
 
     def __init__(self, guide, params):
-        from .autoguide import AutoContinuous
-
         if not isinstance(guide, AutoContinuous):
             raise TypeError(f"effppl.infer.reparam.NeuTraReparam expected an AutoContinuous guide "
                             f"(AutoDiagonalNormal, ...), but got {type(guide).__name__}.")

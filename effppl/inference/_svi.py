@@ -25,7 +25,7 @@ from .._errors import EffpplError
 from .._keys import key_data
 from ..effects.internal import describe_non_array
 from ._arguments import model_arguments
-from ._autoguide import first_run
+from ._guide_prototype import first_run
 from ._cache import cached, split_cache_key
 from ._mcmc import _advance
 from ._optim import as_optimizer

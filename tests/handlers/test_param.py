@@ -1,4 +1,4 @@
-"""`param` sites and `lift`: what seed/substitute/trace/block do with them, against NumPyro."""
+"""`param` sites: what seed/substitute/trace/block do with them, against NumPyro."""
 
 import jax
 import jax.numpy as jnp
@@ -76,22 +76,6 @@ def test_param_in_scan_reads_one_value():
     tr = handlers.trace(handlers.substitute(model, {"s": 3.0})).get_trace(xs)
     assert tr["s"]["type"] == "param" and tr["s"]["value"].shape == ()
     np.testing.assert_allclose(handlers.substitute(model, {"s": 3.0})(xs), 30.0)
-
-
-def test_lift_turns_params_into_samples_like_numpyro():
-    x = jnp.arange(3.0)
-    prior = {"a": dist.Gamma(2.0, 1.0).expand([3]).to_event(1)}
-
-    def run(ppl, h):
-        model = h.lift(lambda: _model(ppl.param, ppl.sample, x), prior=prior)
-        return h.trace(h.seed(model, 0)).get_trace()
-
-    ours, theirs = _both(run)
-    assert ours["a"]["type"] == theirs["a"]["type"] == "sample"
-    assert not ours["a"]["is_observed"] and ours["b"]["type"] == "param"
-    np.testing.assert_allclose(ours["a"]["log_prob"], prior["a"].log_prob(ours["a"]["value"]))
-    with pytest.raises(TypeError, match="lift"):
-        handlers.lift(lambda: None, prior=3.0)
 
 
 def test_block_hides_params():
