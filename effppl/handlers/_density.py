@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import internal
-from ..primitives import param_op, sample_op
+from ..primitives import SiteError, param_op, sample_op
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_in, enumerated_sites
@@ -84,6 +84,16 @@ class _Unconstrain(Handler):
             counts, log_det_total, per_site = state
             if name not in self.values or msg.value is not None:
                 return resume(state, forward(msg, name=name, **static))
+            parents = dict(static.get("infer", ())).get("_enumerated_parents")
+            if parents:
+                raise SiteError(
+                    f"{self.entry_point}: the latent site `{name}` is not enumerated, but its "
+                    f"distribution depends on the enumerated site(s) "
+                    f"{', '.join(f'`{p}`' for p in parents)} (its batch shape "
+                    f"{tuple(msg.fn.batch_shape)} has their enumeration dims). effppl cannot yet "
+                    f"give a continuous latent site below an enumerated one its values in "
+                    f"unconstrained space (NumPyro can): sum the discrete site out in the model "
+                    f"by hand.")
             fn, site = msg.fn, self._sites.get(name)
             t = bijector(name, fn)
             u_shape = t.inverse_shape(fn.shape())

@@ -105,8 +105,11 @@ class _Context:
         return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
-        if is_observed or msg.value is not None or not is_enumerated(infer):
+        if is_observed or msg.value is not None:
             return msg, infer
+        if not is_enumerated(infer):
+            reached = self._reached_by(msg.fn) if self.dims and self.at_top_level() else ()
+            return msg, dict(infer, _enumerated_parents=reached) if reached else infer
         fn = msg.fn
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
@@ -138,6 +141,14 @@ class _Context:
         support = fn.enumerate_support(expand=False)
         value = support.reshape((support.shape[0],) + (1,) * (-dim - 1) + tuple(fn.event_shape))
         return msg._replace(value=value), dict(infer, _enumerate_dim=dim)
+
+
+    def _reached_by(self, fn):
+        """The enumerated sites whose enumeration dims reach the batch shape of `fn`, the
+        distribution of a latent site that is not enumerated (its parameters depend on them)."""
+        batch = tuple(fn.batch_shape)
+        return tuple(sorted(name for name, dim in self.dims.items()
+                            if -dim <= len(batch) and batch[dim] > 1))
 
 
 def _max_batch_ndim(fn, args, kwargs) -> int:
