@@ -18,6 +18,7 @@ import enum
 import functools
 import inspect
 import sys
+import threading
 import types
 from typing import Any, NamedTuple
 from collections.abc import Callable, Mapping
@@ -557,21 +558,24 @@ def _signature(clause, key):
 
 
 class _LRU:
-    """A small least-recently-used map (`functools.lru_cache` for values computed elsewhere)."""
+    """A small least-recently-used map (`functools.lru_cache` for values computed elsewhere),
+    safe to share between threads."""
 
     def __init__(self, size):
-        self.size, self.items = size, collections.OrderedDict()
+        self.size, self.items, self.lock = size, collections.OrderedDict(), threading.Lock()
 
     def get(self, key):
-        value = self.items.get(key)
-        if value is not None:
-            self.items.move_to_end(key)
-        return value
+        with self.lock:
+            value = self.items.get(key)
+            if value is not None:
+                self.items.move_to_end(key)
+            return value
 
     def put(self, key, value):
-        self.items[key] = value
-        if len(self.items) > self.size:
-            self.items.popitem(last=False)
+        with self.lock:
+            self.items[key] = value
+            if len(self.items) > self.size:
+                self.items.popitem(last=False)
 
 
 # Clause jaxprs shared between handlers, across calls: `(jaxpr, consts, kind)`, and the static
