@@ -487,24 +487,22 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         shared = _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals)
         cached = _SHARED_CLAUSES.get(shared) if shared is not None else None
         if cached is not None:  # traced by an earlier handler of the same code and types
-            (clause_jaxpr, consts, kind), template_forwarded = cached
-            clause_jaxpr = _forwarding_to(clause_jaxpr, template_forwarded, forwarded)
-            start = len(frame_consts)
-            frame_consts += consts
-            traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)), kind)
-            by_signature[signature] = traced[key], forwarded
-            continue
-        clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
-                                             answer_avals)
+            (template, consts, kind), template_forwarded = cached
+            clause_jaxpr = _forwarding_to(template, template_forwarded, forwarded)
+        else:
+            clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
+                                                 answer_avals)
+            kind = classify_clause(clause_jaxpr)
         start = len(frame_consts)
         frame_consts += consts
-        traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)),
-                             classify_clause(clause_jaxpr))
-        if signature is not None and _only_top_level_performs(clause_jaxpr.jaxpr):
-            by_signature[signature] = traced[key], forwarded
-            if shared is not None and not any(isinstance(c, jax.core.Tracer) for c in consts):
-                _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, traced[key].kind),
-                                             forwarded))
+        traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)), kind)
+        if cached is None and (signature is None
+                               or not _only_top_level_performs(clause_jaxpr.jaxpr)):
+            continue  # not reusable for another signature
+        by_signature[signature] = traced[key], forwarded
+        if cached is None and shared is not None \
+                and not any(isinstance(c, jax.core.Tracer) for c in consts):
+            _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, kind), forwarded))
     spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
                          spec=spec, n_body_consts=len(body_consts),

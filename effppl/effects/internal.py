@@ -36,7 +36,8 @@ from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 
 __all__ = [
     "forwards_static", "paused_gc", "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop",
-    "SiteKey", "perform_p", "scope_enter_p", "scope_exit_p", "trace_call", "split_traced_args", "trace_to_jaxpr", "abstractify",
+    "SiteKey", "perform_p", "scope_enter_p", "scope_exit_p", "trace_call", "split_traced_args",
+    "trace_to_jaxpr", "abstractify",
     "check_no_leaked_tracers", "dce",
     "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",

@@ -16,10 +16,11 @@ O(T K^2) time, O(K^2) memory per step; `lp` comes from the body traced once and 
 The body runs once per step performing its sites for the handlers outside (their values:
 `substitute`, HMC's unconstrained values, `seed`; the sites that depend on the enumerated ones
 masked so that no log density outside counts them, the enumerated sites at their first value;
-the others counted there as any site), then as a pure function of `(t, j, i)` that
-computes the `log_prob` of each site that depends on them at those values. A first-order chain is required: the Markov
-carry must depend on the enumerated sites of the same step only, and no other carry on it.
-Enumerated sites in plates are independent chains, one message per plate element (`_enum_chains`).
+the others counted there as any site), then as a pure function of `(t, j, i)` that computes
+the `log_prob` of each site that depends on them at those values. A first-order chain is
+required: the Markov carry must depend on the enumerated sites of the same step only, and no
+other carry on it. Enumerated sites in plates are independent chains, one message per plate
+element (`_enum_chains`).
 
 (Over 400 lines: the model's interpreter, the dependence analysis that finds the Markov carry and
 checks the chain's order, and the rewrite with its backward pass share the body's structure;
