@@ -29,6 +29,7 @@ from ._density import (constrain_fn, log_density, potential_energy, unconstrain_
 from ._discrete import InferDiscreteError, infer_discrete
 from ._enum import config_enumerate, enum
 from ._lift import LiftPriorError, lift
+from ._markov_frames import markov
 from ._reparam import reparam
 from ._scope import scope
 from ._trace import trace
@@ -37,5 +38,5 @@ from ._uncondition import uncondition
 __all__ = ["block", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
            "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
-           "unconstrained_log_density", "enum", "config_enumerate",
+           "unconstrained_log_density", "enum", "config_enumerate", "markov",
            "infer_discrete", "InferDiscreteError", "LiftPriorError"]

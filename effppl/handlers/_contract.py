@@ -9,6 +9,8 @@ from collections import OrderedDict
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from ..primitives import SiteError
+
 
 def _funsor():
     import funsor
@@ -39,21 +41,55 @@ def _named(lp, enum_dims, frames):
     return lp, names
 
 
-def _factors(tr, loops, scale_outside=False):
-    """`(total, factors, enum_dims, plates, own, scale)`: the sum of the factors without
-    enumerated dims, the others as funsor Tensors, the enumerated dims' names, the plates'
-    names, each enumerated site's own factor, and (with `scale_outside`) the scale of the
-    factors with enumerated dims, left out of them (else None: every factor is scaled)."""
-    enum_dims = {}
+def _site_dims(tr):
+    """`{site: {dim: variable}}`: the enumerated sites' variables each site's `log_prob` may
+    hold by dim. A dim given out at the model's top level holds one site everywhere; a dim given
+    out inside `markov` frames holds, at each site there, the site its `_markov_dims` names."""
+    top, recycled = {}, {}
     for name, site in tr.items():
-        dim = site.get("infer", {}).get("_enumerate_dim")
+        infer = site.get("infer", {})
+        dim = infer.get("_enumerate_dim")
         if site["type"] == "sample" and dim is not None:
-            enum_dims[dim] = f"_enum_{name}"
-    total, factors, plates, own, scale = 0.0, [], set(), {}, None
+            if (dim, name) in infer.get("_markov_dims", ()):
+                recycled[dim] = name
+            else:
+                top[dim] = f"_enum_{name}"
+    out = {}
+    for name, site in tr.items():
+        if site["type"] == "sample":
+            local = {dim: f"_enum_{n}" for dim, n in site.get("infer", {}).get("_markov_dims", ())}
+            out[name] = {**top, **local}
+            stale = {dim: n for dim, n in recycled.items() if dim not in out[name]}
+            out[name].update((dim, ("stale", n)) for dim, n in stale.items())
+    return out
+
+
+def _no_stale(name, lp, dims):
+    """Raise if the `log_prob` of site `name` holds a recycled dim whose site it cannot see."""
+    for axis, size in enumerate(lp.shape):
+        held = dims.get(axis - lp.ndim)
+        if size != 1 and isinstance(held, tuple):
+            raise SiteError(
+                f"Site `{name}` depends on an enumerated value (dim {axis - lp.ndim}, given "
+                f"inside `markov` to sites such as `{held[1]}`) from a `markov` frame it cannot "
+                f"see: the value of a step is usable in that step and the `history` steps after "
+                f"it only, not after the loop. Use the value inside the loop, or raise "
+                f"`history`.")
+
+
+def _factors(tr, loops, scale_outside=False):
+    """`(total, factors, variables, plates, own, scale)`: the sum of the factors without
+    enumerated dims, the others as funsor Tensors, the enumerated sites' variable names, the
+    plates' names, each enumerated site's own factor, and (with `scale_outside`) the scale of
+    the factors with enumerated dims, left out of them (else None: every factor is scaled)."""
+    site_dims = _site_dims(tr)
+    total, factors, plates, own, scale, variables = 0.0, [], set(), {}, None, set()
     for name, site in tr.items():
         if site["type"] != "sample":
             continue
+        enum_dims = site_dims[name]
         lp, site_scale = site["log_prob"], site.get("scale")
+        _no_stale(name, lp, enum_dims)
         if site_scale is not None and scale_outside and any(
                 size != 1 and axis - lp.ndim in enum_dims for axis, size in enumerate(lp.shape)):
             scale = jnp.ravel(jnp.asarray(site_scale))[0] if scale is None else scale
@@ -62,16 +98,18 @@ def _factors(tr, loops, scale_outside=False):
         if loops.get(name):
             lp = jnp.sum(lp, axis=tuple(range(loops[name])))
         lp, names = _named(lp, enum_dims, site["cond_indep_stack"])
-        if not any(n in enum_dims.values() for n in names):
+        enumerated = {n for n in names if n in enum_dims.values()}
+        if not enumerated:
             total = total + jnp.sum(lp)  # no enumerated site in it: a plain sum over its plates
             continue
         funsor = _funsor()
         inputs = OrderedDict((n, funsor.Bint[size]) for n, size in zip(names, lp.shape))
         factors.append(funsor.Tensor(lp, inputs))
-        plates |= set(names) - set(enum_dims.values())
-        if f"_enum_{name}" in enum_dims.values():
+        variables |= enumerated
+        plates |= set(names) - enumerated
+        if f"_enum_{name}" in enumerated:
             own[name] = factors[-1]
-    return total, factors, enum_dims, plates, own, scale
+    return total, factors, variables, plates, own, scale
 
 
 def log_joint(tr, loops, scale_outside=False) -> ArrayLike:
@@ -88,11 +126,11 @@ def log_joint(tr, loops, scale_outside=False) -> ArrayLike:
 
     **Returns:** a scalar.
     """
-    total, factors, enum_dims, plates, _, scale = _factors(tr, loops, scale_outside)
+    total, factors, variables, plates, _, scale = _factors(tr, loops, scale_outside)
     if not factors:
         return total
     funsor = _funsor()
-    eliminate = frozenset(enum_dims.values()) | frozenset(plates)
+    eliminate = frozenset(variables) | frozenset(plates)
     with funsor.interpretations.normalize:  # then contracted by opt_einsum, as NumPyro's
         marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
                                                   eliminate=eliminate, plates=frozenset(plates))
@@ -109,14 +147,14 @@ def sample(tr, loops, temperature, rng_key) -> dict:
     batch shape has them (a site in a plate at dim -1 of size N: shape `(N,)`).
     """
     funsor = _funsor()
-    _, factors, enum_dims, plates, own, _ = _factors(tr, loops)
+    _, factors, variables, plates, own, _ = _factors(tr, loops)
     if not factors:
         return {}
     if temperature == 0:
         sum_op, approx = funsor.ops.max, funsor.approximations.argmax_approximate
     else:
         sum_op, approx = funsor.ops.logaddexp, funsor.montecarlo.MonteCarlo(rng_key=rng_key)
-    eliminate = frozenset(enum_dims.values()) | frozenset(plates)
+    eliminate = frozenset(variables) | frozenset(plates)
     with funsor.interpretations.lazy:
         log_z = funsor.sum_product.sum_product(sum_op, funsor.ops.add, factors,
                                                eliminate=eliminate, plates=frozenset(plates))

@@ -18,7 +18,7 @@ import threading
 
 from ..effects import internal
 from ..primitives import SiteError, _plate_frames, configuring_sites
-from . import _markov
+from . import _markov, _markov_frames
 from ._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
 from ._sites import analyze, message_avals
 from ._trace import is_enumerated
@@ -96,8 +96,9 @@ class _Context:
     """One `enum` being traced: where the model's top level runs, and the dims given out."""
 
     def __init__(self, first_available_dim, top):
-        self.first = self.next_dim = first_available_dim
-        self.dims = {}          # site name -> its enumeration dim (stable across re-traces)
+        self.first = first_available_dim
+        self.dims = {}          # site name -> its enumeration dim, outside `markov` frames
+        self.recycled = set()   # the dims given out inside `markov` frames
         self.top = top          # index into handler_traces(): the traces at the model's top level
 
     def at_top_level(self):
@@ -105,10 +106,19 @@ class _Context:
         return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
+        msg, infer = self._configure(name, msg, infer, is_observed)
+        if _markov_frames.frames() and self.at_top_level():
+            visible = _markov_frames.visible_dims()
+            if visible:  # which site each recycled dim holds here (read by `_contract`)
+                infer = dict(infer, _markov_dims=tuple(sorted(visible.items())))
+        return msg, infer
+
+    def _configure(self, name, msg, infer, is_observed):
         if is_observed or msg.value is not None:
             return msg, infer
         if not is_enumerated(infer):
-            reached = self._reached_by(msg.fn) if self.dims and self.at_top_level() else ()
+            reached = (self._reached_by(msg.fn)
+                       if (self.dims or _markov_frames.frames()) and self.at_top_level() else ())
             return msg, dict(infer, _enumerated_parents=reached) if reached else infer
         fn = msg.fn
         if infer["enumerate"] != "parallel":
@@ -121,15 +131,13 @@ class _Context:
                             f"...}}` from it, or give it a distribution with finite support.")
         if not self.at_top_level():
             return msg, infer  # inside a loop, branch or `jit`: the scan rewrite's business
-        dim = self.dims.get(name)
-        if dim is None:
-            dim = self.dims[name] = self.next_dim
-            self.next_dim -= 1
+        dim = self._dim_of(name)
         batch = tuple(fn.batch_shape)
-        if len(batch) > -dim - 1:
-            raise SiteError(f"effppl.handlers.enum: site `{name}` has batch shape {batch}, which "
-                            f"reaches dim {-len(batch)}, but it was given enumeration dim {dim}. "
-                            f"Pass a smaller `first_available_dim` (at most {-len(batch) - 1}).")
+        if -dim <= len(batch) and batch[dim] != 1:
+            raise SiteError(f"effppl.handlers.enum: site `{name}` has batch shape {batch}, of "
+                            f"size {batch[dim]} at dim {dim}, but it was given enumeration dim "
+                            f"{dim}. Pass a smaller `first_available_dim` (at most "
+                            f"{-len(batch) - 1}).")
         plates = {frame.dim for frame in _plate_frames()}
         loose = [d for d in range(-len(batch), 0)
                  if d > self.first and batch[d] > 1 and d not in plates]
@@ -143,11 +151,30 @@ class _Context:
         return msg._replace(value=value), dict(infer, _enumerate_dim=dim)
 
 
+    def _dim_of(self, name):
+        """The enumeration dim of site `name`: outside `markov` frames, the next one left (never
+        one a frame has used, so that every re-trace gives the same dims); inside, the
+        rightmost one no visible site holds (`_markov_frames`)."""
+        if not _markov_frames.frames():
+            if name not in self.dims:
+                taken = set(self.dims.values()) | self.recycled
+                self.dims[name] = next(d for d in range(self.first, -10**6, -1) if d not in taken)
+            return self.dims[name]
+        dim = _markov_frames.lookup(name)
+        if dim is None:
+            taken = set(_markov_frames.visible_dims()) | set(self.dims.values())
+            dim = next(d for d in range(self.first, -10**6, -1) if d not in taken)
+            _markov_frames.record(name, dim)
+            self.recycled.add(dim)
+        return dim
+
     def _reached_by(self, fn):
         """The enumerated sites whose enumeration dims reach the batch shape of `fn`, the
         distribution of a latent site that is not enumerated (its parameters depend on them)."""
         batch = tuple(fn.batch_shape)
-        return tuple(sorted(name for name, dim in self.dims.items()
+        dims = {**{dim: name for name, dim in self.dims.items()},
+                **_markov_frames.visible_dims()}
+        return tuple(sorted(name for dim, name in dims.items()
                             if -dim <= len(batch) and batch[dim] > 1))
 
 
