@@ -173,7 +173,7 @@ def markov(fn=None, history=1, keep=False):
     ...                                                                [0.2, 0.8]])[x]))
     ...         effppl.sample(f"y_{t}", dist.Normal(2.0 * x, 1.0), obs=y[t])
     >>> lp, tr = log_density(hmm, (jnp.zeros(30),), {}, {})
-    >>> tr["x_29"]["value"].shape, tr["x_28"]["value"].shape
+    >>> tr["x_28"]["value"].shape, tr["x_29"]["value"].shape  # dims -1 and -2, alternating
     ((2,), (2, 1))
 
     **References:** Obermeyer et al. (2019), "Tensor Variable Elimination for Plated Factor

@@ -230,7 +230,7 @@ def _guide(ppl):
     return guide
 
 
-@pytest.mark.parametrize("num_steps", [3, 50])
+@pytest.mark.parametrize("num_steps", [3, pytest.param(50, marks=pytest.mark.slow)])
 def test_python_loop_hmm_trace_enum_elbo_is_numpyros(num_steps):
     # unmasked: NumPyro's TraceEnum_ELBO sums a masked enumerated site under its unmasked
     # distribution (a factor 1), its log_density and effppl's under the mask (a factor K)
@@ -340,3 +340,61 @@ def test_markov_without_enum_only_iterates():
     lp, _ = effppl.log_density(model, (Y,), {}, {})
     np.testing.assert_allclose(lp, jnp.sum(dist.Normal(0.0, 1.0).log_prob(Y)), rtol=1e-12)
     assert effppl.handlers.seed(model, 0)(Y) == len(Y) - 1
+
+
+def test_infer_discrete_viterbi_path_of_python_loop_hmm_is_numpyros():
+    def make(lib):
+        def model(y):
+            x = 0
+            for t in lib.funsor.markov(range(len(y))):
+                x = lib.ppl.sample(f"x_{t}", dist.Categorical(jnp.asarray(TRANS)[x]),
+                                   infer={"enumerate": "parallel"})
+                lib.ppl.sample(f"y_{t}", dist.Normal(jnp.asarray(LOCS)[x], 1.0), obs=y[t])
+        return model
+
+    ours = effppl_funsor.trace(effppl_funsor.infer_discrete(
+        make(EFFPPL), temperature=0, first_available_dim=-1)).get_trace(Y)
+    theirs = numpyro.handlers.trace(numpyro_funsor.infer_discrete(
+        make(NUMPYRO), temperature=0, first_available_dim=-1,
+        rng_key=jax.random.PRNGKey(0))).get_trace(Y)
+    path = [int(ours[f"x_{t}"]["value"]) for t in range(len(Y))]
+    assert path == [int(theirs[f"x_{t}"]["value"]) for t in range(len(Y))]
+    assert len(set(path)) == K  # the data visit every state: a path that can be wrong
+
+
+def _scan_model_1(sequences, lengths):
+    """model_1 as effppl writes it: a plain `lax.scan` (NumPyro's hmm_enum model_1)."""
+    num_sequences, _, data_dim = sequences.shape
+    probs_x = _transitions(effppl, K)
+    probs_y = effppl.sample("probs_y", dist.Beta(0.1, 0.9).expand([K, data_dim]).to_event(2))
+
+    def step(carry, y):
+        x_prev, t = carry
+        with effppl.plate("sequences", num_sequences, dim=-2):
+            with effppl.handlers.mask(mask=(t < lengths)[..., None]):
+                x = effppl.sample("x", dist.Categorical(probs_x[x_prev]),
+                                  infer={"enumerate": "parallel"})
+                with effppl.plate("tones", data_dim, dim=-1):
+                    effppl.sample("y", dist.Bernoulli(probs_y[x.squeeze(-1)]), obs=y)
+        return (x, t + 1), None
+
+    jax.lax.scan(step, (jnp.zeros((num_sequences, 1), int), 0), jnp.swapaxes(sequences, 0, 1))
+
+
+@pytest.mark.slow
+def test_nuts_on_python_loop_hmm_draws_where_the_scan_model_has_the_same_potential():
+    from effppl.infer import MCMC, NUTS
+
+    args = _data(5)
+    mcmc = MCMC(NUTS(model_1(EFFPPL)), num_warmup=30, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), *args)
+    draws = mcmc.get_samples()
+    assert draws["probs_x"].shape == (20, K, K) and draws["probs_y"].shape == (20, K, D)
+    assert float(jnp.std(draws["probs_y"][:, 0, 0])) > 0  # the chain moves
+
+    def both(sample):
+        return (effppl.log_density(model_1(EFFPPL), args, {}, sample)[0],
+                effppl.log_density(_scan_model_1, args, {}, sample)[0])
+
+    ours, scan = jax.jit(jax.vmap(both))(draws)
+    np.testing.assert_allclose(ours, scan, rtol=1e-10)
