@@ -4,6 +4,8 @@ take NumPyro's arguments, for NumPyro programs ported by changing their imports.
 
 from jax import lax
 
+from ..primitives import SiteError
+
 __all__ = ["scan", "cond"]
 
 
@@ -11,15 +13,18 @@ def scan(f, init, xs, length=None, reverse=False, history=1):
     """`jax.lax.scan(f, init, xs, length, reverse)` with NumPyro's signature. Sample sites in
     `f` are stacked along the loop axis, as with NumPyro's `scan`.
 
-    Discrete sites in `f` marked for enumeration are summed out by the forward algorithm over a
-    first-order chain (see `effppl.handlers.enum`), as NumPyro's `scan` does with `history=1`.
+    Discrete sites in `f` marked for enumeration are summed out by the forward algorithm (see
+    `effppl.handlers.enum`) over a chain whose order effppl reads from the carry: a carry
+    holding the enumerated values of the last k steps (NumPyro's `history=k`, e.g. `(x_prev,
+    x_curr)` for k = 2) gives a k-th order chain, at a cost of O(T K^(k+1)) for K joint states
+    per step. So `history` is accepted for NumPyro's programs (an int >= 0), not needed.
 
-    **Raises:** `NotImplementedError` for `history != 1` (NumPyro's markov history for
-    enumeration)."""
-    if history != 1:
-        raise NotImplementedError(
-            f"effppl.contrib.control_flow.scan(..., history={history}): only history=1 is "
-            f"supported (enumerated discrete sites form a first-order chain across steps).")
+    **Raises:** `SiteError` for a `history` that is not an int >= 0; `enum` raises a
+    `SiteError` for a carry whose history has no bound (e.g. a running sum of enumerated
+    values)."""
+    if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+        raise SiteError(f"effppl.contrib.control_flow.scan(..., history={history!r}) expected "
+                        f"an int >= 0 (NumPyro's number of previous steps a step depends on).")
     return lax.scan(f, init, xs, length=length, reverse=reverse)
 
 

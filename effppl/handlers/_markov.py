@@ -11,15 +11,17 @@ previous step, the body's log density is `lp[j, i]` and
 
 which the rewritten scan adds to the log density as one factor site, `_enumerated_<site>`. Cost:
 O(T K^2) time, O(K^2) memory per step; `lp` comes from the body traced once and evaluated under
-`jax.vmap` over `(t, j, i)` (see `forward_scan`).
+`jax.vmap` over `(t, j, i)` (see `forward_scan`). A carry holding the enumerated values of the
+last k steps (e.g. `(z_prev, z)`, NumPyro's `scan(..., history=k)`) makes a chain of order k:
+`j` then ranges over the joint states of those k steps, at O(T K^(k+1)) (`_forward_backward`).
 
 The body runs once per step performing its sites for the handlers outside (their values:
 `substitute`, HMC's unconstrained values, `seed`; the sites that depend on the enumerated ones
 masked so that no log density outside counts them, the enumerated sites at their first value;
 the others counted there as any site), then as a pure function of `(t, j, i)` that computes
-the `log_prob` of each site that depends on them at those values. A first-order chain is
-required: the Markov carry must depend on the enumerated sites of the same step only, and no
-other carry on it. Enumerated sites in plates are independent chains, one message per plate
+the `log_prob` of each site that depends on them at those values. The chain's order must be
+finite: no carry may depend on its own previous value and on the enumerated sites (a running
+sum of them). Enumerated sites in plates are independent chains, one message per plate
 element (`_enum_chains`).
 
 (Over 400 lines: the model's interpreter, the dependence analysis that finds the Markov carry and
@@ -40,6 +42,7 @@ from ..effects import internal
 from ..effects.internal import perform_p
 from ..primitives import SiteError, deterministic, deterministic_op, factor, sample_op
 from ._enum_chains import chains_of, reducer
+from ._forward_backward import _backward_chains, _forward, _order_tables
 from ._handler import call_unhandled, masked_log_prob, model_name
 from ._trace import is_enumerated
 
@@ -217,12 +220,14 @@ def _no_nested_sites(body, names):
 
 
 def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
-    """`(markov, poisoned_ys, fixed, dependent)`: which carry outputs depend on the enumerated
-    sites (the Markov carry), which stacked outputs do, whether the Markov carry depends on
-    nothing else (no input of the step, no other site: the same function of the state at every
-    step), and the sample sites whose distribution depends on the enumerated sites.
-    **Raises:** `SiteError` for a history longer than one step (a carry depending on the Markov
-    carry of the step before)."""
+    """`(markov, poisoned_ys, fixed, dependent, order)`: which carry outputs depend on the
+    enumerated sites (the Markov carry), which stacked outputs do, whether the Markov carry
+    depends on nothing else (no input of the step, no other site, no earlier step: the same
+    function of the state at every step), the sample sites whose distribution depends on the
+    enumerated sites, and the chain's order (how many steps' enumerated values the Markov carry
+    holds; 0 when none does).
+    **Raises:** `SiteError` for a carry whose history has no bound (one that depends on its own
+    previous value and on the enumerated sites, e.g. a running sum of them)."""
     carry_in = body.invars[n_consts:n_consts + n_carry]
     sources = {i: ("v", i) for i, e in enumerate(body.eqns)
                if e.primitive is perform_p and e.params["op"] is sample_op}
@@ -235,16 +240,9 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
         return frozenset() if isinstance(v, internal.Literal) else deps.get(v, frozenset())
 
     carry_out = body.outvars[:n_carry]
-    markov = [any(s[0] == "z" for s in of(v)) for v in carry_out]
-    for k, v in enumerate(carry_out):
-        history = [c for kind, c in of(v) if kind == "c" and markov[c]]
-        if history:
-            raise SiteError(
-                f"effppl.handlers.enum: in the `lax.scan` holding enumerated site "
-                f"`{names[0]}`, carry element {k} depends on the carry element {history[0]} that "
-                f"holds an earlier step's enumerated value: a history longer than one step. "
-                f"effppl marginalises first-order chains only (the carry may hold the enumerated "
-                f"value of the current step, or functions of it); enumerate by hand otherwise.")
+    orders = _orders([of(v) for v in carry_out], names)
+    markov = [o > 0 for o in orders]
+
     def enumerated(sources):
         return any(s[0] == "z" or (s[0] == "c" and markov[s[1]]) for s in sources)
 
@@ -253,7 +251,29 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
     fixed = all(kind == "z" for v, m in zip(carry_out, markov) if m for kind, _ in of(v))
     dependent = {i for i in sources if isinstance(i, int) and (i in enum_eqns or enumerated(
         frozenset().union(*(of(v) for v in body.eqns[i].invars))))}
-    return markov, poisoned, fixed, dependent
+    return markov, poisoned, fixed, dependent, max(orders, default=0)
+
+
+def _orders(carry_sources, names):
+    """Each carry output's order: 1 if it depends on the step's enumerated sites, one more than
+    the highest order of the carry inputs it depends on, 0 if neither (a fixed point over the
+    carry's dependence graph)."""
+    n_carry = len(carry_sources)
+    orders = [0] * n_carry
+    for _ in range(n_carry + 1):  # a path without cycles has at most n_carry edges
+        new = [max([int(any(kind == "z" for kind, _ in srcs))]
+                   + [orders[c] + 1 for kind, c in srcs if kind == "c" and orders[c]])
+               for srcs in carry_sources]
+        if new == orders:
+            return orders
+        orders, changed = new, [k for k in range(n_carry) if new[k] != orders[k]]
+    k = changed[0]
+    raise SiteError(
+        f"effppl.handlers.enum: in the `lax.scan` holding enumerated site `{names[0]}`, carry "
+        f"element {k} depends on its own previous value and on the enumerated site: its history "
+        f"is unbounded (e.g. a running sum of enumerated values). effppl marginalises chains of "
+        f"finite order only (the carry may hold the enumerated values of the last few steps, "
+        f"or functions of them); enumerate by hand otherwise.")
 
 
 def _no_reparam_of_dependent(body, dependent, names):
@@ -298,8 +318,8 @@ def forward_scan(eqn, ins, names, discrete=None):
     enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
     sites = [i for i, e in enumerate(body.eqns)
              if e.primitive is perform_p and e.params["op"] is sample_op]
-    markov, poisoned_ys, fixed, dependent = _markov_structure(body, n_consts, n_carry, enum_eqns,
-                                                              names)
+    markov, poisoned_ys, fixed, dependent, order = _markov_structure(
+        body, n_consts, n_carry, enum_eqns, names)
     _no_reparam_of_dependent(body, dependent, names)
     chains = chains_of(body, enum_eqns)
     reducers = {i: reducer(body.eqns[i], chains, names[0]) for i in sorted(dependent)}
@@ -375,35 +395,27 @@ def forward_scan(eqn, ins, names, discrete=None):
 
     every_state = jnp.arange(num_states)
     over_states = jax.vmap(log_density, (None, None, 0))
-    if any(markov) and fixed:  # the Markov carry after state i is the same at every step
+    if order == 1 and fixed:  # the Markov carry after state i is the same at every step
         first = jax.tree.map(lambda a: a[0], steps)
         lp0, after = over_states(first, markov_init, every_state)
         later = jax.tree.map(lambda a: a[1:], steps)
         lp = jax.vmap(jax.vmap(over_states, (None, 0, None)), (0, None, None))(
             later, after, every_state)[0]
         lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, *lp0.shape)), lp])
-    elif any(markov):  # the Markov carry after each state of each step; it ignores the one before
-        after = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
-            steps, markov_init, every_state)[1]
-        table = [jnp.concatenate([jnp.broadcast_to(c, (1, num_states, *jnp.shape(c))), a[:-1]])
-                 for c, a in zip(markov_init, after)]
-        lp = jax.vmap(jax.vmap(jax.vmap(log_density, (None, None, 0)), (None, 0, None)),
-                      (0, 0, None))(steps, table, every_state)[0]
+    elif order:  # lp[t, p, i]: p the states of the `order` steps before t
+        if discrete is not None and order > 1:
+            raise SiteError(f"effppl.infer.infer_discrete: the `lax.scan` holding enumerated "
+                            f"site `{names[0]}` carries the enumerated values of {order} steps; "
+                            f"infer_discrete follows first-order chains only.")
+        lp = _order_tables(log_density, steps, markov_init, num_states, order)
     else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
         lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
             steps, [], every_state)[0][:, None]
 
     viterbi = discrete is not None and discrete[0] == 0
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
-
-    def forward(alpha, lp_t):  # pass 3
-        alpha = reduce(alpha[:, None] + lp_t, axis=0).astype(alpha.dtype)
-        return alpha, (alpha if discrete is not None else None)
-
-    alpha0 = lp[0, 0].astype(jnp.result_type(float))  # every row of the first table is the same
-    alpha, alphas = jax.lax.scan(forward, alpha0, lp[1:])
+    alpha, alphas = _forward(lp, max(order, 1), num_states, reduce, discrete is not None)
     if discrete is not None:
-        alphas = jnp.concatenate([alpha0[None], alphas])
         path = _backward_chains(alphas, lp, chains, *discrete)
         _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
@@ -423,41 +435,6 @@ def _record_states(discrete, body, enum_eqns, supports, shapes, states, length, 
         values = (supports[k][states[path, k]].reshape((length, *shapes[k])) if path is not None
                   else jnp.zeros((0, *shapes[k]), supports[k].dtype))
         deterministic(f"_infer_discrete_{name}", values)
-
-
-def _backward_chains(alphas, lp, chains, temperature, key):
-    """`_backward` for every chain: `alphas` `(T, K, *chains)`, `lp` `(T, J, K, *chains)`;
-    returns the joint states `(T, *chains)`."""
-    num_steps, num_states = alphas.shape[:2]
-    alphas = jnp.moveaxis(alphas.reshape(num_steps, num_states, chains.size), -1, 0)
-    lp = jnp.moveaxis(lp.reshape(*lp.shape[:3], chains.size), -1, 0)
-    keys = jax.random.split(key, chains.size) if key is not None else None
-    path = jax.vmap(lambda a, t, k: _backward(a, t, temperature, k))(alphas, lp, keys)
-    return jnp.moveaxis(path, 0, -1).reshape((num_steps, *chains.shape))
-
-
-def _backward(alphas, lp, temperature, key):
-    """The joint state of every step `(T,)`, in processing order: the last from `alphas[-1]`,
-    then backwards `p(s_t = j | s_{t+1}) ~ exp(alphas[t][j] + lp[t + 1][j, s_{t+1}])`, drawn
-    (temperature 1) or maximised (0). `alphas[t]`: the message after step t; `lp[t]`: the
-    table of step t (its first axis of size 1 when it does not depend on the state before)."""
-    def choose(key, logits):
-        if temperature == 0:
-            return jnp.argmax(logits)
-        return jax.random.categorical(key, logits)
-
-    num_steps = lp.shape[0]
-    keys = (jax.random.split(key, num_steps) if key is not None
-            else jnp.zeros((num_steps, 2), jnp.uint32))
-    last = choose(keys[-1], alphas[-1])
-
-    def back(s_next, inputs):
-        key, alpha_t, lp_next = inputs
-        s = choose(key, alpha_t + lp_next[:, s_next])
-        return s, s
-
-    _, earlier = jax.lax.scan(back, last, (keys[:-1], alphas[:-1], lp[1:]), reverse=True)
-    return jnp.concatenate([earlier, last[None]])
 
 
 def _supports(body, enum_eqns):

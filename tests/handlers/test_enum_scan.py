@@ -183,18 +183,17 @@ def test_enumerated_site_outside_a_scan_that_reads_it():
     np.testing.assert_allclose(ours, ref, rtol=1e-12)
 
 
-def test_history_of_two_steps_is_an_error_naming_the_site():
-    def second_order(y):
-        def step(carry, y_t):
-            z1, z2 = carry
-            z = effppl.sample("z", dist.Categorical(jnp.asarray(TRANS)[(z1 + z2) % K]))
+def test_carry_with_unbounded_history_is_an_error_naming_the_site():
+    def running_sum(y):  # the carry sums every step's enumerated value: no finite order
+        def step(total, y_t):
+            z = effppl.sample("z", dist.Categorical(jnp.asarray(TRANS)[total % K]))
             effppl.sample("y", dist.Normal(jnp.asarray(LOCS)[z], 1.0), obs=y_t)
-            return (z, z1), None
+            return total + z, None
 
-        jax.lax.scan(step, (0, 0), y)
+        jax.lax.scan(step, 0, y)
 
-    with pytest.raises(effppl.SiteError, match="`z`.*history longer than one step"):
-        effppl.log_density(config_enumerate(second_order), (Y,), {}, {})
+    with pytest.raises(effppl.SiteError, match="`z`.*carry element 0.*unbounded"):
+        effppl.log_density(config_enumerate(running_sum), (Y,), {}, {})
 
 
 def test_enumerated_value_used_after_the_scan_is_an_error():
