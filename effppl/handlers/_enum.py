@@ -6,7 +6,8 @@ model's top level (not inside a loop, branch or `jit` of the model) is performed
 `fn.enumerate_support(expand=False)`, moved to its own dimension left of the model's plates, so
 everything downstream broadcasts over it and each site's `log_prob` holds one entry per value of
 the enumerated sites it depends on (`_contract.py` then sums them out). A marked site inside a
-`lax.scan` is left to the scan rewrite (`_markov.py`).
+`lax.scan` is left to the scan rewrite (`_markov.py`). Inside `markov` frames (a Python loop)
+the dims are recycled (`_markov_frames.py`).
 """
 
 from __future__ import annotations
@@ -200,7 +201,9 @@ class enum:
     (shape `(K, 1, ..., 1) + event_shape`) with its K values along a fresh batch dimension left of
     the model's plates; the next site gets the dimension left of that. The values broadcast through
     the model, and the log density entry points sum them out exactly (`log_density`,
-    `potential_energy`, and so `MCMC`). A marked site inside a plain `lax.scan` whose carry
+    `potential_energy`, and so `MCMC`). Inside `markov` frames (a Python loop under
+    `effppl.handlers.markov`) a site takes the rightmost dim that no site it may depend on holds,
+    so the dims are recycled along the loop. A marked site inside a plain `lax.scan` whose carry
     depends on it is marginalised by the forward algorithm instead.
 
     **Arguments:**

@@ -13,6 +13,7 @@ import numpyro.contrib.funsor as numpyro_funsor
 import numpyro.handlers
 import pytest
 from numpyro.distributions import constraints
+from jax.scipy.special import logsumexp
 from numpyro.ops.indexing import Vindex
 
 import effppl
@@ -398,3 +399,24 @@ def test_nuts_on_python_loop_hmm_draws_where_the_scan_model_has_the_same_potenti
 
     ours, scan = jax.jit(jax.vmap(both))(draws)
     np.testing.assert_allclose(ours, scan, rtol=1e-10)
+
+
+def test_keep_reopens_the_frame_so_a_later_block_sees_the_earlier_one():
+    def make(lib, keep):
+        def model(y):
+            m = lib.funsor.markov(keep=keep)
+            with m:
+                a = lib.ppl.sample("a", dist.Categorical(jnp.asarray(TRANS[0])))
+            with m:  # keep=True: the frame of `a`, so `b` gets another dim
+                b = lib.ppl.sample("b", dist.Categorical(Vindex(jnp.asarray(TRANS))[a]))
+                lib.ppl.sample("y", dist.Normal(Vindex(jnp.asarray(LOCS))[b] + a, 1.0), obs=y)
+        return lib.funsor.config_enumerate(model)
+
+    joint = (np.log(TRANS[0])[:, None] + np.log(TRANS)
+             + dist.Normal(LOCS[None, :] + np.arange(K)[:, None], 1.0).log_prob(0.7))
+    ours, tr = effppl_funsor.log_density(make(EFFPPL, True), (0.7,), {}, {})
+    theirs = numpyro_funsor.log_density(numpyro_funsor.enum(make(NUMPYRO, True)), (0.7,), {},
+                                        {})[0]
+    np.testing.assert_allclose(ours, logsumexp(joint), rtol=1e-12)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    assert tr["a"]["infer"]["_enumerate_dim"] != tr["b"]["infer"]["_enumerate_dim"]
