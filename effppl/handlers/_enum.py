@@ -244,11 +244,13 @@ class enum:
             first = -_max_batch_ndim(self.fn, args, kwargs) - 1
         context = _Context(first, max(len(handler_traces()) - 1, 0))
         _state.context = context
+        open_frames = len(_markov_frames.frames())
         try:
             with configuring_sites(context.configure):
                 return _innermost(self.fn, self._rewritten)(*args, **kwargs)
         finally:
             _state.context = None
+            del _markov_frames.frames()[open_frames:]  # a loop left by an exception
 
 
     def _rewritten(self, model):

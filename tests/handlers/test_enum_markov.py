@@ -420,3 +420,19 @@ def test_keep_reopens_the_frame_so_a_later_block_sees_the_earlier_one():
     np.testing.assert_allclose(ours, logsumexp(joint), rtol=1e-12)
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
     assert tr["a"]["infer"]["_enumerate_dim"] != tr["b"]["infer"]["_enumerate_dim"]
+
+
+def test_an_error_inside_a_markov_loop_leaves_no_frame_open():
+    from effppl.handlers import _markov_frames
+
+    @effppl_funsor.config_enumerate
+    def broken(y):
+        x = 0
+        for t in effppl_funsor.markov(range(len(y))):
+            x = effppl.sample(f"x_{t}", dist.Categorical(jnp.asarray(TRANS)[x]))
+            if t == 2:
+                raise RuntimeError("in the loop")
+
+    with pytest.raises(RuntimeError, match="in the loop"):
+        effppl_funsor.log_density(broken, (Y,), {}, {})
+    assert _markov_frames.frames() == []
