@@ -95,10 +95,11 @@ def with_site_configurator(fn, configure):
 class _Context:
     """One `enum` being traced: where the model's top level runs, and the dims given out."""
 
-    def __init__(self, first_available_dim, top):
+    def __init__(self, first_available_dim, top, plain):
         self.first = self.next_dim = first_available_dim
         self.dims = {}          # site name -> its enumeration dim (stable across re-traces)
         self.top = top          # index into handler_traces(): the traces at the model's top level
+        self.plain = plain      # {name: Site}: the model's sites, traced without enumeration
 
     def at_top_level(self):
         traces = handler_traces()[self.top:]
@@ -108,8 +109,14 @@ class _Context:
         if is_observed or msg.value is not None:
             return msg, infer
         if not is_enumerated(infer):
-            reached = self._reached_by(msg.fn) if self.dims and self.at_top_level() else ()
-            return msg, dict(infer, _enumerated_parents=reached) if reached else infer
+            reached = self._reached_by(msg.fn) if self.dims else ()
+            if not reached:
+                return msg, infer
+            # NumPyro's shape: its value, shared by every enumerated value, is that of a trace
+            # in which the discrete sites are drawn; its log density broadcasts over their dims
+            plain = self.plain.get(name)
+            infer = dict(infer, _enumerated_parents=reached)
+            return msg, infer if plain is None else dict(infer, _value_shape=plain.aval.shape)
         fn = msg.fn
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
@@ -151,10 +158,11 @@ class _Context:
                             if -dim <= len(batch) and batch[dim] > 1))
 
 
-def _max_batch_ndim(fn, args, kwargs) -> int:
-    """The most batch dims any sample site of `fn` has (its plates included)."""
+def _max_batch_ndim(sites) -> int:
+    """The most batch dims any sample site among `sites` (an `analyze` result) has (its plates
+    included)."""
     deepest = 0
-    for site in analyze(trace_model(fn, *args, **kwargs)).values():
+    for site in sites.values():
         for key in site.keys or (site.key,):
             if site.type != "sample":
                 continue
@@ -209,10 +217,11 @@ class enum:
     def _enumerated(self, *args, **kwargs):
         if _active() is not None:  # an enclosing `enum` already decides
             return self.fn(*args, **kwargs)
+        plain = analyze(trace_model(self.fn, *args, **kwargs))
         first = self.first_available_dim
         if first is None:
-            first = -_max_batch_ndim(self.fn, args, kwargs) - 1
-        context = _Context(first, max(len(handler_traces()) - 1, 0))
+            first = -_max_batch_ndim(plain) - 1
+        context = _Context(first, max(len(handler_traces()) - 1, 0), plain)
         _state.context = context
         try:
             with configuring_sites(context.configure):
