@@ -110,8 +110,8 @@ class _Context:
             return msg, infer
         if not is_enumerated(infer):
             reached = self._reached_by(msg.fn) if self.dims else ()
-            if not reached:
-                return msg, infer
+            if not reached or infer.get("_reparametrized"):
+                return msg, infer  # a reparametrized site: its auxiliary sites are configured
             # NumPyro's shape: its value, shared by every enumerated value, is that of a trace
             # in which the discrete sites are drawn; its log density broadcasts over their dims
             plain = self.plain.get(name)
