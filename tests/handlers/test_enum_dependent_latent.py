@@ -5,12 +5,15 @@ every enumerated value; its log density broadcasts over the enumeration dims and
 contraction sums the discrete sites out of `p(c) p(z | c) p(x | z, c)`. Oracles: NumPyro on the
 same model (`initialize_model`'s potential, `TraceEnum_ELBO`) and the hand-marginalised density."""
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import numpyro.infer.autoguide
+import numpyro.infer.reparam
 import optax
 import pytest
 from jax.scipy.special import logsumexp
@@ -18,6 +21,7 @@ from numpyro.contrib.funsor import config_enumerate as numpyro_config_enumerate
 
 import effppl
 import effppl.infer.autoguide
+import effppl.infer.reparam
 from effppl import handlers
 from effppl.infer import MCMC, NUTS, SVI, TraceEnum_ELBO, config_enumerate
 from effppl.infer.util import initialize_model
@@ -156,3 +160,117 @@ def test_a_latent_in_cond_branches_below_an_enumerated_site():
                  + dist.Normal(loc[:, None], scale).log_prob(theta))
         want = logsumexp(per_c, 0).sum() + dist.Normal(theta, 1.0).log_prob(y).sum()
         np.testing.assert_allclose(got, -want, rtol=1e-10)
+
+
+def test_drawing_such_a_latent_under_enum_raises_naming_it():
+    with pytest.raises(SiteError, match=r"latent site `theta` has no value.*`c`"):
+        handlers.trace(handlers.seed(handlers.enum(model), 0)).get_trace(jnp.asarray(Y))
+
+
+# --- reparametrized (NumPyro's annotation example, model `id`, on small synthetic data)
+
+ANNOTATIONS = np.random.default_rng(2).integers(0, 3, size=(8, 3))
+
+
+def item_difficulty(lib, reparam_block, y):
+    with lib.plate("class", 3):
+        eta = lib.sample("eta", dist.Normal(0, 1).expand([2]).to_event(1))
+        chi = lib.sample("chi", dist.HalfNormal(1).expand([2]).to_event(1))
+    pi = lib.sample("pi", dist.Dirichlet(jnp.ones(3)))
+    with lib.plate("item", y.shape[0], dim=-2):
+        c = lib.sample("c", dist.Categorical(pi), infer={"enumerate": "parallel"})
+        with reparam_block():
+            theta = lib.sample("theta", dist.Normal(eta[c], chi[c]).to_event(1))
+        theta = jnp.pad(theta, [(0, 0)] * (jnp.ndim(theta) - 1) + [(0, 1)])
+        with lib.plate("position", y.shape[1]):
+            lib.sample("y", dist.Categorical(logits=theta), obs=y)
+
+
+def _reparametrized(lib, scoped):
+    config = {"theta": lib.infer.reparam.LocScaleReparam(0)}
+    if scoped:
+        return lambda y: item_difficulty(lib, lambda: lib.handlers.reparam(config=config), y)
+    plain = lambda y: item_difficulty(lib, contextlib.nullcontext, y)  # noqa: E731
+    return lib.handlers.reparam(plain, config=config)
+
+
+@pytest.mark.parametrize("scoped", [True, False], ids=["with-block", "wrapping"])
+def test_reparametrized_latent_below_an_enumerated_site_gives_numpyros_potential(scoped):
+    y = jnp.asarray(ANNOTATIONS)
+    numpyro_info = numpyro.infer.util.initialize_model(
+        jax.random.PRNGKey(0), _reparametrized(numpyro, scoped), model_args=(y,))
+    rng = np.random.default_rng(3)
+    point = {k: rng.normal(size=v.shape) * 0.5 for k, v in numpyro_info.param_info.z.items()}
+    assert point["theta_decentered"].shape == (8, 1, 2)
+    potential = lambda p: handlers.potential_energy(  # noqa: E731
+        _reparametrized(effppl, scoped), (y,), {}, p)
+    np.testing.assert_allclose(potential(point), numpyro_info.potential_fn(point), rtol=1e-10)
+    grad, want = jax.grad(potential)(point), jax.grad(numpyro_info.potential_fn)(point)
+    for name in point:
+        np.testing.assert_allclose(grad[name], want[name], rtol=1e-8, atol=1e-10)
+
+
+def test_reparametrized_auxiliary_site_sits_in_the_sites_plates():
+    y = jnp.asarray(ANNOTATIONS)
+    frames = []
+    for lib in (effppl, numpyro):
+        tr = lib.handlers.trace(lib.handlers.seed(_reparametrized(lib, True), 0)).get_trace(y)
+        frames.append([(f.name, f.dim, f.size) for f in tr["theta_decentered"]
+                       ["cond_indep_stack"]])
+    assert frames[0] == frames[1] == [("item", -2, 8)]
+
+
+# --- inside a plain `lax.scan`
+
+T = 6
+STEPS = np.random.default_rng(4).normal(size=(T,))
+LOCS, TRANS = np.array([-1.0, 1.5]), np.array([[0.8, 0.2], [0.3, 0.7]])
+
+
+@config_enumerate
+def scanned_below_top(y):
+    """`x`, one per step of a plain scan, depends on `c` enumerated at the top level."""
+    mu = effppl.sample("mu", dist.Normal(jnp.zeros(2), 3.0).to_event(1))
+    c = effppl.sample("c", dist.Categorical(jnp.asarray(WEIGHTS)))
+
+    def step(total, y_t):
+        x = effppl.sample("x", dist.Normal(mu[c], 1.0))
+        effppl.sample("obs", dist.Normal(x, 1.0), obs=y_t)
+        return total + x, None
+
+    total, _ = jax.lax.scan(step, 0.0, y)
+    effppl.factor("ridge", -0.1 * total ** 2)  # `x` has its own shape: `total` is a scalar
+
+
+def test_latent_in_a_scan_below_a_top_level_enumerated_site():
+    y, x, mu = jnp.asarray(STEPS), np.linspace(-1.0, 1.0, T), np.array([-0.5, 1.0])
+    got = handlers.potential_energy(scanned_below_top, (y,), {}, {"mu": mu, "x": x})
+    per_c = np.log(WEIGHTS) + dist.Normal(mu[:, None], 1.0).log_prob(x).sum(-1)
+    want = (dist.Normal(jnp.zeros(2), 3.0).log_prob(mu).sum() + logsumexp(per_c)
+            + dist.Normal(x, 1.0).log_prob(y).sum() - 0.1 * x.sum() ** 2)
+    np.testing.assert_allclose(got, -want, rtol=1e-10)
+    info = initialize_model(jax.random.PRNGKey(0), scanned_below_top, model_args=(y,))
+    assert info.param_info.z["x"].shape == (T,)
+
+
+def hmm(y):
+    """`x_t` depends on `z_t`, enumerated inside the scan (the forward algorithm)."""
+    def step(z_prev, y_t):
+        z = effppl.sample("z", dist.Categorical(jnp.asarray(TRANS)[z_prev]),
+                          infer={"enumerate": "parallel"})
+        x = effppl.sample("x", dist.Normal(jnp.asarray(LOCS)[z], 1.0))
+        effppl.sample("obs", dist.Normal(x, 0.5), obs=y_t)
+        return z, None
+
+    jax.lax.scan(step, 0, y)
+
+
+def test_latent_in_an_enumerated_scan_below_its_enumerated_site():
+    y, x = jnp.asarray(STEPS), np.linspace(-1.0, 1.0, T)
+    got = handlers.potential_energy(hmm, (y,), {}, {"x": x})
+    emission = dist.Normal(LOCS[:, None], 1.0).log_prob(x)  # (state, step)
+    alpha = np.log(TRANS[0]) + emission[:, 0]
+    for t in range(1, T):
+        alpha = logsumexp(alpha[:, None] + np.log(TRANS), 0) + emission[:, t]
+    want = logsumexp(alpha) + dist.Normal(x, 0.5).log_prob(y).sum()
+    np.testing.assert_allclose(got, -want, rtol=1e-10)
