@@ -7,6 +7,12 @@ model's top level (not inside a loop, branch or `jit` of the model) is performed
 everything downstream broadcasts over it and each site's `log_prob` holds one entry per value of
 the enumerated sites it depends on (`_contract.py` then sums them out). A marked site inside a
 `lax.scan` is left to the scan rewrite (`_markov.py`).
+
+A latent site that is not enumerated but whose distribution depends on enumerated sites (its
+batch shape reaches their dims) keeps the shape it has in the model traced without enumeration,
+as in NumPyro: its infer gets `_enumerated_parents` and `_value_shape`, which makes the site's
+value that shape (`primitives.value_shape`), one value shared by every enumerated value, whose
+`log_prob` broadcasts over their dims.
 """
 
 from __future__ import annotations
@@ -106,6 +112,9 @@ class _Context:
         return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
+        """A site's configurator (`primitives.site_contexts`): gives a marked site at the top
+        level its support along a fresh dim; marks a latent site whose distribution depends on
+        enumerated sites with their names and its shape without enumeration."""
         if is_observed or msg.value is not None:
             return msg, infer
         if not is_enumerated(infer):
@@ -183,6 +192,13 @@ class enum:
     the model, and the log density entry points sum them out exactly (`log_density`,
     `potential_energy`, and so `MCMC`). A marked site inside a plain `lax.scan` whose carry
     depends on it is marginalised by the forward algorithm instead.
+
+    A continuous latent site whose distribution depends on enumerated sites (e.g. `theta ~
+    Normal(mu[c], 1)` below an enumerated `c`) has, as in NumPyro, the shape it has in the
+    model traced with the discrete sites drawn: one value shared by every enumerated value,
+    which HMC positions, guides and `substitute` give, and its `log_prob` broadcasts over their
+    dims, so the sum is `log sum_c p(c) p(theta | c) p(y | theta, c)`. Drawing such a site
+    under `enum` (no value given) raises a `SiteError`.
 
     **Arguments:**
     - `fn`: the model.

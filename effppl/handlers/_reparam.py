@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 import contextlib
+
+import jax.numpy as jnp
 
 from .._site_fns import ask
 from ..primitives import (_plate_frames, configuring_sites, deterministic_op, in_clause,
@@ -17,8 +17,11 @@ class reparam(Handler):
     of NumPyro's site message returning one or None), as NumPyro's `reparam`: the
     reparameterizer draws auxiliary sites (e.g. `x_decentered`) and the site becomes a
     deterministic site with the value it computes. Works for sites inside plain loops (each
-    occurrence draws a row of the auxiliary sites). The auxiliary sites keep the site's `scale`
-    and `mask`.
+    occurrence draws a row of the auxiliary sites). The auxiliary sites keep the site's `scale`,
+    `mask` and plates (`cond_indep_stack`), and the site configurators around the model
+    (`config_enumerate`, `enum`) see them, as NumPyro's handlers do: an auxiliary site below an
+    enumerated one keeps its shape without enumeration, while the reparametrized site's value
+    (a deterministic function of it) broadcasts over the enumeration dims.
 
     **Example:** `reparam(model, config={"x": LocScaleReparam(centered=0)})`
     (`effppl.infer.reparam`).
