@@ -124,14 +124,7 @@ class _Unconstrain(Handler):
                 f"{', '.join(f'`{p}`' for p in parents)}, and the model traced without "
                 f"enumeration has no site `{name}` to take its shape from (NumPyro's semantics: "
                 f"one value shared by every enumerated value). Give it the same name in both.")
-        shape = value_shape(SampleMsg(fn), infer)
-        if parents and jnp.broadcast_shapes(shape, fn.shape()) != fn.shape():
-            raise SiteError(
-                f"{self.entry_point}: the latent site `{name}` has shape {shape} when the "
-                f"discrete site(s) it depends on are drawn, which does not broadcast to its "
-                f"distribution's shape {fn.shape()} when they are enumerated. Declare its batch "
-                f"dims with plates (`effppl.plate`): enumeration takes the dims left of them.")
-        return shape
+        return value_shape(SampleMsg(fn), infer)
 
     def ret(self, state, result):
         counts, log_det_total, per_site = state

@@ -21,6 +21,7 @@ import copy
 import functools
 import threading
 
+import jax.numpy as jnp
 
 from ..effects import internal
 from ..primitives import SiteError, _plate_frames, configuring_sites
@@ -125,7 +126,17 @@ class _Context:
             # in which the discrete sites are drawn; its log density broadcasts over their dims
             plain = self.plain.get(name)
             infer = dict(infer, _enumerated_parents=reached)
-            return msg, infer if plain is None else dict(infer, _value_shape=plain.aval.shape)
+            if plain is None:
+                return msg, infer  # the entry points that need its shape raise
+            shape, enumerated = tuple(plain.aval.shape), tuple(msg.fn.shape())
+            if _broadcast(shape, enumerated) != enumerated:
+                raise SiteError(
+                    f"effppl.handlers.enum: the latent site `{name}` has shape {shape} when the "
+                    f"discrete site(s) {', '.join(f'`{p}`' for p in reached)} it depends on are "
+                    f"drawn, which does not broadcast to its shape {enumerated} when they are "
+                    f"enumerated. Declare its batch dims with plates (`effppl.plate`): "
+                    f"enumeration takes the dims left of them.")
+            return msg, dict(infer, _value_shape=shape)
         fn = msg.fn
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
@@ -165,6 +176,14 @@ class _Context:
         batch = tuple(fn.batch_shape)
         return tuple(sorted(name for name, dim in self.dims.items()
                             if -dim <= len(batch) and batch[dim] > 1))
+
+
+def _broadcast(*shapes):
+    """The shapes broadcast together, or None when they do not broadcast."""
+    try:
+        return tuple(jnp.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
 
 
 def _max_batch_ndim(sites) -> int:
