@@ -23,7 +23,8 @@ Per framework and model, in one process, print:
   compilations (effppl caches its compiled loop by structure; NumPyro's `run` re-traces its
   `lax.scan` of updates);
 - steady steps/s: `num_steps` calls of the framework's own `svi.update` in one compiled
-  `lax.scan`, compilation excluded (best of three, the frameworks timed in alternation);
+  `lax.scan`, compilation excluded (best of nine, the frameworks timed in alternation), per
+  wall second and per CPU second;
 - the final loss (mean of the last 100 steps) of the first run, as a sanity check.
 
 Usage: `python -m benchmarks.svi_bench [--steps 5000] [--models logistic,ssm,gmm,hmm]
@@ -186,16 +187,20 @@ def bench(framework, name, steps):
     return row, _step_loop(svi, result.state, steps, _data(name, 2))
 
 
-def _steady_rates(loops, steps, rounds=3):
-    """Steps per second of each compiled loop, timed in alternation (best of `rounds`), so both
-    frameworks see the same load on a shared machine."""
-    best = [np.inf] * len(loops)
-    for _ in range(rounds):
-        for i, loop in enumerate(loops):
-            start = time.perf_counter()
-            loop()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return [steps / b for b in best]
+def _steady_rates(loops, steps, rounds=9):
+    """Steps per second of each compiled loop, timed in alternation, best of `rounds`: per wall
+    second and per CPU second of this process (`time.process_time`, which the load of other
+    jobs on a shared machine moves less than the wall clock). Alternation gives both frameworks
+    the same load; the order alternates too, so neither always runs first."""
+    wall, cpu = [np.inf] * len(loops), [np.inf] * len(loops)
+    for r in range(rounds):
+        order = range(len(loops)) if r % 2 == 0 else reversed(range(len(loops)))
+        for i in order:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            loops[i]()
+            wall[i] = min(wall[i], time.perf_counter() - start)
+            cpu[i] = min(cpu[i], time.process_time() - start_cpu)
+    return [(steps / w, steps / c) for w, c in zip(wall, cpu)]
 
 
 def main(argv=None):
@@ -209,11 +214,12 @@ def main(argv=None):
     for name in opts.models.split(","):
         pairs = [bench(framework, name, opts.steps) for framework in ("effppl", "numpyro")]
         rates = _steady_rates([loop for _, loop in pairs], opts.steps)
-        for (row, _), rate in zip(pairs, rates):
-            row["steps_per_s"] = rate
+        for (row, _), (rate, cpu_rate) in zip(pairs, rates):
+            row["steps_per_s"], row["steps_per_cpu_s"] = rate, cpu_rate
             rows.append(row)
             print(f"{name:9s} {row['framework']:8s} first run {row['first_run_s']:7.2f} s | "
-                  f"steady {rate:9.0f} steps/s | repeat {row['repeat_run_s']:6.2f} s, "
+                  f"steady {rate:9.0f} steps/s, {cpu_rate:9.0f} per CPU s | "
+                  f"repeat {row['repeat_run_s']:6.2f} s, "
                   f"{row['repeat_compilations']} compilations | loss {row['final_loss']:.2f}",
                   flush=True)
     if opts.json:

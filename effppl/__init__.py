@@ -11,12 +11,14 @@ from .primitives import (SiteError, deterministic, factor, get_mask, param, plat
 from ._mutable import mutable
 from ._site_fns import SiteFunctionError
 from numpyro.util import enable_x64, set_host_device_count, set_platform
+from numpyro.distributions.distribution import enable_validation, validation_enabled
 from . import distributions, handlers
 from .handlers import log_density
 
 __all__ = ["__version__", "EffpplError", "SiteError", "SiteFunctionError", "effects", "distributions", "handlers", "sample",
            "deterministic", "factor", "param", "mutable", "plate", "plate_stack", "subsample", "log_density",
-           "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform"]
+           "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform",
+           "enable_validation", "validation_enabled"]
 
 
 def __getattr__(name):

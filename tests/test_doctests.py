@@ -16,7 +16,7 @@ MODULES = sorted(
     ["effppl.effects"]
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
     + ["effppl.primitives", "effppl._mutable", "effppl.handlers", "effppl.handlers._enum",
-       "effppl.optim"])
+       "effppl.handlers._infer_config", "effppl.optim"])
 
 
 def test_the_modules_hold_examples():

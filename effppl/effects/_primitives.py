@@ -466,10 +466,13 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_jaxpr, answer_tree, answer_avals = None, body_tree, tuple(body_avals)
         ret_slice = slice(0, 0)
     else:
-        _check_signature(ret, f"The return clause `ret` of handler `{name}`",
-                         "`ret(params, result)`", p_struct, r_struct)
-        ret_jaxpr, ret_consts, answer_tree = _compat.trace_to_jaxpr(ret, (p_struct, r_struct),
-                                                                    f"{name}.ret")
+        try:
+            ret_jaxpr, ret_consts, answer_tree = _compat.trace_to_jaxpr(
+                ret, (p_struct, r_struct), f"{name}.ret")
+        except TypeError:
+            _check_signature(ret, f"The return clause `ret` of handler `{name}`",
+                             "`ret(params, result)`", p_struct, r_struct)
+            raise
         answer_avals = tuple(ret_jaxpr.out_avals)
         ret_slice = slice(0, len(ret_consts))
         frame_consts += ret_consts
@@ -625,7 +628,8 @@ def _forwarding_to(closed, old, new):
 
 def _check_signature(fn, what, call, *args, **kwargs):
     """Raise a `TypeError` saying `what` (e.g. "The clause for operation `get`") cannot be called
-    as `call` (how it will be called) when `fn` does not accept these arguments."""
+    as `call` (how it will be called) when `fn` does not accept these arguments. Called once a
+    call of `fn` raised a `TypeError`, so that a well-formed call pays nothing for the check."""
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as err:
@@ -686,11 +690,15 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals, scope
         nonlocal clause
         if scope_consts is not None:
             clause = factory(consts)
-        _check_signature(clause, f"The clause for operation `{op.name}`",
-                         f"`clause(params, *args, resume=..., **static)` with {len(args)} "
-                         f"argument(s) and static keyword arguments {sorted(dict(key.static))}",
-                         p, *args, resume=resume, **dict(key.static))
-        return clause(p, *args, resume=resume, **dict(key.static))
+        try:
+            return clause(p, *args, resume=resume, **dict(key.static))
+        except TypeError:
+            _check_signature(clause, f"The clause for operation `{op.name}`",
+                             f"`clause(params, *args, resume=..., **static)` with {len(args)} "
+                             f"argument(s) and static keyword arguments "
+                             f"{sorted(dict(key.static))}",
+                             p, *args, resume=resume, **dict(key.static))
+            raise
 
     factory = clause
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)

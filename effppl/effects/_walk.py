@@ -89,6 +89,8 @@ def _walk(eqns: Sequence, loops, branch, origin, distinct) -> Iterator[Perform]:
         prim, params = eqn.primitive, eqn.params
         if prim is perform_p:
             yield Perform(eqn, loops, branch, origin or eqn)
+        elif block is None and not eqn.effects:
+            continue  # performs nothing: every perform, handler or scope inside has an effect
         elif prim is handle_p or block is not None:
             spec = params["spec"]
             body = block if block is not None else params["body"].jaxpr.eqns

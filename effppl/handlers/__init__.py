@@ -28,14 +28,16 @@ from ._density import (constrain_fn, log_density, potential_energy, unconstrain_
                        unconstrained_log_density)
 from ._discrete import InferDiscreteError, infer_discrete
 from ._enum import config_enumerate, enum
+from ._infer_config import infer_config
 from ._lift import LiftPriorError, lift
 from ._reparam import reparam
 from ._scope import scope
 from ._trace import trace
 from ._uncondition import uncondition
+from ..primitives import plate  # NumPyro binds its plate here too
 
 __all__ = ["block", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
            "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
-           "unconstrained_log_density", "enum", "config_enumerate",
-           "infer_discrete", "InferDiscreteError", "LiftPriorError"]
+           "unconstrained_log_density", "enum", "config_enumerate", "infer_config",
+           "infer_discrete", "InferDiscreteError", "LiftPriorError", "plate"]

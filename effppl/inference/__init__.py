@@ -26,10 +26,12 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from ._optim import OptimizerError
 from ._svi import SVI, SVIError, SVIRunResult, SVIState
+from ._util import initialize_model
 from . import autoguide  # noqa: F401  (effppl.inference.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",
+    "initialize_model",
     "NUTS",
     "HMC",
     "Predictive",

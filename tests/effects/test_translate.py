@@ -396,6 +396,14 @@ def test_resume_converts_a_value_only_within_its_dtype_kind():
 def test_misused_resume_and_operation_signatures_are_clear_errors():
     with pytest.raises(TypeError, match="clause for operation `get` cannot be called .*resume"):
         fx.handle(lambda: get(), clauses={get: lambda p: p})()
+    with pytest.raises(TypeError, match=r"return clause `ret` of handler .* `ret\(params, res"):
+        fx.handle(lambda: get(), params=jnp.float64(0.0),
+                  clauses={get: lambda p, resume: resume(p, p)}, ret=lambda r: r)()
+
+    def clause_raising(p, resume):  # a TypeError of the clause's own comes out as it is
+        raise TypeError("bad operand inside the clause")
+    with pytest.raises(TypeError, match="^bad operand inside the clause$"):
+        fx.handle(lambda: get(), clauses={get: clause_raising})()
     with pytest.raises(TypeError, match="`ask` called `resume` without a value"):
         fx.handle(lambda: ask(), clauses={ask: lambda p, resume: resume(p)})()
     with pytest.raises(fx.UnsupportedHandlerError, match="`resume` is called under `jax.vmap`"):
