@@ -134,8 +134,8 @@ class _Context:
                     f"effppl.handlers.enum: the latent site `{name}` has shape {shape} when the "
                     f"discrete site(s) {', '.join(f'`{p}`' for p in reached)} it depends on are "
                     f"drawn, which does not broadcast to its shape {enumerated} when they are "
-                    f"enumerated. Declare its batch dims with plates (`effppl.plate`): "
-                    f"enumeration takes the dims left of them.")
+                    f"enumerated. Declare its batch dims with plates (`effppl.plate`, not a "
+                    f"`jax.vmap` of the model): enumeration takes the dims left of them.")
             return msg, dict(infer, _value_shape=shape)
         fn = msg.fn
         if infer["enumerate"] != "parallel":

@@ -274,3 +274,21 @@ def test_latent_in_an_enumerated_scan_below_its_enumerated_site():
         alpha = logsumexp(alpha[:, None] + np.log(TRANS), 0) + emission[:, t]
     want = logsumexp(alpha) + dist.Normal(x, 0.5).log_prob(y).sum()
     np.testing.assert_allclose(got, -want, rtol=1e-10)
+
+
+def test_a_latent_under_a_vmap_below_an_enumerated_site_raises_naming_it():
+    """Its batch dim (the vmap's) sits where the enumeration dim goes: declare it by a plate."""
+    @config_enumerate
+    def vmapped(y):
+        mu = effppl.sample("mu", dist.Normal(jnp.zeros(2), 3.0).to_event(1))
+        c = effppl.sample("c", dist.Categorical(jnp.asarray(WEIGHTS)))
+
+        def one(y_i):
+            x = effppl.sample("x", dist.Normal(mu[c], 1.0))
+            effppl.sample("obs", dist.Normal(x, 1.0), obs=y_i)
+
+        jax.vmap(one)(y)
+
+    with pytest.raises(SiteError, match=r"latent site `x` has shape \(5,\).*`c`.*plate"):
+        handlers.potential_energy(vmapped, (jnp.asarray(Y[:5]),), {},
+                                  {"mu": POINT["mu"], "x": np.zeros(5)})
