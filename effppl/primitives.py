@@ -78,16 +78,29 @@ class ParamMsg(NamedTuple):
         return self.init if self.value is None else self.value
 
 
+def value_shape(msg, infer=()) -> tuple:
+    """The shape of a sample site's value: its value's when it has one, else its distribution's
+    (`fn.shape()`), or the one `enum` set in its `infer` (dict or items) for a latent site whose
+    distribution depends on enumerated sites: its shape in the model traced without enumeration,
+    one value shared by every enumerated value (`handlers/_enum.py`, NumPyro's semantics)."""
+    if msg.value is not None:
+        return tuple(msg.value.shape)
+    shape = dict(infer).get("_value_shape")
+    return tuple(msg.fn.shape()) if shape is None else tuple(shape)
+
+
 def _value_type(msg, **static):
     if msg.value is not None:
         return jax.ShapeDtypeStruct(msg.value.shape, msg.value.dtype)
     leaves, tree = jax.tree_util.tree_flatten(msg.fn)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)  # an abstract key: nothing staged into a trace
+    shape = value_shape(msg, static.get("infer", ()))
     try:
-        return jax.eval_shape(lambda ls, k: jax.tree_util.tree_unflatten(tree, ls).sample(k),
-                              leaves, key)
+        drawn = jax.eval_shape(lambda ls, k: jax.tree_util.tree_unflatten(tree, ls).sample(k),
+                               leaves, key)
     except NotImplementedError:  # e.g. ImproperUniform: a real-valued site that cannot be drawn
-        return jax.ShapeDtypeStruct(msg.fn.shape(), jnp.result_type(float))
+        return jax.ShapeDtypeStruct(shape, jnp.result_type(float))
+    return drawn if drawn.shape == shape else jax.ShapeDtypeStruct(shape, drawn.dtype)
 
 
 def _outside_handlers(name, **static):

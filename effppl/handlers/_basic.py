@@ -15,7 +15,7 @@ from .._keys import key_data
 from ..effects.internal import describe_non_array, describe_non_bool, forwards_static
 from .._site_fns import ask
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
-                          param_op, prng_key_op, sample_op)
+                          param_op, prng_key_op, sample_op, value_shape)
 from .._mutable import mutable_op
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
@@ -207,7 +207,7 @@ class _SetValue(Handler):
             return value, counts
 
         def sample(counts, msg, *, resume, name, **static):
-            shape = msg.fn.shape() if msg.value is None else msg.value.shape
+            shape = value_shape(msg, static.get("infer", ()))
             value = None
             if name in self.data and _short_series(self._site(name), self.data[name], shape):
                 value, counts = self._series_head(counts, msg, name)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import internal
-from ..primitives import SiteError, param_op, sample_op
+from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_in, enumerated_sites
@@ -84,19 +84,10 @@ class _Unconstrain(Handler):
             counts, log_det_total, per_site = state
             if name not in self.values or msg.value is not None:
                 return resume(state, forward(msg, name=name, **static))
-            parents = dict(static.get("infer", ())).get("_enumerated_parents")
-            if parents:
-                raise SiteError(
-                    f"{self.entry_point}: the latent site `{name}` is not enumerated, but its "
-                    f"distribution depends on the enumerated site(s) "
-                    f"{', '.join(f'`{p}`' for p in parents)} (its batch shape "
-                    f"{tuple(msg.fn.batch_shape)} has their enumeration dims). effppl cannot yet "
-                    f"give a continuous latent site below an enumerated one its values in "
-                    f"unconstrained space (NumPyro can): sum the discrete site out in the model "
-                    f"by hand.")
             fn, site = msg.fn, self._sites.get(name)
             t = bijector(name, fn)
-            u_shape = t.inverse_shape(fn.shape())
+            shape = self._shape(name, fn, dict(static.get("infer", ())))
+            u_shape = t.inverse_shape(shape)
             one_type = site is None or len(site.keys) <= 1  # the branch's own shape
             row_shape = u_shape if one_type else unconstrained_type(site)[0]
             row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
@@ -121,6 +112,19 @@ class _Unconstrain(Handler):
                 msg = msg._replace(value=biject_to(msg.constraint)(self.values[name]))
             return resume(state, forward_param(msg, name=name, **static))
         return {sample_op: sample, param_op: param}
+
+    def _shape(self, name, fn, infer):
+        """The shape of latent site `name`'s value (`primitives.value_shape`); `SiteError` for a
+        site below an enumerated one whose shape without enumeration `enum` did not find."""
+        parents = infer.get("_enumerated_parents")
+        if parents and "_value_shape" not in infer:
+            raise SiteError(
+                f"{self.entry_point}: the latent site `{name}` is not enumerated, but its "
+                f"distribution depends on the enumerated site(s) "
+                f"{', '.join(f'`{p}`' for p in parents)}, and the model traced without "
+                f"enumeration has no site `{name}` to take its shape from (NumPyro's semantics: "
+                f"one value shared by every enumerated value). Give it the same name in both.")
+        return value_shape(SampleMsg(fn), infer)
 
     def ret(self, state, result):
         counts, log_det_total, per_site = state

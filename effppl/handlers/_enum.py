@@ -8,6 +8,12 @@ everything downstream broadcasts over it and each site's `log_prob` holds one en
 the enumerated sites it depends on (`_contract.py` then sums them out). A marked site inside a
 `lax.scan` is left to the scan rewrite (`_markov.py`). Inside `markov` frames (a Python loop)
 the dims are recycled (`_markov_frames.py`).
+
+A latent site that is not enumerated but whose distribution depends on enumerated sites (its
+batch shape reaches their dims) keeps the shape it has in the model traced without enumeration,
+as in NumPyro: its infer gets `_enumerated_parents` and `_value_shape`, which makes the site's
+value that shape (`primitives.value_shape`), one value shared by every enumerated value, whose
+`log_prob` broadcasts over their dims.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import copy
 import functools
 import threading
 
+import jax.numpy as jnp
 
 from ..effects import internal
 from ..primitives import SiteError, _plate_frames, configuring_sites
@@ -96,17 +103,22 @@ def with_site_configurator(fn, configure):
 class _Context:
     """One `enum` being traced: where the model's top level runs, and the dims given out."""
 
-    def __init__(self, first_available_dim, top):
+    def __init__(self, first_available_dim, top, plain):
         self.first = first_available_dim
         self.dims = {}          # site name -> its enumeration dim, outside `markov` frames
         self.recycled = set()   # the dims given out inside `markov` frames
         self.top = top          # index into handler_traces(): the traces at the model's top level
+        self.plain = plain      # {name: Site}: the model's sites, traced without enumeration
 
     def at_top_level(self):
         traces = handler_traces()[self.top:]
         return any(t is internal.current_trace() for t in traces)
 
     def configure(self, name, msg, infer, is_observed):
+        """A site's configurator (`primitives.site_contexts`): gives a marked site at the top
+        level its support along a fresh dim (recycled inside `markov` frames); marks a latent site
+        whose distribution depends on enumerated sites with their names and its shape without
+        enumeration; inside `markov` frames, records which site each visible dim holds."""
         msg, infer = self._configure(name, msg, infer, is_observed)
         if _markov_frames.frames() and self.at_top_level():
             visible = _markov_frames.visible_dims()
@@ -118,9 +130,24 @@ class _Context:
         if is_observed or msg.value is not None:
             return msg, infer
         if not is_enumerated(infer):
-            reached = (self._reached_by(msg.fn)
-                       if (self.dims or _markov_frames.frames()) and self.at_top_level() else ())
-            return msg, dict(infer, _enumerated_parents=reached) if reached else infer
+            reached = self._reached_by(msg.fn) if self.dims or _markov_frames.frames() else ()
+            if not reached or infer.get("_reparametrized"):
+                return msg, infer  # a reparametrized site: its auxiliary sites are configured
+            # NumPyro's shape: its value, shared by every enumerated value, is that of a trace
+            # in which the discrete sites are drawn; its log density broadcasts over their dims
+            plain = self.plain.get(name)
+            infer = dict(infer, _enumerated_parents=reached)
+            if plain is None:
+                return msg, infer  # the entry points that need its shape raise
+            shape, enumerated = tuple(plain.aval.shape), tuple(msg.fn.shape())
+            if _broadcast(shape, enumerated) != enumerated:
+                raise SiteError(
+                    f"effppl.handlers.enum: the latent site `{name}` has shape {shape} when the "
+                    f"discrete site(s) {', '.join(f'`{p}`' for p in reached)} it depends on are "
+                    f"drawn, which does not broadcast to its shape {enumerated} when they are "
+                    f"enumerated. Declare its batch dims with plates (`effppl.plate`, not a "
+                    f"`jax.vmap` of the model): enumeration takes the dims left of them.")
+            return msg, dict(infer, _value_shape=shape)
         fn = msg.fn
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
@@ -179,10 +206,19 @@ class _Context:
                             if -dim <= len(batch) and batch[dim] > 1))
 
 
-def _max_batch_ndim(fn, args, kwargs) -> int:
-    """The most batch dims any sample site of `fn` has (its plates included)."""
+def _broadcast(*shapes):
+    """The shapes broadcast together, or None when they do not broadcast."""
+    try:
+        return tuple(jnp.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
+def _max_batch_ndim(sites) -> int:
+    """The most batch dims any sample site among `sites` (an `analyze` result) has (its plates
+    included)."""
     deepest = 0
-    for site in analyze(trace_model(fn, *args, **kwargs)).values():
+    for site in sites.values():
         for key in site.keys or (site.key,):
             if site.type != "sample":
                 continue
@@ -205,6 +241,13 @@ class enum:
     `effppl.handlers.markov`) a site takes the rightmost dim that no site it may depend on holds,
     so the dims are recycled along the loop. A marked site inside a plain `lax.scan` whose carry
     depends on it is marginalised by the forward algorithm instead.
+
+    A continuous latent site whose distribution depends on enumerated sites (e.g. `theta ~
+    Normal(mu[c], 1)` below an enumerated `c`) has, as in NumPyro, the shape it has in the
+    model traced with the discrete sites drawn: one value shared by every enumerated value,
+    which HMC positions, guides and `substitute` give, and its `log_prob` broadcasts over their
+    dims, so the sum is `log sum_c p(c) p(theta | c) p(y | theta, c)`. Drawing such a site
+    under `enum` (no value given) raises a `SiteError`.
 
     **Arguments:**
     - `fn`: the model.
@@ -239,10 +282,11 @@ class enum:
     def _enumerated(self, *args, **kwargs):
         if _active() is not None:  # an enclosing `enum` already decides
             return self.fn(*args, **kwargs)
+        plain = analyze(trace_model(self.fn, *args, **kwargs))
         first = self.first_available_dim
         if first is None:
-            first = -_max_batch_ndim(self.fn, args, kwargs) - 1
-        context = _Context(first, max(len(handler_traces()) - 1, 0))
+            first = -_max_batch_ndim(plain) - 1
+        context = _Context(first, max(len(handler_traces()) - 1, 0), plain)
         _state.context = context
         open_frames = len(_markov_frames.frames())
         try:

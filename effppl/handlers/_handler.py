@@ -23,7 +23,7 @@ from .. import _mutable
 from .. import effects as fx
 from ..effects import internal
 from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
-                          sample_op)
+                          sample_op, value_shape)
 from ._sites import analyze
 
 _depth = threading.local()
@@ -87,6 +87,14 @@ def _base_sample(params, msg, *, resume, name, **static):
                             f"the model under `effppl.handlers.seed(model, rng_seed)` to draw it, "
                             f"or `substitute`/`condition` it.")
         value = msg.fn.sample(msg.rng_key)
+        infer = dict(static.get("infer", ()))
+        if value.shape != value_shape(msg, infer):
+            parents = ", ".join(f"`{p}`" for p in infer.get("_enumerated_parents", ()))
+            raise SiteError(f"The latent site `{name}` has no value, and its distribution "
+                            f"depends on the enumerated site(s) {parents}: under `enum` it has "
+                            f"one value shared by all of theirs, which cannot be drawn. Give "
+                            f"it a value (`substitute`, posterior samples, a guide), or draw "
+                            f"the model without enumeration.")
     return resume(params, value)
 
 

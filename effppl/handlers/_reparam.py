@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax.numpy as jnp
 
 from .._site_fns import ask
-from ..primitives import deterministic_op, in_clause, message_contexts, sample_op
-from ._handler import Handler, forward
+from ..primitives import (_plate_frames, configuring_sites, deterministic_op, in_clause,
+                          message_contexts, plate, sample_op, site_contexts)
+from ._handler import Handler, _named_like, forward
 
 
 class reparam(Handler):
@@ -14,19 +17,59 @@ class reparam(Handler):
     of NumPyro's site message returning one or None), as NumPyro's `reparam`: the
     reparameterizer draws auxiliary sites (e.g. `x_decentered`) and the site becomes a
     deterministic site with the value it computes. Works for sites inside plain loops (each
-    occurrence draws a row of the auxiliary sites). The auxiliary sites keep the site's `scale`
-    and `mask`.
+    occurrence draws a row of the auxiliary sites). The auxiliary sites keep the site's `scale`,
+    `mask` and plates (`cond_indep_stack`), and the site configurators around the model
+    (`config_enumerate`, `enum`) see them, as NumPyro's handlers do: an auxiliary site below an
+    enumerated one keeps its shape without enumeration, while the reparametrized site's value
+    (a deterministic function of it) broadcasts over the enumeration dims.
 
     **Example:** `reparam(model, config={"x": LocScaleReparam(centered=0)})`
     (`effppl.infer.reparam`).
     """
 
+    _contexts = ()  # the site configurators where the model performs its sites (`_marking`)
+
     def __init__(self, fn=None, config=None):
-        super().__init__(fn)
+        super().__init__(fn if fn is None else self._marking(fn))
         if config is None:
             raise TypeError("effppl.handlers.reparam(fn, config) needs `config`: a dict site "
                             "name -> reparameterizer, or a function of the site's message.")
         self.config = config
+
+    def _marking(self, fn):
+        """`fn` with its sites marked (`_mark`), the site configurators around it kept for the
+        auxiliary sites, which the clause draws later, when the translator traces it: as in
+        NumPyro, `config_enumerate` and `enum` around the model see them too."""
+        @_named_like(fn)
+        def marked(*args, **kwargs):
+            self._contexts = tuple(site_contexts())
+            with configuring_sites(self._mark):
+                return fn(*args, **kwargs)
+        return marked
+
+    def __enter__(self):
+        out = super().__enter__()
+        self._contexts = tuple(site_contexts())
+        site_contexts().append(self._mark)
+        return out
+
+    def __exit__(self, *exc):
+        site_contexts().remove(self._mark)
+        return super().__exit__(*exc)
+
+    def _mark(self, name, msg, infer, is_observed):
+        """Marks the latent sites this handler reparametrizes, `infer["_reparametrized"]`, as
+        the model performs them: their value is then the reparameterizer's, a function of its
+        auxiliary sites and of the distribution's parameters (with the enumeration dims of an
+        enumerated site they depend on, so `enum` leaves their type alone)."""
+        if is_observed or msg.value is not None:
+            return msg, infer
+        static = {"is_observed": False, "infer": tuple(sorted(infer.items())),
+                  "cond_indep_stack": _plate_frames()}
+        if self._strategy(name, msg, static) is not None:  # (`enum` may have seen it first)
+            infer = {k: v for k, v in infer.items() if k != "_value_shape"}
+            infer["_reparametrized"] = True
+        return msg, infer
 
     def _strategy(self, name, msg, static):
         if isinstance(self.config, dict):
@@ -43,7 +86,8 @@ class reparam(Handler):
             keep = lambda m: m._replace(scale=msg.scale, mask=msg.mask)  # noqa: E731
             message_contexts().append(keep)
             try:
-                with in_clause():
+                with in_clause(), _configuring(self._contexts), \
+                        _in_plates(static.get("cond_indep_stack", ())):
                     new_fn, value = strategy(name, msg.fn, msg.value)
             finally:
                 message_contexts().remove(keep)
@@ -54,3 +98,26 @@ class reparam(Handler):
                 jnp.asarray(value), name=name,
                 cond_indep_stack=static.get("cond_indep_stack", ())))
         return {sample_op: sample}
+
+
+@contextlib.contextmanager
+def _configuring(contexts):
+    """The site configurators `contexts` active (those not active already)."""
+    with contextlib.ExitStack() as stack:
+        for configure in contexts:
+            if configure not in site_contexts():
+                stack.enter_context(configuring_sites(configure))
+        yield
+
+
+@contextlib.contextmanager
+def _in_plates(frames):
+    """The plates of `frames` (a site's `cond_indep_stack`, innermost first) entered, those not
+    entered already: the auxiliary sites sit in the site's plates, as in NumPyro (the clause is
+    traced outside the model's `with plate` blocks)."""
+    active = {frame.name for frame in _plate_frames()}
+    with contextlib.ExitStack() as stack:
+        for frame in reversed(frames):
+            if frame.name not in active:
+                stack.enter_context(plate(frame.name, frame.size, dim=frame.dim))
+        yield
