@@ -27,6 +27,8 @@ def forward_reads(jaxpr: Jaxpr) -> Jaxpr:
     to the written value or to the buffer before the writes (top-level equations only). Returns
     `jaxpr` itself when nothing is forwarded; the caller removes the dead writes (DCE). Linear
     in the number of equations (a record of n sites: n writes, n reads)."""
+    if not any(e.primitive is jax.lax.dynamic_update_slice_p for e in jaxpr.eqns):
+        return jaxpr  # no write to forward (most programs: one pass, no copies)
     versions = {}  # a buffer written at constant offsets -> (its chain of writes, write index)
     renamed = {}  # a slice's output -> the written value it is
     eqns, changed = [], False
