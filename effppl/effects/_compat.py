@@ -108,7 +108,8 @@ def _debug_info(name: str, fn: Callable, args, in_tree):
         if len(_DEBUG_NAMES) >= 4096:
             _DEBUG_NAMES.clear()
         _DEBUG_NAMES[key] = names
-    return _core.DebugInfo(name, *names, _core.initial_result_paths)
+    source, arg_names = names
+    return _core.DebugInfo(name, source, arg_names, _core.initial_result_paths)
 
 
 def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:

@@ -16,8 +16,6 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
-- `with`-scoped handlers: `scope_enter_p`, `scope_exit_p` (the markers around a `with` block's
-  equations; `params["spec"].name` names the handler).
 - Clauses: `forwards_static` (a clause that only passes a static argument, e.g. a site name, on
   is traced once per signature, not once per site).
 - Argument checks and messages: `describe_non_array`, `describe_non_bool`, `callable_name`.
@@ -28,7 +26,6 @@ from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, c
                       jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_traced_args,
                       summarize_source, trace_call, trace_to_jaxpr, vmap_index)
 from ._primitives import SiteKey, forwards_static, perform_p
-from ._scope import enter_p as scope_enter_p, exit_p as scope_exit_p
 from ._sources import recording_sources, source_values
 from ._translate import paused_gc
 from ._values import describe_non_array, describe_non_bool
@@ -36,7 +33,7 @@ from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 
 __all__ = [
     "forwards_static", "paused_gc", "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop",
-    "SiteKey", "perform_p", "scope_enter_p", "scope_exit_p", "trace_call", "split_traced_args",
+    "SiteKey", "perform_p", "trace_call", "split_traced_args",
     "trace_to_jaxpr", "abstractify",
     "check_no_leaked_tracers", "dce",
     "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",

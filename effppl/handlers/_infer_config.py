@@ -3,7 +3,8 @@ the site."""
 
 from __future__ import annotations
 
-from ..primitives import SiteError, configuring_sites
+from .._site_fns import ask
+from ..primitives import SiteError, _plate_frames, configuring_sites
 from ._enum import with_site_configurator
 
 
@@ -12,7 +13,10 @@ class infer_config:
 
     `config_fn` gets the site as NumPyro's message: a dict with `"type"` (`"sample"`),
     `"name"`, `"fn"` (the distribution), `"is_observed"`, `"value"` (the observation, else
-    None) and `"infer"` (the site's hints so far); it returns a dict of hints (hashable values)
+    None), `"infer"` (the site's hints so far), `"cond_indep_stack"`, `"scale"`, `"mask"`,
+    `"args"`, `"kwargs"`; it is called while the model is traced, so its arrays are tracers
+    (a `config_fn` needing their Python values raises a `SiteFunctionError` naming the site).
+    It returns a dict of hints (hashable values)
     merged into the site's `infer`, as `msg["infer"].update(config_fn(msg))` does in NumPyro.
     It sees every sample site the model performs, also inside plain `lax.scan`, `cond` and
     `while_loop` bodies, each once per perform in the program (not once per iteration).
@@ -74,9 +78,10 @@ class infer_config:
 
 def _configurator(config_fn):
     def configure(name, msg, infer, is_observed):
-        site = {"type": "sample", "name": name, "fn": msg.fn, "is_observed": is_observed,
-                "value": msg.value if is_observed else None, "infer": dict(infer)}
-        hints = config_fn(site)
+        static = {"is_observed": is_observed, "infer": tuple(infer.items()),
+                  "cond_indep_stack": _plate_frames()}
+        hints = ask("effppl.handlers.infer_config(fn, config_fn=...)", config_fn, "sample", name,
+                    static, msg)
         if not isinstance(hints, dict):
             raise SiteError(f"effppl.handlers.infer_config: config_fn returned "
                             f"{type(hints).__name__} {hints!r:.60} for site `{name}`; it must "

@@ -277,24 +277,23 @@ def _orders(carry_sources, names):
 
 
 def _no_reparam_of_dependent(body, dependent, names):
-    """Raise for a site that depends on the enumerated sites and is reparametrized by a `with
-    reparam(...)` block inside the body: pass 2 computes such a site's log density from its own
-    distribution, not from the auxiliary sites the reparameterizer draws instead. (Other scoped
+    """Raise for a site that depends on the enumerated sites and is reparametrized (`reparam`
+    around the model or a `with reparam(...)` block in the body: either marks the site
+    `_reparametrized` as it is performed): pass 2 computes such a site's log density from its own
+    distribution, not from the auxiliary sites the reparameterizer draws instead. (Other
     handlers change a site's value, which pass 2 reads from pass 1, or its mask and scale, which
     the message carries.)"""
-    scopes = []
-    for index, eqn in enumerate(body.eqns):
-        if eqn.primitive is internal.scope_enter_p:
-            scopes.append(eqn.params["spec"].name)
-        elif eqn.primitive is internal.scope_exit_p:
-            scopes.pop()
-        elif index in dependent and "reparam" in scopes:
+    for index in sorted(dependent):
+        eqn = body.eqns[index]
+        infer = dict(dict(eqn.params.get("static", ())).get("infer", ()))
+        if infer.get("_reparametrized"):
             raise SiteError(
                 f"effppl.handlers.enum: site `{_name(eqn)}` in the `lax.scan` holding enumerated "
-                f"site `{names[0]}` depends on it and is reparametrized by a `with reparam(...)` "
-                f"block inside the scan body; the forward algorithm cannot reparametrize a site "
-                f"that depends on an enumerated one. Reparametrize only sites that do not depend "
-                f"on the enumerated sites.")
+                f"site `{names[0]}` depends on it and is reparametrized (by `reparam`); the "
+                f"forward algorithm cannot reparametrize a site that depends on an enumerated "
+                f"one. Reparametrize only sites that do not depend on the enumerated sites, or "
+                f"write the reparametrization in the model (a standard-normal site and the "
+                f"deterministic location-scale transform of it).")
 
 
 def forward_scan(eqn, ins, names, discrete=None):

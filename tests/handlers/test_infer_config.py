@@ -49,7 +49,8 @@ def test_config_fn_sees_numpyros_site_fields():
 
         def config_fn(site):
             seen.append((site["type"], site["name"], site["is_observed"], type(site["fn"]),
-                         dict(site["infer"])))
+                         dict(site["infer"]), [f.name for f in site["cond_indep_stack"]],
+                         site["scale"], site["args"]))
             return {}
         ppl.handlers.seed(ppl.handlers.infer_config(_mixture(ppl), config_fn=config_fn),
                           rng_seed=0)(jnp.ones(2))
@@ -89,6 +90,10 @@ def test_bad_config_fn_is_a_clear_error():
         infer_config(_mixture(effppl), None)
     with pytest.raises(TypeError, match="callable model"):
         infer_config(3, _enumerate_z)
+    with pytest.raises(effppl.SiteFunctionError, match="`y`"):  # needs a traced value
+        log_density(infer_config(_mixture(effppl), lambda site: {
+            "flag": bool(site["value"].sum() > 0)} if site["is_observed"] else {}),
+            (jnp.ones(2),), {}, {"w": jnp.ones(3) / 3})
     with pytest.raises(effppl.SiteError, match="site `w`.*dict"):
         log_density(infer_config(_mixture(effppl), lambda site: None), (jnp.ones(2),), {},
                     {"w": jnp.ones(3) / 3})
