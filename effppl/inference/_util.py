@@ -101,7 +101,10 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
         potential_fn, postprocess_fn = potential_at(args, kwargs), postprocess_at(args, kwargs)
     first = jax.tree.map(lambda x: x[0], z) if batched else z
     values = _model.constrain(fns.model, args, kwargs, first)
-    model_trace = _trace_at(fns.model, args, kwargs, values)
+    # the latent sites only: the model recomputes its deterministic sites, whose constrained
+    # values carry the enumeration dims of an enumerated site they depend on
+    latent = {name: value for name, value in values.items() if name in first}
+    model_trace = _trace_at(fns.model, args, kwargs, latent)
     return ModelInfo(ParamInfo(z, pe, grad), potential_fn, postprocess_fn, model_trace)
 
 

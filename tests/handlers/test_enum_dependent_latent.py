@@ -210,6 +210,21 @@ def test_reparametrized_latent_below_an_enumerated_site_gives_numpyros_potential
         np.testing.assert_allclose(grad[name], want[name], rtol=1e-8, atol=1e-10)
 
 
+def test_initialize_model_of_a_reparametrized_latent_below_an_enumerated_site():
+    # its deterministic `theta` carries the enumeration dim; the model trace recomputes it
+    y = jnp.asarray(ANNOTATIONS)
+    key = jax.random.PRNGKey(0)
+    theirs = numpyro.infer.util.initialize_model(key, _reparametrized(numpyro, False),
+                                                 model_args=(y,))
+    ours = initialize_model(key, _reparametrized(effppl, False), model_args=(y,))
+    assert {k: v.shape for k, v in ours.param_info.z.items()} == \
+        {k: v.shape for k, v in theirs.param_info.z.items()}
+    point = theirs.param_info.z
+    np.testing.assert_allclose(ours.potential_fn(point), theirs.potential_fn(point), rtol=1e-10)
+    assert ours.model_trace["theta"]["type"] == "deterministic"
+    assert ours.model_trace["theta_decentered"]["value"].shape == (8, 1, 2)
+
+
 def test_reparametrized_auxiliary_site_sits_in_the_sites_plates():
     y = jnp.asarray(ANNOTATIONS)
     frames = []
