@@ -178,23 +178,24 @@ class _Context:
         value = support.reshape((support.shape[0],) + (1,) * (-dim - 1) + tuple(fn.event_shape))
         return msg._replace(value=value), dict(infer, _enumerate_dim=dim)
 
-
     def _dim_of(self, name):
         """The enumeration dim of site `name`: outside `markov` frames, the next one left (never
         one a frame has used, so that every re-trace gives the same dims); inside, the
         rightmost one no visible site holds (`_markov_frames`)."""
         if not _markov_frames.frames():
             if name not in self.dims:
-                taken = set(self.dims.values()) | self.recycled
-                self.dims[name] = next(d for d in range(self.first, -10**6, -1) if d not in taken)
+                self.dims[name] = self._free_dim(set(self.dims.values()) | self.recycled)
             return self.dims[name]
         dim = _markov_frames.lookup(name)
         if dim is None:
-            taken = set(_markov_frames.visible_dims()) | set(self.dims.values())
-            dim = next(d for d in range(self.first, -10**6, -1) if d not in taken)
+            dim = self._free_dim(set(_markov_frames.visible_dims()) | set(self.dims.values()))
             _markov_frames.record(name, dim)
             self.recycled.add(dim)
         return dim
+
+    def _free_dim(self, taken):
+        """The rightmost dim from `first_available_dim` leftwards that is not in `taken`."""
+        return next(d for d in range(self.first, -10**6, -1) if d not in taken)
 
     def _reached_by(self, fn):
         """The enumerated sites whose enumeration dims reach the batch shape of `fn`, the
