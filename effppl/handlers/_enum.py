@@ -97,7 +97,18 @@ def with_site_configurator(fn, configure):
         with configuring_sites(configure):
             return fn(*args, **kwargs)
 
+    configured._wraps_model = (fn, lambda inner: with_site_configurator(inner, configure))
     return configured
+
+
+def check_enumerable(name, fn):
+    """Raise a `SiteError` naming site `name`, marked for enumeration, when its distribution
+    `fn` has no finite support to enumerate."""
+    if not getattr(fn, "has_enumerate_support", False):
+        raise SiteError(f"Site `{name}` is marked for enumeration, but its distribution "
+                        f"{type(fn).__name__} has no finite support to enumerate "
+                        f"(`has_enumerate_support` is False). Remove `infer={{'enumerate': "
+                        f"...}}` from it, or give it a distribution with finite support.")
 
 
 class _Context:
@@ -152,11 +163,7 @@ class _Context:
         if infer["enumerate"] != "parallel":
             raise SiteError(f"Site `{name}` has infer={{'enumerate': {infer['enumerate']!r}}}; "
                             f"effppl enumerates in parallel only: use 'parallel'.")
-        if not getattr(fn, "has_enumerate_support", False):
-            raise SiteError(f"Site `{name}` is marked for enumeration, but its distribution "
-                            f"{type(fn).__name__} has no finite support to enumerate "
-                            f"(`has_enumerate_support` is False). Remove `infer={{'enumerate': "
-                            f"...}}` from it, or give it a distribution with finite support.")
+        check_enumerable(name, fn)
         if not self.at_top_level():
             return msg, infer  # inside a loop, branch or `jit`: the scan rewrite's business
         dim = self._dim_of(name)
@@ -308,11 +315,17 @@ class enum:
 
 def _innermost(fn, wrap):
     """`fn` with `wrap` applied to the model inside the effppl handlers that wrap it (copies of
-    them; `fn` is not changed): the scan rewrite reads the model's own program."""
+    them; `fn` is not changed), and inside the wrappers that only configure its sites
+    (`config_enumerate`, `infer_config`, `reparam`'s marks: a `_wraps_model` attribute `(inner,
+    rebuild)`): the scan rewrite reads the model's own program."""
     if isinstance(fn, Handler) and fn.fn is not None:
         outer = copy.copy(fn)
         outer.fn = _innermost(fn.fn, wrap)
         return outer
+    wrapped = getattr(fn, "_wraps_model", None)
+    if wrapped is not None:
+        inner, rebuild = wrapped
+        return rebuild(_innermost(inner, wrap))
     return wrap(fn)
 
 

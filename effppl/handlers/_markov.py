@@ -144,8 +144,12 @@ def run(fn, args, kwargs, discrete=None):
         if names and eqn.primitive.name == "handle":
             raise SiteError(
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "
-                f"`lax.scan` under a handler inside the model; put `enum` around the model "
-                f"itself, not inside it.")
+                f"`lax.scan` that the model runs under an effppl handler it applies to a "
+                f"function itself ({internal.summarize_source(eqn.source_info)}, e.g. "
+                f"`handlers.scale(fn, 2.0)(...)` called inside the model, or an `enum` there); "
+                f"the scan's forward algorithm is derived from the model's program, which that "
+                f"handler hides. Apply the handler to the whole model instead "
+                f"(`handlers.scale(model, 2.0)`).")
         if names and eqn.primitive is not internal.scan_p:
             raise SiteError(
                 f"effppl.handlers.enum: site `{names[0]}` is marked for enumeration inside a "

@@ -45,6 +45,7 @@ class reparam(Handler):
             self._contexts = tuple(site_contexts())
             with configuring_sites(self._mark):
                 return fn(*args, **kwargs)
+        marked._wraps_model = (fn, self._marking)  # seen through by `enum`
         return marked
 
     def __enter__(self):

@@ -55,7 +55,8 @@ class SiteInfo(NamedTuple):
     not recorded in traces (no static number of occurrences); `dims`: `(site, axis names)` pairs
     for the sites inside a `plate`, naming the axes of a value's batch part (`None` where no plate
     sits, `plate_dims`); `enumerated`: the latent sites marked for enumeration, summed out of the
-    log density (not in `latent` nor `discrete_latent`).
+    log density (not in `latent` nor `discrete_latent`); `not_enumerable`: `(site,
+    distribution)` for those among them whose distribution has no finite support.
     """
 
     latent: tuple
@@ -65,6 +66,7 @@ class SiteInfo(NamedTuple):
     unrecorded: tuple = ()
     dims: tuple = ()
     enumerated: tuple = ()
+    not_enumerable: tuple = ()
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -166,7 +168,7 @@ class ModelFns:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""
         sig = _signature(dynamic)
         if sig not in self._site_info:
-            found, unrecorded, dims = {}, [], []
+            found, unrecorded, dims, not_enumerable = {}, [], [], []
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -176,6 +178,9 @@ class ModelFns:
 
             def record(sites, static):
                 for name, site in sites.items():
+                    if site.enumerated and not site.is_observed and site.fn is not None \
+                            and not getattr(site.fn, "has_enumerate_support", False):
+                        not_enumerable.append((name, site.fn))
                     found[name] = (site.kind, site.is_observed, _is_discrete(site.fn),
                                    site.enumerated)
                     loop_ndim = len(static[name].loops) if name in static else 0
@@ -202,6 +207,7 @@ class ModelFns:
                 unrecorded=tuple(unrecorded),
                 dims=tuple(dims),
                 enumerated=hidden,
+                not_enumerable=tuple(not_enumerable),
             )
         return self._site_info[sig]
 

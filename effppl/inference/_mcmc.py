@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
 from .._keys import typed_key
+from ..handlers._enum import check_enumerable
 from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
@@ -203,6 +204,8 @@ class MCMC:
         key = _as_key(rng_key, api)
         fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
         info = fns.site_info(dynamic)
+        for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
+            check_enumerable(name, fn)
         if not info.latent:
             raise MCMCError(
                 f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "

@@ -103,6 +103,25 @@ def test_enumerated_site_with_infinite_support_is_an_error_naming_it():
         effppl.log_density(model, (), {}, {})
 
 
+def test_enumerated_continuous_site_as_the_only_latent_is_the_same_error_in_mcmc():
+    """MCMC used to say "no latent sample site" (the marked site is not HMC's), naming no
+    cause; it names the site as `log_density` does. Predictive draws it, as NumPyro's does."""
+    def model(y):
+        x = effppl.sample("x", dist.Normal(0.0, 1.0), infer={"enumerate": "parallel"})
+        effppl.sample("y", dist.Normal(x, 1.0), obs=y)
+
+    mcmc = MCMC(NUTS(model), num_warmup=5, num_samples=5, progress_bar=False)
+    with pytest.raises(effppl.SiteError, match="`x`.*Normal has no finite support"):
+        mcmc.run(jax.random.PRNGKey(0), 1.0)
+    draws = effppl.infer.Predictive(model, num_samples=3)(jax.random.PRNGKey(0), 1.0)["x"]
+    def numpyro_model(y):
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0), infer={"enumerate": "parallel"})
+        numpyro.sample("y", dist.Normal(x, 1.0), obs=y)
+
+    theirs = numpyro.infer.Predictive(numpyro_model, num_samples=3)(jax.random.PRNGKey(0), 1.0)
+    np.testing.assert_allclose(draws, theirs["x"], rtol=1e-12)
+
+
 def test_enumerated_site_with_undeclared_batch_dim_is_an_error_naming_it():
     def model():
         effppl.sample("z", dist.Categorical(jnp.ones((4, 3)) / 3), infer={"enumerate": "parallel"})

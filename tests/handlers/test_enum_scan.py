@@ -321,3 +321,20 @@ def test_site_in_a_cond_inside_the_enumerated_body_is_an_error_naming_it():
 
     with pytest.raises(effppl.SiteError, match=r"`z`.*site `(big|small)` inside a nested `cond`"):
         effppl.log_density(branching, (Y,), {}, {})
+
+
+def test_handler_applied_to_a_function_inside_the_model_is_an_error_naming_its_use():
+    """`handlers.scale(fn, 2)(y)` called inside the model hides the scan from the forward
+    algorithm; the error names the site and the call, and the form it suggests, the handler
+    around the whole model, gives the scaled marginal: twice the forward algorithm."""
+    values = {"trans": jnp.asarray(TRANS), "locs": jnp.asarray(LOCS)}
+
+    def called(y):
+        effppl.handlers.scale(hmm, 2.0)(y)
+
+    with pytest.raises(effppl.SiteError, match=r"site `z`.*handler it applies to a function.*"
+                                               r"test_enum_scan.py:\d+.*whole model"):
+        effppl.log_density(called, (Y,), {}, values)
+    np.testing.assert_allclose(
+        effppl.log_density(effppl.handlers.scale(hmm, 2.0), (Y,), {}, values)[0],
+        2 * (prior(TRANS, LOCS) + forward(TRANS, LOCS, Y)), rtol=1e-10)

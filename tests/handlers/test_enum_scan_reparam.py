@@ -18,6 +18,7 @@ from numpyro.infer.util import potential_energy as numpyro_potential
 
 import effppl
 import effppl.handlers
+import effppl.infer.autoguide
 from effppl import distributions as dist
 from effppl.handlers import potential_energy
 from effppl.infer.reparam import LocScaleReparam
@@ -120,3 +121,10 @@ def test_reparam_around_the_model_of_a_site_depending_on_the_enumerated_one_is_a
     reparametrized = effppl.handlers.reparam(model, config={"x": LocScaleReparam(0)})
     with pytest.raises(effppl.SiteError, match=r"site `x`.*enumerated site `z`.*reparam"):
         potential_energy(reparametrized, (y,), {}, {"x_decentered": jnp.zeros(4)})
+    # the same refusal from TraceEnum_ELBO (its own wrapper of the model used to hide the scan,
+    # giving an error about an `enum` the user never wrote)
+    guide = effppl.infer.autoguide.AutoNormal(effppl.handlers.block(reparametrized, hide=["z"]))
+    params = {"x_decentered_auto_loc": jnp.zeros(4), "x_decentered_auto_scale": jnp.ones(4)}
+    with pytest.raises(effppl.SiteError, match=r"site `x`.*enumerated site `z`.*reparam"):
+        effppl.infer.TraceEnum_ELBO().loss(jax.random.PRNGKey(0), params, reparametrized, guide,
+                                           y)
