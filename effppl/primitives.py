@@ -37,6 +37,11 @@ class SiteError(EffpplError, ValueError):
     """A model's sample site is used in a way effppl cannot give a meaning to."""
 
 
+class InvalidParameterError(SiteError):
+    """A site's distribution got a parameter outside its constraint, with validation on
+    (`effppl.enable_validation()` or `validate_args=True`): NumPyro's `ValueError`."""
+
+
 class SampleMsg(NamedTuple):
     """The message of a `sample` site, the dynamic argument of `sample_op`: handlers read its
     fields and forward an updated copy (`msg._replace(value=...)`). A field that is None (or
@@ -495,7 +500,8 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                         f"{type(fn).__name__}.")
     if obs_mask is not None:
         return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
-    if vars(fn).get("_validate_args", False):  # asked for explicitly, not NumPyro's default
+    if vars(fn).get("_validate_args", False) or (  # asked for explicitly, or validating
+            getattr(_plates, "validating", False) and getattr(fn, "_validate_args", False)):
         _validate_at_run_time(name, fn)
     if not isinstance(sample_shape, (tuple, list)) or not all(
             _is_int(n) and n >= 0 for n in sample_shape):
@@ -606,28 +612,53 @@ def _keep_validation(fn):
     return fn
 
 
+@contextlib.contextmanager
+def validating_parameters():
+    """Within it, with NumPyro's validation on (`effppl.enable_validation()`), the models traced
+    check their sites' traced distribution parameters when the compiled code runs, as explicit
+    `validate_args=True` does (`_validate_at_run_time`), recording an `InvalidParameterError`
+    that `callback_site_errors` raises after the run. The entry points called eagerly, on
+    concrete values, trace in it (NumPyro validates there), and so does the eager check of
+    MCMC and Predictive before their compiled runs; the compiled sampler never does, so it
+    carries no check."""
+    previous = getattr(_plates, "validating", False)
+    _plates.validating = True
+    try:
+        yield
+    finally:
+        _plates.validating = previous
+
+
 def _validate_at_run_time(name, fn):
-    """Explicit `validate_args=True` with traced parameters: NumPyro cannot check them while
-    tracing, so check when the compiled code runs (a host callback, so only on request), raising
-    an error that names the site."""
+    """Validation asked for (explicit `validate_args=True`, or `validating_parameters`) with
+    traced parameters: NumPyro cannot check them while tracing, so check when the compiled code
+    runs (a host callback, so only on request), raising an error that names the site, the
+    parameter and its constraint (NumPyro's `validate_args`)."""
     names, valid = [], []
-    for param, constraint in getattr(fn, "arg_constraints", {}).items():
-        value = getattr(fn, param, None)
-        if value is None or not isinstance(value, jax.core.Tracer):
+    for param, value in fn.get_args().items():  # as NumPyro's `validate_args`
+        constraint = fn.arg_constraints.get(param)
+        if (constraint is None or not isinstance(value, jax.core.Tracer)
+                or dist.constraints.is_dependent(constraint)):
             continue
-        names.append(param)
+        names.append((param, str(constraint)))  # text: the closure below holds no tracer
         valid.append(jnp.all(constraint(value)))
     if not names:
         return
 
-    def check(*flags):
-        bad = [n for n, ok in zip(names, flags) if not bool(ok)]
-        if bad:
-            err = SiteError(f"Site `{name}`: {type(fn).__name__} got invalid parameter(s) "
-                            f"{', '.join(bad)} (outside their support; validate_args=True).")
-            _callback_errors.append(err)
-            raise err
+    family = type(fn).__name__  # the closure holds no tracer (`fn`'s parameters are)
+    stop = bool(vars(fn).get("_validate_args", False))  # explicit: stop; else raised after
 
+    def check(*flags):
+        bad = [(param, constraint) for (param, constraint), ok in zip(names, flags) if not ok]
+        if bad:
+            what = "; ".join(f"{family} distribution got invalid {param} parameter "
+                             f"(outside its constraint {constraint})" for param, constraint in bad)
+            err = InvalidParameterError(
+                f"Site `{name}`: {what}. (Validation is on: `effppl.enable_validation()` or "
+                f"`validate_args=True`.)")
+            _callback_errors.append(err)
+            if stop:
+                raise err  # XLA stops; `callback_site_errors` re-raises it
     jax.debug.callback(check, *valid)
 
 
@@ -646,6 +677,11 @@ def callback_site_errors():
         if not _callback_errors:
             raise
         raise _callback_errors[-1] from err
+    else:
+        if getattr(_plates, "validating", False):
+            jax.effects_barrier()  # the checks recorded by `validating_parameters` have run
+        if _callback_errors:
+            raise _callback_errors[0]
     finally:
         _callback_errors.clear()
 

@@ -112,6 +112,12 @@ def _debug_info(name: str, fn: Callable, args, in_tree):
     return _core.DebugInfo(name, source, arg_names, _core.initial_result_paths)
 
 
+def outside_transformations() -> bool:
+    """Whether no JAX transformation (jit, grad, vmap, a trace) is in progress: code runs
+    eagerly on concrete values."""
+    return _core.trace_state_clean()
+
+
 def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
     """Raise `LeakedTracerError` naming `name` when, outside every JAX transformation, a value
     the traced function `name` closes over (`consts`) is a tracer: it leaked out of an earlier

@@ -10,7 +10,7 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   `perform_p` (to recognise a perform equation).
 - Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
-  `check_no_leaked_tracers`, `dce`, `current_trace`, `vmap_index`, `paused_gc` (tracing a
+  `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations`, `vmap_index`, `paused_gc` (tracing a
   large program without cyclic garbage collection); `recording_sources`, `source_values` (the
   concrete value a traced argument passed on unchanged stands for).
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
@@ -23,8 +23,9 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 
 from ._api import callable_name
 from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, current_trace, dce,
-                      jaxpr_as_fun, jaxprs_in_params, scan_counts, scan_p, split_traced_args,
-                      summarize_source, trace_call, trace_to_jaxpr, vmap_index)
+                      jaxpr_as_fun, jaxprs_in_params, outside_transformations, scan_counts,
+                      scan_p, split_traced_args, summarize_source, trace_call, trace_to_jaxpr,
+                      vmap_index)
 from ._primitives import SiteKey, forwards_static, perform_p
 from ._sources import recording_sources, source_values
 from ._translate import paused_gc

@@ -15,6 +15,7 @@ import copy
 import functools
 import threading
 
+import jax
 import jax.numpy as jnp
 import numpyro.distributions
 import numpyro.primitives
@@ -22,8 +23,9 @@ import numpyro.primitives
 from .. import _mutable
 from .. import effects as fx
 from ..effects import internal
-from ..primitives import (SiteError, deterministic_op, eager_blocks, message_contexts, param_op,
-                          sample_op, value_shape)
+from ..primitives import (SiteError, callback_site_errors, deterministic_op, eager_blocks,
+                          message_contexts, param_op, sample_op, validating_parameters,
+                          value_shape)
 from ._sites import analyze
 
 _depth = threading.local()
@@ -158,8 +160,14 @@ def run_outermost(fn, *args, **kwargs):
         with _inside():
             return fn(*a, **kw)
 
-    with internal.recording_sources():  # for `concrete_arguments`
-        return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
+    if not (numpyro.distributions.Distribution._validate_args
+            and internal.outside_transformations()):
+        with internal.recording_sources():  # for `concrete_arguments`
+            return fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs)
+    # validation on, run eagerly: the traced distribution parameters are checked as it runs
+    with internal.recording_sources(), validating_parameters(), callback_site_errors():
+        return jax.block_until_ready(
+            fx.eliminate(fx.handle(body, clauses=_BASE))(*args, **kwargs))
 
 
 def concrete_arguments(args, kwargs):

@@ -20,8 +20,8 @@ from .._errors import EffpplError
 from .._keys import typed_key
 from ..handlers._enum import check_enumerable
 from ._fns import prepare
-from ._init import find_initial_params, given_initial_params
-from ._model import site_errors
+from ._init import InitializationError, find_initial_params, given_initial_params
+from ._model import explained_by_parameters, site_errors
 from ._kernels import _HMCFamily
 from ._persistent import persistent_cache
 from ._sampler import Span, sampler_for, warmup_schedule
@@ -331,12 +331,17 @@ class MCMC:
                 DivergenceWarning, stacklevel=5,
             )
 
+    def _explained(self, args, kwargs):
+        """No finite initial point because a distribution parameter is invalid (validation on):
+        that error, naming the site, instead."""
+        return explained_by_parameters(self.kernel.model, args, kwargs, (InitializationError,))
+
     def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:
         """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
 
         **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
         """
-        with site_errors():
+        with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
                           init_params=init_params)
 
@@ -363,13 +368,15 @@ class MCMC:
         `init_params` misses a site, has a wrong shape or a non-finite log density;
         `MCMCError` for a model without continuous latent sites, or `init_params` given while
         `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
-        data; `SiteError` naming a site whose explicit `validate_args=True` check fails.
+        data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
+        (`InvalidParameterError`, with validation on) whose distribution parameter is invalid
+        when no finite initial point is found.
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
-        with site_errors():
+        with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params)
         stats = self._get("stats", "run")

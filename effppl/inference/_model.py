@@ -213,6 +213,48 @@ def initialising():
                 ImproperUniform.sample = _improper_sample
 
 
+def validate_parameters(model: Callable, args: tuple, kwargs: dict) -> None:
+    """With validation on (`effppl.enable_validation()`, NumPyro's default), run `model` once
+    eagerly on the concrete `args`, its latent sites drawn from their priors (improper ones at an
+    initial point), so that a distribution parameter outside its constraint raises, as NumPyro's
+    eager run of the model does. Any other failure of this run is left to the caller, which
+    reports it in its own words.
+
+    **Raises:** `InvalidParameterError` (a `ValueError`) naming the site, the parameter and its
+    constraint."""
+    import numpyro.distributions
+
+    from effppl.primitives import InvalidParameterError
+
+    if _backend is not None or not numpyro.distributions.Distribution._validate_args:
+        return
+    try:
+        with initialising():
+            get_trace(model, args, kwargs, rng_key=jax.random.PRNGKey(0))
+    except InvalidParameterError:
+        raise
+    except Exception:  # noqa: BLE001 -- not this check's to report (see the docstring)
+        return
+
+
+@contextlib.contextmanager
+def explained_by_parameters(model: Callable, args: tuple, kwargs: dict, errors: tuple):
+    """A context in which one of `errors` (e.g. no finite initial point: a NaN potential) is
+    re-raised as the `InvalidParameterError` that explains it, when the model's eager run
+    (`validate_parameters`) finds one. The compiled functions it wraps carry no check: the
+    check runs only when they have failed."""
+    from effppl.primitives import InvalidParameterError
+
+    try:
+        yield
+    except errors as err:
+        try:
+            validate_parameters(model, args, kwargs)
+        except InvalidParameterError as invalid:
+            raise invalid from err
+        raise
+
+
 def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
     """`model` with its enumerated sites drawn from their conditional given the latent values
     `samples` (`effppl.handlers.infer_discrete` of the conditioned model, temperature 1)."""
