@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -224,12 +225,12 @@ def _no_nested_sites(body, names):
 
 
 def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
-    """`(markov, poisoned_ys, fixed, dependent, order)`: which carry outputs depend on the
-    enumerated sites (the Markov carry), which stacked outputs do, whether the Markov carry
-    depends on nothing else (no input of the step, no other site, no earlier step: the same
-    function of the state at every step), the sample sites whose distribution depends on the
-    enumerated sites, and the chain's order (how many steps' enumerated values the Markov carry
-    holds; 0 when none does).
+    """`(markov, poisoned_ys, fixed, dependent, undefined, order)`: which carry outputs depend
+    on the enumerated sites (the Markov carry), which stacked outputs do, whether the Markov
+    carry depends on nothing else (no input of the step, no other site, no earlier step: the
+    same function of the state at every step), the sample sites whose distribution depends on
+    the enumerated sites, the deterministic sites whose value does, and the chain's order (how
+    many steps' enumerated values the Markov carry holds; 0 when none does).
     **Raises:** `SiteError` for a carry whose history has no bound (one that depends on its own
     previous value and on the enumerated sites, e.g. a running sum of them)."""
     carry_in = body.invars[n_consts:n_consts + n_carry]
@@ -253,9 +254,14 @@ def _markov_structure(body, n_consts, n_carry, enum_eqns, names):
     ys = body.outvars[n_carry:]
     poisoned = [enumerated(of(v)) for v in ys]
     fixed = all(kind == "z" for v, m in zip(carry_out, markov) if m for kind, _ in of(v))
-    dependent = {i for i in sources if isinstance(i, int) and (i in enum_eqns or enumerated(
-        frozenset().union(*(of(v) for v in body.eqns[i].invars))))}
-    return markov, poisoned, fixed, dependent, max(orders, default=0)
+    def reads_enumerated(eqn):
+        return enumerated(frozenset().union(*(of(v) for v in eqn.invars)))
+
+    dependent = {i for i in sources if isinstance(i, int)
+                 and (i in enum_eqns or reads_enumerated(body.eqns[i]))}
+    undefined = {i for i, e in enumerate(body.eqns) if e.primitive is perform_p
+                 and e.params["op"] is deterministic_op and reads_enumerated(e)}
+    return markov, poisoned, fixed, dependent, undefined, max(orders, default=0)
 
 
 def _orders(carry_sources, names):
@@ -321,8 +327,10 @@ def forward_scan(eqn, ins, names, discrete=None):
     enum_eqns = [i for i, e in enumerate(body.eqns) if _deferred(e)]
     sites = [i for i, e in enumerate(body.eqns)
              if e.primitive is perform_p and e.params["op"] is sample_op]
-    markov, poisoned_ys, fixed, dependent, order = _markov_structure(
+    markov, poisoned_ys, fixed, dependent, undefined, order = _markov_structure(
         body, n_consts, n_carry, enum_eqns, names)
+    if discrete is None:  # (`infer_discrete` substitutes its draws and runs the model again)
+        _warn_undefined(body, undefined, names)
     _no_reparam_of_dependent(body, dependent, names)
     chains = chains_of(body, enum_eqns)
     reducers = {i: reducer(body.eqns[i], chains, names[0]) for i in sorted(dependent)}
@@ -348,6 +356,8 @@ def forward_scan(eqn, ins, names, discrete=None):
         values = {}
 
         def perform(index, e, e_ins):
+            if index in undefined:  # its value at the first state would pass for the value
+                return internal.bind_eqn(e, [_undefined_like(x) for x in e_ins])
             if e.primitive is not perform_p or e.params["op"] is not sample_op:
                 return None
             msg = jax.tree_util.tree_unflatten(e.params["in_tree"], e_ins)[0]
@@ -424,6 +434,30 @@ def forward_scan(eqn, ins, names, discrete=None):
                        path[::-1] if reverse else path)
     factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)))
     return list(carry) + list(ys), list(markov) + list(poisoned_ys)
+
+
+def _warn_undefined(body, undefined, names):
+    """Warn (while tracing) about the deterministic sites of the enumerated scan whose value
+    depends on its enumerated sites: summed out, they have no value, so the site is recorded
+    as NaN (the least integer for an integer site), not as its value at one state."""
+    if undefined:
+        sites = ", ".join(f"`{_name(body.eqns[i])}`" for i in sorted(undefined))
+        warnings.warn(
+            f"effppl.handlers.enum: deterministic site(s) {sites} in the `lax.scan` holding "
+            f"enumerated site `{names[0]}` depend on it, which is summed out here (log density, "
+            f"MCMC): they are recorded as NaN. To get their values, draw `{names[0]}` with "
+            f"`Predictive(model, samples, infer_discrete=True)` (or "
+            f"`effppl.infer.infer_discrete`).", UserWarning, stacklevel=2)
+
+
+def _undefined_like(x):
+    """NaN of `x`'s shape, or the least value of its integer type (True for bool)."""
+    dtype = jnp.result_type(x)
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.full(jnp.shape(x), jnp.nan, dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return jnp.full(jnp.shape(x), jnp.iinfo(dtype).min, dtype)
+    return jnp.ones(jnp.shape(x), dtype)
 
 
 def _record_states(discrete, body, enum_eqns, supports, shapes, states, length, path):

@@ -307,3 +307,50 @@ def test_a_latent_under_a_vmap_below_an_enumerated_site_raises_naming_it():
     with pytest.raises(SiteError, match=r"latent site `x` has shape \(5,\).*`c`.*plate"):
         handlers.potential_energy(vmapped, (jnp.asarray(Y[:5]),), {},
                                   {"mu": POINT["mu"], "x": np.zeros(5)})
+
+
+@pytest.mark.slow  # two MCMC compilations (~30 s)
+def test_mcmc_deterministic_below_an_enumerated_site_keeps_its_enumeration_dim_as_numpyros():
+    """A reparametrized latent below an enumerated site is a deterministic function of the
+    enumerated value: as in NumPyro's MCMC, each draw holds its value at every enumerated value,
+    `eta[c] + chi[c] * theta_decentered` with `c` along its dim (NumPyro's
+    `initialize_model(...).postprocess_fn` alone gives one value, at a drawn `c`)."""
+    y = jnp.asarray(ANNOTATIONS)
+    draws, theirs = [], None
+    for lib in (effppl, numpyro):
+        mcmc = lib.infer.MCMC(lib.infer.NUTS(_reparametrized(lib, False)), num_warmup=10,
+                              num_samples=5, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), y)
+        draws.append(mcmc.get_samples())
+    draws, theirs = draws
+    assert {k: v.shape for k, v in draws.items()} == {k: v.shape for k, v in theirs.items()}
+    assert draws["theta"].shape == (5, 3, 8, 1, 2)
+    by_hand = (draws["eta"][:, :, None, None, :]
+               + draws["chi"][:, :, None, None, :] * draws["theta_decentered"][:, None])
+    np.testing.assert_allclose(draws["theta"], by_hand, rtol=1e-12)
+
+
+def test_deterministic_depending_on_a_site_enumerated_in_a_scan_is_nan_not_one_state():
+    """Inside an enumerated `lax.scan` the body runs once with the enumerated site at its first
+    value; a deterministic site computed from it used to be recorded at that value (`w`
+    for `3 z + w`), passing for a draw. Summed out, it has no value: NaN, with a warning; with
+    `infer_discrete` it is computed from the drawn path."""
+    def model(y):
+        w = effppl.sample("w", dist.Normal(0.0, 1.0))
+
+        def step(z_prev, y_t):
+            z = effppl.sample("z", dist.Bernoulli(0.3 + 0.4 * z_prev),
+                              infer={"enumerate": "parallel"})
+            effppl.deterministic("d", 3.0 * z + w)
+            effppl.sample("y", dist.Normal(3.0 * z + w, 1.0), obs=y_t)
+            return z, None
+
+        jax.lax.scan(step, 0, y)
+
+    y = jnp.array([0.5, 2.0, 3.0])
+    with pytest.warns(UserWarning, match="site.*`d`.*enumerated site `z`.*NaN.*infer_discrete"):
+        tr = handlers.trace(handlers.substitute(handlers.enum(model), {"w": 0.3})).get_trace(y)
+    assert tr["d"]["value"].shape == (3,) and np.all(np.isnan(tr["d"]["value"]))
+    samples = {"w": jnp.array([0.3, -0.2])}
+    drawn = effppl.infer.Predictive(model, samples, infer_discrete=True)(jax.random.PRNGKey(1), y)
+    np.testing.assert_allclose(drawn["d"], 3.0 * drawn["z"] + samples["w"][:, None], rtol=1e-12)
