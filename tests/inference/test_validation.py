@@ -15,7 +15,7 @@ import effppl
 from effppl import distributions as dist
 from effppl.handlers import potential_energy, seed, trace
 from effppl.infer import MCMC, NUTS
-from effppl.primitives import InvalidParameterError
+from effppl import InvalidParameterError
 
 NUMPYRO_MESSAGE = "Normal distribution got invalid scale parameter"
 
