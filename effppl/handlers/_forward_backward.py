@@ -1,6 +1,6 @@
 """The recursions over an enumerated scan's tables (`_markov.forward_scan`): the tables of a
 chain of order k, the forward pass over the joint states of the last k steps, and the backward
-pass of a first-order chain (forward filtering, backward sampling; Viterbi)."""
+pass (forward filtering, backward sampling; Viterbi) over those joint states."""
 
 from __future__ import annotations
 
@@ -48,36 +48,43 @@ def _forward(lp, order, num_states, reduce, keep):
     return alpha, (jnp.concatenate([alpha0[None], alphas]) if keep else None)
 
 
-def _backward_chains(alphas, lp, chains, temperature, key):
-    """`_backward` for every chain: `alphas` `(T, K, *chains)`, `lp` `(T, J, K, *chains)`;
-    returns the joint states `(T, *chains)`."""
-    num_steps, num_states = alphas.shape[:2]
-    alphas = jnp.moveaxis(alphas.reshape(num_steps, num_states, chains.size), -1, 0)
+def _backward_chains(alphas, lp, chains, temperature, key, num_states):
+    """`_backward` for every chain: `alphas` `(T, K^k, *chains)`, `lp` `(T, J, K, *chains)`;
+    returns the states `(T, *chains)` (each of `num_states` K)."""
+    num_steps, num_joint = alphas.shape[:2]
+    alphas = jnp.moveaxis(alphas.reshape(num_steps, num_joint, chains.size), -1, 0)
     lp = jnp.moveaxis(lp.reshape(*lp.shape[:3], chains.size), -1, 0)
     keys = jax.random.split(key, chains.size) if key is not None else None
-    path = jax.vmap(lambda a, t, k: _backward(a, t, temperature, k))(alphas, lp, keys)
+    path = jax.vmap(lambda a, t, k: _backward(a, t, temperature, k, num_states))(alphas, lp, keys)
     return jnp.moveaxis(path, 0, -1).reshape((num_steps, *chains.shape))
 
 
-def _backward(alphas, lp, temperature, key):
-    """The joint state of every step `(T,)`, in processing order: the last from `alphas[-1]`,
-    then backwards `p(s_t = j | s_{t+1}) ~ exp(alphas[t][j] + lp[t + 1][j, s_{t+1}])`, drawn
-    (temperature 1) or maximised (0). `alphas[t]`: the message after step t; `lp[t]`: the
-    table of step t (its first axis of size 1 when it does not depend on the state before)."""
+def _backward(alphas, lp, temperature, key, num_states):
+    """The state of every step `(T,)`, in processing order, for a chain of order k: the joint
+    state of the last k steps `(h, q)` (h the oldest; index `h K^(k-1) + q`) is drawn
+    (temperature 1) or maximised (0) backwards: the last from `alphas[-1]`, then, given the
+    joint state `(q, i)` after step t + 1, `p(h | q, i) ~ exp(alphas[t][(h, q)] + lp[t +
+    1][(h, q), i])`; each step's state is the newest of its joint state. `alphas[t]`: the
+    message after step t `(K^k,)`; `lp[t]`: the table of step t `(K^k, K)` (its first axis of
+    size 1 when it does not depend on the states before)."""
     def choose(key, logits):
         if temperature == 0:
             return jnp.argmax(logits)
         return jax.random.categorical(key, logits)
 
-    num_steps = lp.shape[0]
+    num_steps, num_joint = lp.shape[0], alphas.shape[1]
+    lower = num_joint // num_states  # K^(k-1): the joint states of the k - 1 newer steps
     keys = (jax.random.split(key, num_steps) if key is not None
             else jnp.zeros((num_steps, 2), jnp.uint32))
     last = choose(keys[-1], alphas[-1])
 
-    def back(s_next, inputs):
+    def back(joint_next, inputs):
         key, alpha_t, lp_next = inputs
-        s = choose(key, alpha_t + lp_next[:, s_next])
-        return s, s
+        newer, state_next = joint_next // num_states, joint_next % num_states
+        joint = jnp.arange(num_states) * lower + newer  # (h, q) for every oldest state h
+        rows = joint if lp_next.shape[0] == num_joint else jnp.zeros_like(joint)
+        joint = joint[choose(key, alpha_t[joint] + lp_next[rows, state_next])]
+        return joint, joint
 
     _, earlier = jax.lax.scan(back, last, (keys[:-1], alphas[:-1], lp[1:]), reverse=True)
-    return jnp.concatenate([earlier, last[None]])
+    return jnp.concatenate([earlier, last[None]]) % num_states

@@ -416,10 +416,6 @@ def forward_scan(eqn, ins, names, discrete=None):
             later, after, every_state)[0]
         lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, *lp0.shape)), lp])
     elif order:  # lp[t, p, i]: p the states of the `order` steps before t
-        if discrete is not None and order > 1:
-            raise SiteError(f"effppl.infer.infer_discrete: the `lax.scan` holding enumerated "
-                            f"site `{names[0]}` carries the enumerated values of {order} steps; "
-                            f"infer_discrete follows first-order chains only.")
         lp = _order_tables(log_density, steps, markov_init, num_states, order)
     else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
         lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
@@ -429,7 +425,7 @@ def forward_scan(eqn, ins, names, discrete=None):
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
     alpha, alphas = _forward(lp, max(order, 1), num_states, reduce, discrete is not None)
     if discrete is not None:
-        path = _backward_chains(alphas, lp, chains, *discrete)
+        path = _backward_chains(alphas, lp, chains, *discrete, num_states)
         _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
     factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)))

@@ -106,10 +106,41 @@ def test_hmm_enum_model_6_potential_is_numpyros():
         np.testing.assert_allclose(ours[1][name], theirs[1][name], rtol=1e-8, atol=1e-10)
 
 
-def test_infer_discrete_of_second_order_scan_raises():
-    with pytest.raises(effppl.SiteError, match="infer_discrete.*`z`.*2 steps"):
-        effppl.handlers.infer_discrete(order_k(2), temperature=0)(
-            Y, jnp.asarray(TRANS3), jnp.asarray(LOCS))
+def _path_log_probs(k, y, trans, locs):
+    """`{path: log p(path, y)}` for every path of the chain of order k."""
+    out = {}
+    for path in itertools.product(range(K), repeat=len(y)):
+        last, total = (0,) * k, 0.0
+        for z, y_t in zip(path, y):
+            total += np.log(trans[(0,) * (3 - k) + last][z]) + float(
+                dist.Normal(locs[z], 1.0).log_prob(y_t))
+            last = (*last[1:], z)
+        out[path] = total
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_infer_discrete_of_order_k_scan_is_the_most_likely_path_and_draws_the_posterior(k):
+    """Viterbi over the joint states of the last k steps gives the brute-force argmax path;
+    FFBS draws follow the exact posterior of (z_0, z_last)."""
+    y = Y[:5]
+    args = (y, jnp.asarray(TRANS3), jnp.asarray(LOCS))
+    paths = _path_log_probs(k, y, TRANS3, LOCS)
+    best = max(paths, key=paths.get)
+    viterbi = effppl.handlers.trace(effppl.handlers.infer_discrete(
+        order_k(k), temperature=0)).get_trace(*args)["z"]["value"]
+    np.testing.assert_array_equal(viterbi, best)
+
+    posterior = np.zeros((K, K))
+    total = logsumexp(np.array(list(paths.values())))
+    for path, lp in paths.items():
+        posterior[path[0], path[-1]] += np.exp(lp - total)
+    draw = jax.jit(jax.vmap(lambda key: effppl.handlers.trace(effppl.handlers.infer_discrete(
+        order_k(k), temperature=1, rng_key=key)).get_trace(*args)["z"]["value"]))
+    draws = np.asarray(draw(jax.random.split(jax.random.PRNGKey(k), 4000)))
+    counts = np.zeros((K, K))
+    np.add.at(counts, (draws[:, 0], draws[:, -1]), 1)
+    np.testing.assert_allclose(counts / len(draws), posterior, atol=0.03)
 
 
 @pytest.mark.parametrize("history", [-1, 1.5, True])
