@@ -10,7 +10,8 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   `perform_p` (to recognise a perform equation).
 - Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
-  `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations`, `vmap_index`, `paused_gc` (tracing a
+  `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations` (no JAX
+  transformation in progress), `vmap_index`, `paused_gc` (tracing a
   large program without cyclic garbage collection); `recording_sources`, `source_values` (the
   concrete value a traced argument passed on unchanged stands for).
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
@@ -37,7 +38,7 @@ __all__ = [
     "SiteKey", "perform_p", "trace_call", "split_traced_args",
     "trace_to_jaxpr", "abstractify",
     "check_no_leaked_tracers", "dce",
-    "current_trace", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
+    "current_trace", "outside_transformations", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
     "callable_name", "recording_sources", "source_values",
 ]
