@@ -645,9 +645,12 @@ def _validate_at_run_time(name, fn):
     if not names:
         return
 
-    family = type(fn).__name__  # the closure holds no tracer (`fn`'s parameters are)
     stop = bool(vars(fn).get("_validate_args", False))  # explicit: stop; else raised after
+    jax.debug.callback(_checker(name, type(fn).__name__, tuple(names), stop), *valid)
 
+
+def _checker(name, family, names, stop):
+    """The host check of `_validate_at_run_time` (its closure holds no tracer)."""
     def check(*flags):
         bad = [(param, constraint) for (param, constraint), ok in zip(names, flags) if not ok]
         if bad:
@@ -659,7 +662,7 @@ def _validate_at_run_time(name, fn):
             _callback_errors.append(err)
             if stop:
                 raise err  # XLA stops; `callback_site_errors` re-raises it
-    jax.debug.callback(check, *valid)
+    return check
 
 
 _callback_errors: list = []  # SiteErrors that `_validate_at_run_time` raised, newest last
