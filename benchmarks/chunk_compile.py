@@ -1,8 +1,9 @@
 """XLA compile time of the sampler's program alone: effppl's chunk against NumPyro's sampling loop.
 
 Both programs are captured as `MCMC.run` would compile them (effppl: `Sampler.chunk`'s jitted
-function at its first call; NumPyro: `fori_collect`'s jitted loop, `progress_bar=False`), lowered
-once, then `compile()`d alternately in this process (best and all times reported), on the
+function at its first call; NumPyro: `fori_collect`'s jitted loop, `progress_bar=False`), then
+lowered and `compile()`d alternately in this process (compile only timed, CPU s; best and all
+times reported), on the
 Python-loop model of `benchmarks.compile_bench` (`model_for`, `data`, `groups_for`).
 
 Each result also gives the optimised program's number of fusions, its largest fusion and the
@@ -25,13 +26,13 @@ os.environ.setdefault("EFFPPL_CACHE_DIR", "0")
 
 
 class _Captured(Exception):
-    def __init__(self, lowered):
+    def __init__(self, jitted, args):
         super().__init__("captured")
-        self.lowered = lowered
+        self.program = (jitted, args)
 
 
-def effppl_lowered(sites: int, seed: int = 0):
-    """effppl's chunk program, lowered with the arguments of `MCMC.run`'s first call."""
+def effppl_program(sites: int, seed: int = 0):
+    """effppl's chunk program: `(jitted function, arguments of MCMC.run's first call)`."""
     import jax
     import jax.numpy as jnp
 
@@ -47,7 +48,7 @@ def effppl_lowered(sites: int, seed: int = 0):
         jitted = original(self, length).__wrapped__
 
         def capture(*args):
-            raise _Captured(jitted.lower(*args))
+            raise _Captured(jitted, args)
         return capture
 
     _sampler.Sampler.chunk = chunk
@@ -56,14 +57,15 @@ def effppl_lowered(sites: int, seed: int = 0):
                       progress_bar=False)
         mcmc.run(jax.random.PRNGKey(seed), y)
     except _Captured as c:
-        return c.lowered
+        return c.program
     finally:
         _sampler.Sampler.chunk = original
     raise RuntimeError("effppl's chunk was not called")
 
 
-def numpyro_lowered(sites: int, seed: int = 0):
-    """NumPyro's sampling program (`fori_collect`'s loop), lowered as its `MCMC.run` calls it."""
+def numpyro_program(sites: int, seed: int = 0):
+    """NumPyro's sampling program (`fori_collect`'s loop): `(jitted function, arguments)`, as
+    its `MCMC.run` calls it."""
     import jax
     import jax.numpy as jnp
     import numpyro.util
@@ -80,7 +82,7 @@ def numpyro_lowered(sites: int, seed: int = 0):
             return jitted
 
         def capture(*a):
-            raise _Captured(jitted.lower(*a))
+            raise _Captured(jitted, a)
         return capture
 
     numpyro.util.maybe_jit = maybe_jit
@@ -89,7 +91,7 @@ def numpyro_lowered(sites: int, seed: int = 0):
                       progress_bar=False)
         mcmc.run(jax.random.PRNGKey(seed), y)
     except _Captured as c:
-        return c.lowered
+        return c.program
     finally:
         numpyro.util.maybe_jit = original
     raise RuntimeError("NumPyro's sampling loop was not called")
@@ -132,11 +134,15 @@ def main(argv=None):
     if args.points is not None:
         from . import compile_bench
         compile_bench.POINTS = args.points
-    lower = {"effppl": effppl_lowered, "numpyro": numpyro_lowered}
-    lowered = {fw: lower[fw](args.sites) for fw in args.frameworks.split(",")}
-    times, stats = {fw: [] for fw in lowered}, {}
+    import jax
+
+    capture = {"effppl": effppl_program, "numpyro": numpyro_program}
+    programs = {fw: capture[fw](args.sites) for fw in args.frameworks.split(",")}
+    times, stats = {fw: [] for fw in programs}, {}
     for _ in range(args.repeat):
-        for fw, low in lowered.items():
+        for fw, (jitted, call_args) in programs.items():
+            jax.clear_caches()  # JAX keeps compiled programs: compile anew each time
+            low = jitted.lower(*call_args)
             start = time.process_time()
             compiled = low.compile()
             times[fw].append(time.process_time() - start)
