@@ -22,8 +22,6 @@ import json
 import os
 import time
 
-os.environ.setdefault("EFFPPL_CACHE_DIR", "0")
-
 
 class _Captured(Exception):
     def __init__(self, jitted, args):
@@ -121,6 +119,7 @@ def fusion_stats(hlo: str) -> dict:
 
 
 def main(argv=None):
+    os.environ.setdefault("EFFPPL_CACHE_DIR", "0")  # effppl's compilations in this process too
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chunk_compile")
     parser.add_argument("--sites", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1)
