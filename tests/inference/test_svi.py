@@ -297,6 +297,32 @@ def test_nonfinite_loss_names_the_step_and_param():
     np.testing.assert_allclose(out.params["mu_loc"], -5.5)  # every later step is skipped
 
 
+def test_an_initial_param_outside_its_constraint_is_an_error_at_init():
+    """NumPyro raises at `init` (its distributions' checks, eager there); effppl names the param
+    and its constraint instead of starting from a NaN unconstrained value."""
+    def bad_guide(y):
+        loc = effppl.param("loc", 0.0)
+        scale = effppl.param("scale", -1.0, constraint=constraints.positive)
+        effppl.sample("mu", dist.Normal(loc, scale))
+
+    y = _data(n=3)
+    svi = SVI(model, bad_guide, optax.adam(0.1), Trace_ELBO())
+    with pytest.raises(SVIError, match=r"param `scale` \(constraint Positive"):
+        svi.init(jax.random.PRNGKey(0), y)
+    with pytest.raises(SVIError, match=r"param `scale`"):
+        SVI(model, guide, optax.adam(0.1), Trace_ELBO()).init(
+            jax.random.PRNGKey(0), y, init_params={"scale": jnp.array(-2.0)})
+    with pytest.raises(ValueError, match="scale"):  # NumPyro refuses it too
+        numpyro.infer.SVI(_normal_model(numpyro), bad_guide_numpyro, numpyro.optim.Adam(0.1),
+                          numpyro.infer.Trace_ELBO()).init(jax.random.PRNGKey(0), y)
+
+
+def bad_guide_numpyro(y):
+    loc = numpyro.param("loc", 0.0)
+    scale = numpyro.param("scale", -1.0, constraint=constraints.positive)
+    numpyro.sample("mu", dist.Normal(loc, scale))
+
+
 def test_a_step_that_makes_the_params_nonfinite_is_reported_not_dropped():
     """A NaN learning rate: each loss is finite (taken at the old params), the new params are
     not. NumPyro returns NaN params; effppl raises naming the step (before: the steps were
