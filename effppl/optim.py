@@ -215,12 +215,29 @@ class RMSPropMomentum(_NumPyroOptim):
 
 
 class SM3(_NumPyroOptim):
-    """SM3 (Anil et al., 2019): `optax.scale_by_sm3` (a schedule `step_size` allowed)."""
+    """SM3 (Anil et al., 2019): `optax.scale_by_sm3` (a schedule `step_size` allowed), on
+    scalar params too (as shape-`(1,)` arrays: optax's SM3 indexes a param's axes)."""
 
     def __init__(self, step_size, momentum=0.9):
         _check_all("SM3", step_size, momentum=momentum)
-        super().__init__(optax.chain(optax.scale_by_sm3(momentum), _lr(step_size)),
+        super().__init__(optax.chain(_scalars_as_vectors(optax.scale_by_sm3(momentum)),
+                                     _lr(step_size)),
                          key=(step_size, momentum))
+
+
+def _scalars_as_vectors(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`inner`, seeing each 0-d leaf (params, updates) as a shape-`(1,)` array."""
+    def up(tree):
+        return jax.tree.map(lambda x: jnp.reshape(x, (1,)) if jnp.ndim(x) == 0 else x, tree)
+
+    def init(params):
+        return inner.init(up(params))
+
+    def update(updates, state, params=None):
+        new, state = inner.update(up(updates), state, None if params is None else up(params))
+        return jax.tree.map(lambda n, u: jnp.reshape(n, jnp.shape(u)), new, updates), state
+
+    return optax.GradientTransformation(init, update)
 
 
 class _MinimizeState(NamedTuple):

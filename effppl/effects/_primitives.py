@@ -307,6 +307,12 @@ class HandlerSpec:
     ret_consts: slice
     n_params: int
     answer_avals: tuple
+    passed: frozenset = frozenset()  # SiteKeys of performs its clause forwards untraced
+
+    def handles(self, key) -> bool:
+        """Whether a perform of signature `key` inside the body is handled here (else it
+        reaches the handlers outside, as if this one were absent)."""
+        return key.op in self.ops and key not in self.passed
 
     def jaxprs(self):
         yield from (c.jaxpr for c in self.clauses.values())
@@ -322,7 +328,8 @@ handle_p.multiple_results = True
 
 
 def _handle_effects(body, spec):
-    handled = {OpEffect(op) for op in spec.ops}
+    passed = {key.op for key in spec.passed}
+    handled = {OpEffect(op) for op in spec.ops if op not in passed}
     effs = {e for e in body.effects if e not in handled}
     for j in spec.jaxprs():
         effs |= {e for e in j.effects if e is not RESUME_EFFECT}
@@ -478,9 +485,13 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         frame_consts += ret_consts
 
     traced, by_signature = {}, {}  # signature -> (the traced Clause, its forwarded values)
+    passed = set()
     ops = frozenset(clauses)
     for key in _perform_sites(body_jaxpr.jaxpr, ops):
         clause = clauses[key.op]
+        if _passes(clause, key):
+            passed.add(key)
+            continue
         signature, forwarded = _signature(clause, key)
         if signature in by_signature:  # the same clause but for forwarded static arguments
             template, template_forwarded = by_signature[signature]
@@ -506,7 +517,8 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         if cached is None and shared is not None \
                 and not any(isinstance(c, jax.core.Tracer) for c in consts):
             _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, kind), forwarded))
-    spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals)
+    spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals,
+                       frozenset(passed))
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
                          spec=spec, n_body_consts=len(body_consts),
                          n_frame_consts=len(frame_consts))
@@ -544,6 +556,41 @@ def forwards_static(*names: str) -> Callable[[Callable], Callable]:
         clause._effppl_forwards_static = forwarded
         return clause
     return mark
+
+
+def forwards_when(predicate: Callable[..., bool]) -> Callable[[Callable], Callable]:
+    """Declare that a clause forwards, unchanged, every perform whose static keyword arguments
+    satisfy `predicate(**static)`: such a perform is left to the handlers outside, and this
+    handler's parameters stay as they were, as if the clause were `lambda p, *args, resume,
+    **static: resume(p, op(*args, **static))`, but with no clause traced or inlined for it.
+
+    A handler that acts on a few sites only (the latent sites it gives values to) otherwise
+    traces and compiles away a clause that only passes every other site on. `predicate` must
+    depend on the static arguments only, and be true only where the clause would forward.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl.effects import Operation, handle
+    >>> from effppl.effects.internal import forwards_when
+    >>> tick = Operation("tick", out=lambda x, **static: jax.ShapeDtypeStruct((), jnp.float32))
+    >>> @forwards_when(lambda *, label: label != "a")
+    ... def double(p, x, *, resume, label):
+    ...     return resume(p, tick(2.0 * x, label=label))
+    >>> count = lambda p, x, *, resume, label: resume(p + 1.0, x)
+    >>> inner = handle(lambda: tick(1.0, label="a") + tick(3.0, label="b"), clauses={tick: double})
+    >>> outer = handle(inner, params=jnp.float32(0.0), clauses={tick: count},
+    ...                ret=lambda p, r: (p, r))
+    >>> [v.tolist() for v in outer()]
+    [2.0, 5.0]
+    """
+    def mark(clause):
+        clause._effppl_forwards_when = predicate
+        return clause
+    return mark
+
+
+def _passes(clause, key) -> bool:
+    predicate = getattr(clause, "_effppl_forwards_when", None)
+    return predicate is not None and bool(predicate(**dict(key.static)))
 
 
 def _signature(clause, key):

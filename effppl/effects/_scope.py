@@ -92,6 +92,10 @@ class ScopeSpec:
         self.clauses = _LazyClauses(self)
         self.n_params = len(self.param_avals)
 
+    def handles(self, key) -> bool:
+        """Whether a perform of signature `key` in the block is handled here."""
+        return key.op in self.ops
+
     def prepare(self, region_eqns):
         """Called with the equations of the block before any clause is traced."""
         if not self.prepared:

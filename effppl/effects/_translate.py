@@ -314,12 +314,13 @@ class _Perform(NamedTuple):
 def _perform_translate_rule(eqn, ins, H, K, resume, rest):
     op = eqn.params["op"]
     where = _compat.summarize_source(eqn.source_info)
-    i = next((i for i in range(len(H) - 1, -1, -1) if op in H[i].spec.ops), None)
+    key = site_key(eqn)
+    i = next((i for i in range(len(H) - 1, -1, -1) if H[i].spec.handles(key)), None)
     if i is None:
         raise UnhandledEffectError(
             f"Operation `{op.name}` (performed at {where}) is not handled by any enclosing handler. "
             f"{op.how_to_handle(eqn.params['static'])}")
-    perform = _Perform(eqn, ins, i, H[i].spec.clauses[site_key(eqn)], where)
+    perform = _Perform(eqn, ins, i, H[i].spec.clauses[key], where)
     kind = perform.clause.kind
     if kind == ClauseKind.TAIL:
         try:

@@ -100,6 +100,9 @@ def _walk(eqns: Sequence, loops, branch, origin, distinct) -> Iterator[Perform]:
                     yield inner
                     continue
                 key = inner.key
+                if not spec.handles(key):  # forwarded untraced (`forwards_when`)
+                    yield inner
+                    continue
                 if distinct and key in walked:
                     continue
                 walked.add(key)

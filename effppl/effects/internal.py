@@ -18,7 +18,8 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
 - Clauses: `forwards_static` (a clause that only passes a static argument, e.g. a site name, on
-  is traced once per signature, not once per site).
+  is traced once per signature, not once per site); `forwards_when` (the performs a clause only
+  passes on, told by their static arguments, skip the handler: no clause traced for them).
 - Argument checks and messages: `describe_non_array`, `describe_non_bool`, `callable_name`.
 """
 
@@ -27,14 +28,14 @@ from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, c
                       jaxpr_as_fun, jaxprs_in_params, outside_transformations, scan_counts,
                       scan_p, split_traced_args, summarize_source, trace_call, trace_to_jaxpr,
                       vmap_index)
-from ._primitives import SiteKey, forwards_static, perform_p
+from ._primitives import SiteKey, forwards_static, forwards_when, perform_p
 from ._sources import recording_sources, source_values
 from ._translate import paused_gc
 from ._values import describe_non_array, describe_non_bool
 from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 
 __all__ = [
-    "forwards_static", "paused_gc", "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop",
+    "forwards_static", "forwards_when", "paused_gc", "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop",
     "SiteKey", "perform_p", "trace_call", "split_traced_args",
     "trace_to_jaxpr", "abstractify",
     "check_no_leaked_tracers", "dce",

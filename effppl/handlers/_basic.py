@@ -12,7 +12,8 @@ import numpy as np
 import jax.numpy as jnp
 
 from .._keys import key_data
-from ..effects.internal import describe_non_array, describe_non_bool, forwards_static
+from ..effects.internal import (describe_non_array, describe_non_bool, forwards_static,
+                                forwards_when)
 from .._site_fns import ask
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
                           param_op, prng_key_op, sample_op, value_shape)
@@ -206,6 +207,10 @@ class _SetValue(Handler):
                 counts = dict(counts, **{name: counts[name] + 1})
             return value, counts
 
+        def untouched(*, name, **static):  # a site neither `data` nor the function gives
+            return name not in self.data and self.substitute_fn is None
+
+        @forwards_when(untouched)
         def sample(counts, msg, *, resume, name, **static):
             shape = value_shape(msg, static.get("infer", ()))
             value = None
@@ -226,12 +231,14 @@ class _SetValue(Handler):
             value = jnp.asarray(value, _value_type(msg).dtype)  # e.g. 1.0 for a Bernoulli site
             return resume(counts, forward(msg._replace(value=value), name=name, **static))
 
+        @forwards_when(lambda *, name, **static: name not in self.data)
         def deterministic(counts, value, *, resume, name, **static):
             if name in self.data:
                 fixed, counts = given(counts, name, value.shape)
                 value = fixed.astype(value.dtype)
             return resume(counts, deterministic_op(value, name=name, **static))
 
+        @forwards_when(untouched)
         def param(counts, msg, *, resume, name, **static):
             value = None
             if name in self.data:
@@ -254,6 +261,7 @@ class _SetValue(Handler):
                 msg = msg._replace(value=value)
             return resume(counts, forward_param(msg, name=name, **static))
 
+        @forwards_when(lambda *, name, **static: name not in self.data)
         def mutable(counts, value, *, resume, name, final, **static):
             if not final and name in self.data:  # the value it is created with
                 value = _given_mutable(self.entry_point or type(self).__name__, name,

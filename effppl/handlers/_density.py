@@ -80,6 +80,7 @@ class _Unconstrain(Handler):
         return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
 
     def clauses(self):
+        @internal.forwards_when(lambda *, name, **_: name not in self.values)
         def sample(state, msg, *, resume, name, **static):
             counts, log_det_total, per_site = state
             if name not in self.values or msg.value is not None:

@@ -33,7 +33,20 @@ from ._guide_prototype import in_first_run, init_strategy, initial_locs
 from ._guide_sites import fixed_supports, latent_sites
 from ._init import init_to_uniform
 
-__all__ = ["AutoGuide"]
+__all__ = ["AutoGuide", "GuideDelta"]
+
+
+class GuideDelta(dist.Delta):
+    """An autoguide's site: a `Delta` at the drawn value, with the guide's log density of it,
+    which also keeps the distribution `base` the value was drawn from where the map to the
+    support is the identity (else None). `TraceMeanField_ELBO` reads `base` for the analytic KL,
+    as NumPyro's `AutoNormal` emits its `Normal` for such sites."""
+
+    pytree_data_fields = ("base",)
+
+    def __init__(self, v=0.0, log_density=0.0, event_dim=0, *, base=None, validate_args=None):
+        self.base = base
+        super().__init__(v, log_density, event_dim, validate_args=validate_args)
 
 
 class AutoGuide(GuidePostprocess):
@@ -198,16 +211,18 @@ class AutoGuide(GuidePostprocess):
 
         return handlers.block(run)()
 
-    def _emit(self, values, sites, log_densities=None):
+    def _emit(self, values, sites, log_densities=None, bases=None):
         """The guide's sample sites: one `Delta` per latent site of the model, carrying the
         guide's log density of that value (none: 0), scaled like the site's subsampled plates
-        scale the model's."""
+        scale the model's. `bases`: `{name: distribution}` the value was drawn from, for sites
+        whose support is `real` (`GuideDelta`, for `TraceMeanField_ELBO`'s analytic KL)."""
         from effppl import handlers
 
         out = {}
         for name, value in values.items():
-            fn = dist.Delta(value, log_density=0.0 if log_densities is None
-                            else log_densities[name], event_dim=jnp.ndim(value))
+            fn = GuideDelta(value, log_density=0.0 if log_densities is None
+                            else log_densities[name], event_dim=jnp.ndim(value),
+                            base=(bases or {}).get(name))
             scale = plates_.subsample_scale(sites[name].frames)
             with handlers.scale(scale=scale) if scale is not None else contextlib.nullcontext():
                 out[name] = primitives.sample(name, fn)

@@ -12,6 +12,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpyro.distributions as dist
 from numpyro.distributions.kl import kl_divergence
 
 from .._errors import EffpplError
@@ -229,14 +230,31 @@ class TraceMeanField_ELBO(Trace_ELBO):
             m = model_tr.get(name)
             if m is None or m["type"] != "sample" or g["fn"] is None or m["fn"] is None:
                 continue
-            try:
-                kl = kl_divergence(g["fn"], m["fn"])
-            except NotImplementedError:
+            kl = _analytic_kl(g["fn"], m["fn"])
+            if kl is None:
                 continue
             if m.get("scale") is not None:
                 kl = kl * m["scale"]
             elbo = elbo - (_scaled_sum(m) - _scaled_sum(g)) - jnp.sum(kl)
         return _score_surrogate(elbo, guide_tr)
+
+
+def _analytic_kl(q, p):
+    """`KL(q || p)` by `numpyro.distributions.kl` (shape: `p`'s batch shape), or None where
+    it has none. An autoguide's `Delta` site stands for its `base` distribution where it keeps
+    one (a site with real support, `GuideDelta`) and has the model site's shape; any other
+    `Delta` has no analytic KL here (NumPyro's registered `KL(Delta || p)`, `-log p(v) + log
+    q(v)`, is the Monte Carlo term itself, and broadcasts a whole-value log density over `p`'s
+    batch shape)."""
+    if isinstance(q, dist.Delta):
+        base = getattr(q, "base", None)
+        if base is None or jnp.shape(base.loc) != p.shape():
+            return None
+        q = base.to_event(p.event_dim) if p.event_dim else base
+    try:
+        return kl_divergence(q, p)
+    except NotImplementedError:
+        return None
 
 
 class RenyiELBO(_ELBO):

@@ -331,6 +331,13 @@ class SVI:
             raise SVIError(f"`{api}` found no param site in the model or the guide: there is "
                            f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
                            f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
+        bad = [n for n, v in params.items() if not np.all(np.isfinite(np.asarray(v)))]
+        if bad:
+            raise SVIError(
+                f"`{api}`: the initial value of param "
+                f"{', '.join(f'`{n}` (constraint {constraints[n]!r})' for n in bad)} is outside "
+                f"its constraint's support, or not finite (its unconstrained value is NaN or "
+                f"infinite). Give an `init_value` (or `init_params` value) inside the support.")
         self._constraints = constraints
         return SVIState(self._optimizer.init(params), mutable, key)
 

@@ -24,6 +24,7 @@ from ._guide_continuous import (AutoContinuous, AutoDiagonalNormal,
 from ._guide_errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._guide_laplace import AutoLaplaceApproximation
 from ._guide_plates import entered, full_shape, full_size
+from ._guide_sites import fixed_supports
 from ._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
@@ -79,7 +80,10 @@ class AutoNormal(AutoGuide):
                                                                     latent.dtype)
             log_q[name] = jnp.sum(dist.Normal(locs[name], scales[name]).log_prob(u[name]))
         values, log_dets, _ = self._constrain(args, kwargs, u, sites, plates)
-        return self._emit(values, sites, {n: log_q[n] - log_dets[n] for n in values})
+        supports = fixed_supports(sites) or {}
+        bases = {n: dist.Normal(locs[n], scales[n]) for n in values
+                 if _is_real(supports.get(n))}
+        return self._emit(values, sites, {n: log_q[n] - log_dets[n] for n in values}, bases)
 
     def _param_support(self, name):
         return constraints.positive if name.endswith(f"_{self.prefix}_scale") else None
@@ -212,3 +216,10 @@ class AutoDelta(AutoGuide):
         out = self._postprocess(locs, params, 0, model_args, "sample_posterior",
                                 constrained=True)
         return {k: jnp.broadcast_to(v, sample_shape + jnp.shape(v)) for k, v in out.items()}
+
+
+def _is_real(support) -> bool:
+    """Whether `support` is `real`, or `real` with event dims (the map to it is the identity)."""
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support is constraints.real

@@ -157,3 +157,62 @@ def test_a_clause_with_a_closure_is_not_shared_across_eliminations():
     _program(clause)(jnp.float32(1.0))
     _program(clause)(jnp.float32(1.0))
     assert len(count) == 4  # two signatures, traced in each elimination
+
+
+# `forwards_when`: performs the clause only passes on skip the handler, with nothing traced.
+
+def _forwarding(count):
+    """Doubles the even labels; passes the odd ones on unchanged (what `forwards_when` skips)."""
+    def clause(p, x, *, resume, label, **static):
+        count.append(label)
+        if label % 2:
+            return resume(p, tick(x, label=label, **static))
+        return resume(p, tick(2.0 * x, label=label, **static))
+    return clause
+
+
+def _in_loops(inner_clause):
+    """`tick`s at the top level, in a `scan` and in a `cond` branch, under two handlers."""
+    def body(x):
+        a = tick(x, label=0) + tick(x, label=1)
+
+        def step(c, xi):
+            return c + tick(xi, label=2) + tick(xi, label=3), None
+        b, _ = jax.lax.scan(step, 0.0, jnp.stack([x, 2 * x]))
+        c = jax.lax.cond(x > 0, lambda v: tick(v, label=5), lambda v: -v, x)
+        d = tick(x + 1, label=4)
+        return a + b + c + d
+
+    inner = fx.handle(body, clauses={tick: inner_clause})
+    return fx.handle(inner, params=jnp.zeros(6), clauses={tick: _outer_clause},
+                     ret=lambda p, r: (p, r))
+
+
+@pytest.mark.parametrize("x", [1.5, -0.5])
+def test_a_forwarded_perform_reaches_the_outer_handler_untraced(x):
+    plain, marked = [], []
+    x = jnp.float32(x)
+    want = _in_loops(_forwarding(plain))(x)
+    odd = internal.forwards_when(lambda *, label, **_: label % 2 == 1)
+    got = _in_loops(odd(_forwarding(marked)))(x)
+    assert sorted(set(plain)) == [0, 1, 2, 3, 4, 5] and sorted(set(marked)) == [0, 2, 4]
+    for w, g in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+        assert jnp.allclose(w, g)
+    # the outer handler saw the even labels doubled, the odd ones as performed (hand-computed)
+    expected = [2 * x, x, 2 * 3 * x, 3 * x, 2 * (x + 1), x if x > 0 else 0.0]
+    assert jnp.allclose(got[0], jnp.array(expected))
+    closed = fx.make_jaxpr(_in_loops(odd(_forwarding([]))))(x)
+    check_jaxpr(closed.jaxpr)
+    assert jnp.allclose(jaxpr_as_fun(closed)(x)[1], want[1])
+
+
+def test_a_perform_every_handler_forwards_stays_unhandled():
+    everything = internal.forwards_when(lambda **_: True)(_forwarding([]))
+    handled = fx.handle(lambda x: tick(x, label=1), clauses={tick: everything})
+    with pytest.raises(fx.UnhandledEffectError, match="tick"):
+        fx.eliminate(handled)(jnp.float32(1.0))
+    # and an outer handler gets it, the inner one's parameters untouched
+    counted = fx.handle(handled, params=jnp.zeros(6), clauses={tick: _outer_clause},
+                        ret=lambda p, r: (p, r))
+    p, r = counted(jnp.float32(2.0))
+    assert jnp.allclose(p, jnp.array([0.0, 2.0, 0, 0, 0, 0])) and r == 2.0

@@ -42,6 +42,22 @@ def test_steps_equal_numpyros(name, args, kwargs):
     assert int(s_ours[0]) == int(s_theirs[0]) == 6
 
 
+def test_sm3_on_scalar_params_steps_as_numpyros():
+    """optax's SM3 indexes a param's axes (an IndexError on a 0-d param); ours sees a scalar as a
+    `(1,)` array and steps as NumPyro's SM3, which takes scalars."""
+    ours, theirs = optim.SM3(0.1), numpyro.optim.SM3(0.1)
+    params = {"w": jnp.array(0.7), "v": jnp.array([1.0, -2.0])}
+    s_ours, s_theirs = ours.init(params), theirs.init(params)
+    rng = np.random.RandomState(1)
+    for _ in range(5):
+        g = {k: jnp.asarray(rng.normal(0, 2, jnp.shape(v))) for k, v in params.items()}
+        s_ours, s_theirs = ours.update(g, s_ours), theirs.update(g, s_theirs)
+    for k in params:
+        got, want = ours.get_params(s_ours)[k], theirs.get_params(s_theirs)[k]
+        assert got.shape == params[k].shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+
+
 def test_eval_and_stable_update_skips_a_nonfinite_step():
     opt = optim.Adam(0.1)
     state = opt.init(jnp.array(1.0))
