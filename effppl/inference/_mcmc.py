@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._errors import EffpplError
 from .._keys import typed_key
+from ._arguments import leaked_tracers
 from ._fns import prepare
 from ._init import find_initial_params, given_initial_params
 from ._model import site_errors
@@ -366,7 +367,7 @@ class MCMC:
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
-        with site_errors():
+        with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params)
         stats = self._get("stats", "run")
