@@ -154,6 +154,32 @@ def uses_a_leaked_tracer(y):
         effppl.sample("y", dist.Normal(mu + _leaked[-1], 1.0), obs=y)
 
 
+_stored = []
+
+
+def stores_and_reads_a_tracer(y):
+    """Stores its latent the first time it is traced and reads it in later traces: the tracer of
+    the first trace leaks into the next one of the same run."""
+    mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+    shift = _stored[0] if _stored else 0.0
+    _stored.append(mu)
+    with effppl.plate("data", 3):
+        effppl.sample("y", dist.Normal(mu + shift, 1.0), obs=y)
+
+
+def _storing_afresh(call):
+    def run():
+        _stored.clear()
+        call()
+    return run
+
+
+def reads_its_data_shape(x):
+    mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+    with effppl.plate("data", x.shape[0]):
+        effppl.sample("y", dist.Normal(mu, 1.0), obs=x)
+
+
 def _leak_then(call):
     def run():
         handlers.trace(handlers.seed(_leaky, 0)).get_trace()  # stores a tracer in `_leaked`
@@ -466,6 +492,19 @@ INFERENCE = [
                  ["init_params", "mu", "sigma"], id="MCMC-run-init_params-unknown-site"),
     pytest.param(lambda: _mcmc(lambda: None).run(KEY), MCMCError, ["no latent"],
                  id="MCMC-run-model-without-latent-sites"),
+    pytest.param(_storing_afresh(lambda: _mcmc(stores_and_reads_a_tracer).run(KEY, Y3)),
+                 fx.LeakedTracerError, ["MCMC.run", "stores_and_reads_a_tracer", "leaked"],
+                 id="MCMC-run-model-reads-a-tracer-its-own-earlier-trace-stored"),
+    pytest.param(_storing_afresh(lambda: Predictive(stores_and_reads_a_tracer, num_samples=2)(
+                     KEY, Y3)),
+                 fx.LeakedTracerError, ["Predictive", "stores_and_reads_a_tracer", "leaked"],
+                 id="Predictive-model-reads-a-tracer-its-own-earlier-trace-stored"),
+    pytest.param(lambda: _mcmc(reads_its_data_shape).run(KEY, [1.0, 2.0, 3.0]),
+                 effppl.infer.ModelArgumentError, ["run", "argument 0", "`x`", "list"],
+                 id="MCMC-run-list-data-whose-shape-the-model-reads"),
+    pytest.param(lambda: _mcmc(reads_its_data_shape).run(KEY, "abc"),
+                 effppl.infer.ModelArgumentError, ["run", "argument 0", "`x`", "str"],
+                 id="MCMC-run-str-data-whose-shape-the-model-reads"),
     pytest.param(_leak_then(lambda: _mcmc(uses_a_leaked_tracer).run(KEY, Y3)),
                  fx.LeakedTracerError, ["uses_a_leaked_tracer", "leaked"],
                  id="MCMC-run-model-uses-a-leaked-tracer"),

@@ -8,6 +8,7 @@ neither the argument nor the model).
 """
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable
 
@@ -15,9 +16,10 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
+from ..effects import LeakedTracerError
 from ..effects.internal import describe_non_array
 
-__all__ = ["ModelArgumentError", "model_arguments"]
+__all__ = ["ModelArgumentError", "leaked_tracers", "model_arguments", "names_leaks"]
 
 
 class ModelArgumentError(EffpplError, TypeError):
@@ -90,6 +92,35 @@ def _none_args(labels):
 
 
 @contextlib.contextmanager
+def leaked_tracers(api: str, model: Callable):
+    """Turn JAX's `UnexpectedTracerError`, raised while the block traces or runs `model`, into
+    `effects.LeakedTracerError` naming the model: the model read a tracer that an earlier trace
+    of it (the model is traced more than once) stored in a global, closure or attribute."""
+    try:
+        yield
+    except jax.errors.UnexpectedTracerError as err:
+        if isinstance(err, LeakedTracerError):
+            raise
+        raise LeakedTracerError(
+            f"`{api}`: model `{_model_name(model)}` reads a JAX value that leaked out of another "
+            f"trace: a tracer (an intermediate value of a function being traced, such as the "
+            f"model in an earlier trace of it) was stored in a global, a closure or an "
+            f"attribute, and is read outside that trace. Return such values, or pass them as "
+            f"arguments, instead of storing them. (JAX: {str(err)[:300]})") from err
+
+
+def names_leaks(api: str):
+    """Decorate a method of an object with a `model` so it runs under `leaked_tracers`."""
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapped(self, *args, **kwargs):
+            with leaked_tracers(api, self.model):
+                return method(self, *args, **kwargs)
+        return wrapped
+    return decorate
+
+
+@contextlib.contextmanager
 def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
     """Check the model arguments `args`, `kwargs` of `api`, and name them in errors raised while
     the block (which traces the model) runs.
@@ -97,7 +128,9 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
     **Raises:** `ModelArgumentError` naming the argument: at once for an array of strings or
     objects or a ragged list; for a str or another object, or a Python list of numbers (which
     the model gets as separate scalars), or None scanned over by a `lax.scan` without `length`,
-    when the block raises a `TypeError`, `ValueError` or `IndexError` (re-raised from it).
+    when the block raises a `TypeError`, `ValueError`, `IndexError` or `AttributeError` (e.g.
+    `x.shape` of a list; re-raised from it). `effects.LeakedTracerError` naming the model for
+    JAX's `UnexpectedTracerError` (the model read a tracer stored by an earlier trace).
     """
     labelled = list(_labelled(model, args, kwargs))
     for label, value in labelled:
@@ -105,8 +138,9 @@ def model_arguments(api: str, model: Callable, args: tuple, kwargs: dict):
         if problem:
             raise ModelArgumentError(_message(api, model, label, problem))
     try:
-        yield
-    except (TypeError, ValueError, IndexError) as err:
+        with leaked_tracers(api, model):
+            yield
+    except (TypeError, ValueError, IndexError, AttributeError) as err:
         if isinstance(err, ModelArgumentError):
             raise
         nones = [label for label, value in labelled if value is None]

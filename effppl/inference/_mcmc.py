@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import EffpplError
 from .._keys import typed_key
 from ..handlers._enum import check_enumerable
+from ._arguments import leaked_tracers
 from ._fns import prepare
 from ._init import InitializationError, find_initial_params, given_initial_params
 from ._model import explained_by_parameters, site_errors
@@ -376,7 +377,8 @@ class MCMC:
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
-        with site_errors(), self._explained(args, kwargs):
+        with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
+                self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params)
         stats = self._get("stats", "run")

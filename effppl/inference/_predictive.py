@@ -11,6 +11,7 @@ import numpy as np
 from .._errors import EffpplError
 from ..effects.internal import describe_non_array
 from ..primitives import SiteError
+from ._arguments import names_leaks
 from ._cache import cached
 from ._fns import model_fns, prepare
 from ._mcmc import _as_key
@@ -198,6 +199,7 @@ class Predictive:
         self._batch_shape = batch_shape
         self.num_samples = int(np.prod(batch_shape))
 
+    @names_leaks("effppl.infer.Predictive")
     def __call__(self, rng_key, *args, **kwargs) -> dict:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"

@@ -24,7 +24,7 @@ from numpyro.distributions.transforms import biject_to
 from .._errors import EffpplError
 from .._keys import key_data
 from ..effects.internal import describe_non_array
-from ._arguments import model_arguments
+from ._arguments import model_arguments, names_leaks
 from ._guide_prototype import first_run
 from ._cache import cached, split_cache_key
 from ._mcmc import _advance
@@ -370,18 +370,21 @@ class SVI:
         return self._step("effppl.infer.SVI.stable_update", True, svi_state, args, kwargs,
                           forward_mode_differentiation)
 
+    @names_leaks("effppl.infer.SVI.update")
     def _step(self, api, stable, svi_state, args, kwargs, forward_mode):
         self._check_state(svi_state, api)
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode)
         state, loss, _, _ = fns.update(svi_state, self._constraints, dynamic, stable)
         return state, loss
 
+    @names_leaks("effppl.infer.SVI.evaluate")
     def evaluate(self, svi_state, *args, **kwargs):
         """The loss at the current params (with a key drawn from the state's; no step)."""
         self._check_state(svi_state, "effppl.infer.SVI.evaluate")
         fns, dynamic = self._compiled("effppl.infer.SVI.evaluate", args, kwargs)
         return fns.evaluate(svi_state, self._constraints, dynamic)
 
+    @names_leaks("effppl.infer.SVI.run")
     def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True,
             stable_update: bool = False, forward_mode_differentiation: bool = False,
             init_state: SVIState | None = None, init_params: dict | None = None,
