@@ -425,7 +425,8 @@ def forward_scan(eqn, ins, names, discrete=None):
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
     alpha, alphas = _forward(lp, max(order, 1), num_states, reduce, discrete is not None)
     if discrete is not None:
-        path = _backward_chains(alphas, lp, chains, *discrete, num_states)
+        temperature, key = discrete
+        path = _backward_chains(alphas, lp, chains, temperature, key, num_states)
         _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
     factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)))
