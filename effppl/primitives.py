@@ -398,14 +398,21 @@ def _plate_frames():
 
 
 @contextlib.contextmanager
-def in_clause():
-    """`sample` called from a handler's clause (a reparameterizer's auxiliary sites)."""
-    before = getattr(_plates, "in_clause", False)
-    _plates.in_clause = True
+def _flag(name: str):
+    """Set this thread's flag `name` (read with `getattr(_plates, name, False)`) for the block."""
+    before = getattr(_plates, name, False)
+    setattr(_plates, name, True)
     try:
         yield
     finally:
-        _plates.in_clause = before
+        setattr(_plates, name, before)
+
+
+@contextlib.contextmanager
+def in_clause():
+    """`sample` called from a handler's clause (a reparameterizer's auxiliary sites)."""
+    with _flag("in_clause"):
+        yield
 
 
 def message_contexts():
@@ -621,12 +628,8 @@ def validating_parameters():
     concrete values, trace in it (NumPyro validates there), and so does the eager check of
     MCMC and Predictive before their compiled runs; the compiled sampler never does, so it
     carries no check."""
-    previous = getattr(_plates, "validating", False)
-    _plates.validating = True
-    try:
+    with _flag("validating"):
         yield
-    finally:
-        _plates.validating = previous
 
 
 def _validate_at_run_time(name, fn):
