@@ -29,27 +29,19 @@ class _Captured(Exception):
         self.program = (jitted, args)
 
 
-def effppl_program(sites: int, seed: int = 0):
-    """effppl's chunk program: `(jitted function, arguments of MCMC.run's first call)`."""
+def _captured(framework: str, sites: int, seed: int, owner, attr: str, wrap):
+    """Run `framework`'s `MCMC` on the benchmark model with `owner.attr` replaced by
+    `wrap(original)`, which raises `_Captured` with the sampling program and its arguments;
+    return `(jitted function, arguments)`."""
     import jax
     import jax.numpy as jnp
 
-    from effppl.inference import _sampler
-
     from .compile_bench import _namespace, data, groups_for, model_for
 
-    p = _namespace("effppl")
+    p = _namespace(framework)
     y = jnp.asarray(data(groups_for(sites), seed))
-    original = _sampler.Sampler.chunk
-
-    def chunk(self, length):
-        jitted = original(self, length).__wrapped__
-
-        def capture(*args):
-            raise _Captured(jitted, args)
-        return capture
-
-    _sampler.Sampler.chunk = chunk
+    original = getattr(owner, attr)
+    setattr(owner, attr, wrap(original))
     try:
         mcmc = p.MCMC(p.NUTS(model_for(p)), num_warmup=100, num_samples=100, num_chains=1,
                       progress_bar=False)
@@ -57,42 +49,38 @@ def effppl_program(sites: int, seed: int = 0):
     except _Captured as c:
         return c.program
     finally:
-        _sampler.Sampler.chunk = original
-    raise RuntimeError("effppl's chunk was not called")
+        setattr(owner, attr, original)
+    raise RuntimeError(f"{framework}'s sampling program was not called")
+
+
+def _raising(jitted):
+    def capture(*args):
+        raise _Captured(jitted, args)
+    return capture
+
+
+def effppl_program(sites: int, seed: int = 0):
+    """effppl's sampler chunk: `(jitted function, arguments)`, as its `MCMC.run` calls it."""
+    from effppl.inference import _sampler
+
+    def wrap(original):
+        return lambda self, length: _raising(original(self, length).__wrapped__)
+    return _captured("effppl", sites, seed, _sampler.Sampler, "chunk", wrap)
 
 
 def numpyro_program(sites: int, seed: int = 0):
     """NumPyro's sampling program (`fori_collect`'s loop): `(jitted function, arguments)`, as
     its `MCMC.run` calls it."""
-    import jax
-    import jax.numpy as jnp
     import numpyro.util
 
-    from .compile_bench import _namespace, data, groups_for, model_for
-
-    p = _namespace("numpyro")
-    y = jnp.asarray(data(groups_for(sites), seed))
-    original = numpyro.util.maybe_jit
-
-    def maybe_jit(fn, *args, **kwargs):
-        jitted = original(fn, *args, **kwargs)
-        if getattr(fn, "__name__", "") != "_fori_collect_loop":
-            return jitted
-
-        def capture(*a):
-            raise _Captured(jitted, a)
-        return capture
-
-    numpyro.util.maybe_jit = maybe_jit
-    try:
-        mcmc = p.MCMC(p.NUTS(model_for(p)), num_warmup=100, num_samples=100, num_chains=1,
-                      progress_bar=False)
-        mcmc.run(jax.random.PRNGKey(seed), y)
-    except _Captured as c:
-        return c.program
-    finally:
-        numpyro.util.maybe_jit = original
-    raise RuntimeError("NumPyro's sampling loop was not called")
+    def wrap(original):
+        def maybe_jit(fn, *args, **kwargs):
+            jitted = original(fn, *args, **kwargs)
+            if getattr(fn, "__name__", "") != "_fori_collect_loop":
+                return jitted
+            return _raising(jitted)
+        return maybe_jit
+    return _captured("numpyro", sites, seed, numpyro.util, "maybe_jit", wrap)
 
 
 def fusion_stats(hlo: str) -> dict:
