@@ -46,6 +46,13 @@ EAGER_FROM_EQNS = 1000
 evaluated primitive by primitive at initial points, not compiled (`ModelFns.potential_and_grad`)."""
 
 
+MANY_REDUCTIONS = 48
+"""A potential whose jaxpr holds at least this many reductions (outside loops and branches) is
+given to XLA in the sampler's program in the form NumPyro's sampler gives it
+(`ModelFns.reductions`, `_sampler._fusible_copy`). The six benchmark models hold 4-24 (their
+programs are unchanged); a Python-loop model with a plate per group, 64 at 100 sites."""
+
+
 class SiteInfo(NamedTuple):
     """The sites of a model, in execution order.
 
@@ -151,6 +158,16 @@ class ModelFns:
         if closed is not None and len(closed.jaxpr.eqns) >= EAGER_FROM_EQNS:
             return self._checked_point(params, dynamic)
         return self._checked_point_compiled(params, dynamic)
+
+    def reductions(self, params: dict, dynamic: tuple) -> int:
+        """The number of reductions over at least one axis among the top-level equations of the
+        potential's jaxpr (at `params`, unconstrained values of one chain): in a model written
+        with a Python loop, about one per site with a plate. 0 when the jaxpr is not kept."""
+        closed = self._potential_jaxpr(params, dynamic)
+        if closed is None:
+            return 0
+        return sum(1 for eqn in closed.jaxpr.eqns
+                   if eqn.primitive.name.startswith("reduce_") and eqn.params.get("axes"))
 
     def logdensity_fn(self, dynamic: tuple) -> Callable:
         """The log density of the unconstrained latent sites (traceable; for blackjax)."""

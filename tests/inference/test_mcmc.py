@@ -363,3 +363,50 @@ def test_predictive_of_draws_grouped_by_chain_says_to_pass_batch_ndims(nuts_run,
     with pytest.raises(PredictiveError, match="need `batch_ndims=2`"):
         Predictive(m.normal_normal, nuts_run.get_samples(group_by_chain=True))(jax.random.key(0),
                                                                                  y)
+
+
+def _groups(y):
+    """One latent mean and a plate of observations per row of `y` (a Python loop)."""
+    from effppl import plate
+    for i in range(y.shape[0]):
+        mu = sample(f"mu_{i}", dist.Normal(0.0, 1.0))
+        with plate(f"obs_{i}", y.shape[1]):
+            sample(f"y_{i}", dist.Normal(mu, 1.0), obs=y[i])
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_fusible_copy_is_bitwise_the_identity(dtype):
+    with jax.enable_x64(dtype == jnp.float64):
+        finfo = jnp.finfo(dtype)
+        x = jnp.asarray([0.0, -0.0, 1.0, -3.5, finfo.max, finfo.tiny, finfo.smallest_subnormal,
+                         -finfo.smallest_subnormal, jnp.inf, -jnp.inf, jnp.nan,
+                         1.0 + finfo.eps, np.pi], dtype)
+        out = jax.jit(_sampler._fusible_copy)(x)
+        assert out.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8), np.asarray(x).view(np.uint8))
+        grad = jax.grad(lambda v: jnp.sum(_sampler._fusible_copy(v) * 2.0))(x[:4])
+        np.testing.assert_array_equal(grad, 2.0)
+
+
+def test_potential_with_many_reductions_gives_the_same_draws(monkeypatch):
+    """Above `MANY_REDUCTIONS`, the sampler gives XLA its log density through `_fusible_copy`
+    (XLA's fusion pass then compiles large Python-loop models in linear time): the draws are
+    bitwise those of the program without it."""
+    y = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4)))
+    structure, dynamic = split_cache_key("test", (y,), {})
+    fns = model_fns(_groups, structure, dynamic)
+    params = {f"mu_{i}": jax.ShapeDtypeStruct((), y.dtype) for i in range(6)}
+    assert fns.reductions(params, dynamic) == 6  # one plate sum per group
+
+    copies = []
+    fusible_copy = _sampler._fusible_copy
+    monkeypatch.setattr(_sampler, "_fusible_copy", lambda x: copies.append(x) or fusible_copy(x))
+    draws = {}
+    for threshold, used in ((6, True), (7, False)):
+        monkeypatch.setattr(_sampler, "MANY_REDUCTIONS", threshold)
+        copies.clear()
+        mcmc = _run(NUTS(_groups), (y,), num_warmup=50, num_samples=50, num_chains=1)
+        draws[threshold] = mcmc.get_samples()
+        assert bool(copies) == used
+    for name in draws[6]:
+        np.testing.assert_array_equal(draws[6][name], draws[7][name])
