@@ -484,7 +484,8 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_slice = slice(0, len(ret_consts))
         frame_consts += ret_consts
 
-    traced, by_signature = {}, {}  # signature -> (the traced Clause, its forwarded values)
+    traced = {}
+    by_signature = {}  # signature -> (the traced Clause, its closed-over values, forwarded values)
     passed = set()
     ops = frozenset(clauses)
     for key in _perform_sites(body_jaxpr.jaxpr, ops):
@@ -492,31 +493,35 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         if _passes(clause, key):
             passed.add(key)
             continue
-        signature, forwarded = _signature(clause, key)
+        signature, forwarded, read = _signature(clause, key)
+        read_leaves = jax.tree_util.tree_leaves(read)
         if signature in by_signature:  # the same clause but for forwarded static arguments
-            template, template_forwarded = by_signature[signature]
-            traced[key] = template._replace(
-                jaxpr=_forwarding_to(template.jaxpr, template_forwarded, forwarded))
-            continue
-        shared = _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals)
-        cached = _SHARED_CLAUSES.get(shared) if shared is not None else None
-        if cached is not None:  # traced by an earlier handler of the same code and types
-            (template, consts, kind), template_forwarded = cached
-            clause_jaxpr = _forwarding_to(template, template_forwarded, forwarded)
+            template, closed_over, template_forwarded = by_signature[signature]
+            clause_jaxpr = _forwarding_to(template.jaxpr, template_forwarded, forwarded)
+            if not read_leaves:  # the same inputs: the template's
+                traced[key] = template._replace(jaxpr=clause_jaxpr)
+                continue
+            consts, kind = closed_over, template.kind
         else:
-            clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
-                                                 answer_avals)
-            kind = classify_clause(clause_jaxpr)
+            shared = _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals)
+            cached = _SHARED_CLAUSES.get(shared) if shared is not None else None
+            if cached is not None:  # traced by an earlier handler of the same code and types
+                (template, consts, kind), template_forwarded = cached
+                clause_jaxpr = _forwarding_to(template, template_forwarded, forwarded)
+            else:
+                clause_jaxpr, consts = _trace_clause(clause, key, p_tree, p_avals, answer_tree,
+                                                     answer_avals, read=read)
+                kind = classify_clause(clause_jaxpr)
+                if signature is None or not _only_top_level_performs(clause_jaxpr.jaxpr):
+                    signature = None  # not reusable for another signature
+                elif shared is not None \
+                        and not any(isinstance(c, jax.core.Tracer) for c in consts):
+                    _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, kind), forwarded))
         start = len(frame_consts)
-        frame_consts += consts
+        frame_consts += [*consts, *read_leaves]  # the jaxpr's leading inputs, in this order
         traced[key] = Clause(clause_jaxpr, slice(start, len(frame_consts)), kind)
-        if cached is None and (signature is None
-                               or not _only_top_level_performs(clause_jaxpr.jaxpr)):
-            continue  # not reusable for another signature
-        by_signature[signature] = traced[key], forwarded
-        if cached is None and shared is not None \
-                and not any(isinstance(c, jax.core.Tracer) for c in consts):
-            _SHARED_CLAUSES.put(shared, ((clause_jaxpr, consts, kind), forwarded))
+        if signature is not None and signature not in by_signature:
+            by_signature[signature] = traced[key], consts, forwarded
     spec = HandlerSpec(name, ops, traced, ret_jaxpr, ret_slice, len(p_leaves), answer_avals,
                        frozenset(passed))
     outs = handle_p.bind(*body_consts, *frame_consts, *p_leaves, *arg_leaves, body=body_jaxpr,
@@ -525,7 +530,8 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
     return jax.tree_util.tree_unflatten(answer_tree, outs)
 
 
-def forwards_static(*names: str) -> Callable[[Callable], Callable]:
+def forwards_static(*names: str, reads: Callable[..., tuple] | None = None
+                    ) -> Callable[[Callable], Callable]:
     """Declare that a clause uses the static keyword arguments `names` of its operation only to
     pass them on, unchanged, to the operations it performs (and in the messages of errors it
     raises): its jaxpr is then traced once per perform signature that differs only in them, and
@@ -535,6 +541,16 @@ def forwards_static(*names: str) -> Callable[[Callable], Callable]:
     traces its clause once per site: the cost that grows with the number of sites. A clause that
     reads such an argument (looks it up, formats it into an array or a callback) must not be
     marked: it would get the first site's jaxpr.
+
+    `reads(**static) -> (facts, arrays)` is for a clause that does look its site up, to read an
+    array of its handler's (a value given for the site): `arrays`, a pytree of arrays, reaches
+    the clause as its keyword argument `read`, an input of its jaxpr rather than a constant, so
+    one jaxpr serves every site; `facts`, hashable, is everything else the clause's program
+    takes from the site or from what it closes over (the site's shape in its loops, an option of
+    the handler), or `None` when the program is the site's own (then it is traced for that
+    perform alone). The clause's jaxpr then depends on its code, `facts`, the types of `arrays`
+    and of its arguments only, so later handlers of the same code reuse it too (as they reuse
+    a marked clause that closes over nothing). Errors name the site the jaxpr was traced for.
 
     >>> import jax, jax.numpy as jnp
     >>> from effppl.effects import Operation, handle
@@ -549,11 +565,27 @@ def forwards_static(*names: str) -> Callable[[Callable], Callable]:
     ...                ret=lambda p, r: (p, r))
     >>> [v.tolist() for v in outer()]
     [2.0, 8.0]
+
+    With `reads`: each label's offset comes in as `read`, from one jaxpr traced for both.
+
+    >>> offsets = {"a": jnp.float32(10.0), "b": jnp.float32(20.0)}
+    >>> @forwards_static("label", reads=lambda *, label: ((), offsets[label]))
+    ... def shift(p, x, *, resume, label, read):
+    ...     return resume(p, tick(x + read, label=label))
+    >>> inner = handle(lambda: tick(1.0, label="a") + tick(3.0, label="b"), clauses={tick: shift})
+    >>> outer = handle(inner, params=jnp.float32(0.0), clauses={tick: count},
+    ...                ret=lambda p, r: (p, r))
+    >>> [v.tolist() for v in outer()]
+    [2.0, 34.0]
     """
     forwarded = frozenset(names)
+    if reads is not None and not callable(reads):
+        raise TypeError(f"effppl.effects.internal.forwards_static(..., reads=...) expected a "
+                        f"callable `reads(**static) -> (facts, arrays)`, but got {reads!r}.")
 
     def mark(clause):
         clause._effppl_forwards_static = forwarded
+        clause._effppl_reads = reads
         return clause
     return mark
 
@@ -594,15 +626,37 @@ def _passes(clause, key) -> bool:
 
 
 def _signature(clause, key):
-    """The part of a perform signature `key` that a clause's jaxpr depends on, and the values of
-    the static arguments it only forwards; `(None, None)` for a clause not marked with
-    `forwards_static`."""
+    """`(signature, forwarded, read)`: the part of a perform signature `key` that a clause's
+    jaxpr depends on (None for a clause not marked with `forwards_static`, or whose `reads` says
+    its program is the site's own), the values of the static arguments it only forwards, and the
+    arrays it reads for this perform (`reads`; None without it)."""
     forwarded = getattr(clause, "_effppl_forwards_static", None)
-    if not forwarded:
-        return None, None
+    reads = getattr(clause, "_effppl_reads", None)
+    facts, read, extra = None, None, ()
+    if reads is not None:
+        facts, read = _read(clause, reads, key)
+        leaves, tree = jax.tree_util.tree_flatten(read)
+        extra = (facts, tree, tuple(abstractify(x) for x in leaves))
+    if not forwarded or (reads is not None and facts is None):
+        return None, None, read
     kept = tuple(kv for kv in key.static if kv[0] not in forwarded)
-    return (clause, key.op, key.in_tree, key.in_avals, kept), \
-        {k: v for k, v in key.static if k in forwarded}
+    return (clause, key.op, key.in_tree, key.in_avals, kept, *extra), \
+        {k: v for k, v in key.static if k in forwarded}, read
+
+
+def _read(clause, reads, key):
+    what = f"The `reads` of the clause for operation `{key.op.name}`"
+    out = reads(**dict(key.static))
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"{what} returned {out!r:.80}; it must return `(facts, arrays)`.")
+    facts, read = out
+    try:
+        hash(facts)
+    except TypeError:
+        raise TypeError(f"{what} returned facts {facts!r:.80} that are not hashable.") from None
+    check_arrays(read, f"{what} returned arrays that are not arrays")
+    return facts, jax.tree_util.tree_map(
+        lambda x: x if isinstance(x, jax.core.Tracer) else jnp.asarray(x), read)
 
 
 class _LRU:
@@ -634,11 +688,14 @@ _SHARED_CLAUSES = _LRU(4096)
 
 def _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals):
     """A key under which the jaxpr of `clause` (marked `forwards_static`) at `signature` may be
-    reused by later handlers, or None: only for a plain function that closes over nothing, whose
-    jaxpr then depends on its code, its globals, its argument types and the dtype settings."""
+    reused by later handlers, or None: only for a plain function that closes over nothing (or
+    says with `reads` what its program takes from what it closes over), whose jaxpr then depends
+    on its code, its globals, its argument types and the dtype settings."""
     if signature is None or not isinstance(clause, types.FunctionType) \
-            or clause.__closure__ or clause.__defaults__ or clause.__kwdefaults__:
+            or clause.__defaults__ or clause.__kwdefaults__:
         return None
+    if clause.__closure__ and getattr(clause, "_effppl_reads", None) is None:
+        return None  # what it closes over may change its program (`reads` says it does not)
     key = (clause.__code__, id(clause.__globals__), signature[1:], p_tree, tuple(p_avals),
            answer_tree, tuple(answer_avals), jax.config.jax_enable_x64,
            jax.config.jax_numpy_dtype_promotion)
@@ -695,11 +752,14 @@ def _safe_cast(x, dtype):
     return np.can_cast(jnp.result_type(x), dtype, casting="same_kind")
 
 
-def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals, scope_consts=None):
+def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals, scope_consts=None,
+                  read=None):
     """Trace `clause` for the perform signature `key`: a jaxpr `(params..., args...) -> answer`
     and its closed-over values. With `scope_consts` (a pytree of `ShapeDtypeStruct`s), `clause`
     is instead a factory `clause(consts)` of the clause, and the jaxpr takes the constants first:
-    `(consts..., params..., args...)` (a `with`-scoped handler, `_scope.py`)."""
+    `(consts..., params..., args...)` (a `with`-scoped handler, `_scope.py`). With `read` (the
+    arrays its `reads` gives, `forwards_static`), the clause gets them as its keyword argument
+    `read`, and the jaxpr takes them first: `(read..., params..., args...)`."""
     op = key.op
     out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
 
@@ -735,27 +795,32 @@ def _trace_clause(clause, key, p_tree, p_avals, answer_tree, answer_avals, scope
 
     def clause_flat(p, args, consts=None):
         nonlocal clause
+        static = dict(key.static)
         if scope_consts is not None:
             clause = factory(consts)
+        elif read is not None:
+            static["read"] = consts
         try:
-            return clause(p, *args, resume=resume, **dict(key.static))
+            return clause(p, *args, resume=resume, **static)
         except TypeError:
             _check_signature(clause, f"The clause for operation `{op.name}`",
                              f"`clause(params, *args, resume=..., **static)` with {len(args)} "
                              f"argument(s) and static keyword arguments "
                              f"{sorted(dict(key.static))}",
-                             p, *args, resume=resume, **dict(key.static))
+                             p, *args, resume=resume, **static)
             raise
 
     factory = clause
     p_struct = jax.tree_util.tree_unflatten(p_tree, p_avals)
     a_struct = jax.tree_util.tree_unflatten(key.in_tree, list(key.in_avals))
-    if scope_consts is None:
+    leading = scope_consts if read is None else jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), read)
+    if leading is None:
         closed, consts, tree = _compat.trace_to_jaxpr(clause_flat, (p_struct, a_struct),
                                                       f"clause of {op.name}")
     else:
         closed, consts, tree = _compat.trace_to_jaxpr(
-            lambda c, p, args: clause_flat(p, args, c), (scope_consts, p_struct, a_struct),
+            lambda c, p, args: clause_flat(p, args, c), (leading, p_struct, a_struct),
             f"clause of {op.name}")
     if not _same_types(tree, closed.out_avals, answer_tree, answer_avals):
         raise TypeError(f"The clause for operation `{op.name}` returned "

@@ -79,11 +79,24 @@ class _Unconstrain(Handler):
         self._index = {name: i for i, name in enumerate(self.values)} if self.per_site else {}
         return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
 
+    def _reads(self, *, name, **static):
+        """`forwards_static`'s `reads` of the sample clause: the site's unconstrained values, and
+        what else its program takes from the site: a site outside loops and `cond` branches,
+        with one distribution, reads its value whole (no occurrence counter), so its program is
+        shared by every such site of the same types; any other site's is its own (None)."""
+        site = self._sites.get(name)
+        plain = site is not None and not site.in_loop and not site.conditional \
+            and len(site.keys) <= 1
+        facts = (site.type, site.is_observed, self.entry_point, self.per_site,
+                 self._index.get(name)) if plain else None
+        return facts, self.values[name]
+
     def clauses(self):
         @internal.forwards_when(lambda *, name, **_: name not in self.values)
-        def sample(state, msg, *, resume, name, **static):
+        @internal.forwards_static("name", "cond_indep_stack", reads=self._reads)
+        def sample(state, msg, *, resume, name, read, **static):
             counts, log_det_total, per_site = state
-            if name not in self.values or msg.value is not None:
+            if msg.value is not None:
                 return resume(state, forward(msg, name=name, **static))
             fn, site = msg.fn, self._sites.get(name)
             t = bijector(name, fn)
@@ -91,8 +104,8 @@ class _Unconstrain(Handler):
             u_shape = t.inverse_shape(shape)
             one_type = site is None or len(site.keys) <= 1  # the branch's own shape
             row_shape = u_shape if one_type else unconstrained_type(site)[0]
-            row, _ = site_row(f"{self.entry_point} (unconstrained values)", name,
-                              self.values[name], row_shape, counts.get(name, 0), site)
+            row, _ = site_row(f"{self.entry_point} (unconstrained values)", name, read,
+                              row_shape, counts.get(name, 0), site)
             if name in counts:
                 counts = dict(counts, **{name: counts[name] + 1})
             u, unread = split_row(row, u_shape)
