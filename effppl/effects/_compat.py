@@ -95,12 +95,14 @@ _DEBUG_NAMES: dict = {}
 def _debug_info(name: str, fn: Callable, args, in_tree):
     """JAX's `debug_info(name, fn, args, {})`, whose parts that depend on `fn`'s code alone are
     computed once per code object and argument tree."""
-    plain = (type(fn) is types.FunctionType and fn.__kwdefaults__ is None
-             and all(d is None for d in fn.__defaults__ or ())
-             and not hasattr(fn, "__wrapped__") and fn.__name__ == fn.__code__.co_name)
+    bound = type(fn) is types.MethodType  # a handler's `ret`: its signature without `self`
+    code = fn.__func__ if bound else fn
+    plain = (type(code) is types.FunctionType and code.__kwdefaults__ is None
+             and all(d is None for d in code.__defaults__ or ())
+             and not hasattr(code, "__wrapped__") and code.__name__ == code.__code__.co_name)
     if not plain:
         return _api_util.debug_info(name, fn, args, {})
-    key = (fn.__code__, fn.__defaults__, in_tree)
+    key = (code.__code__, code.__defaults__, bound, in_tree)
     names = _DEBUG_NAMES.get(key)
     if names is None:
         info = _api_util.debug_info(name, fn, args, {})
@@ -282,7 +284,8 @@ def _emit_eqn(trace, eqn, invals):
     for v, x in zip(eqn.invars, invals):
         if isinstance(v, Literal) and x is v.val:  # kept a literal, as JAX inlines one
             x = pe.DynamicJaxprTracer(trace, v.aval, v, eqn.source_info)
-        elif type(x) is not pe.DynamicJaxprTracer or x._trace is not trace or x.aval != v.aval:
+        elif type(x) is not pe.DynamicJaxprTracer or x._trace is not trace \
+                or (x.aval is not v.aval and x.aval != v.aval):
             return None  # a constant (JAX canonicalizes it when binding) or another type
         tracers.append(x)
     return trace.emit_eqn(tracers, [v.aval for v in eqn.outvars], eqn.primitive, eqn.params,
@@ -293,6 +296,25 @@ def dce(closed: ClosedJaxpr) -> Jaxpr:
     """`closed`'s jaxpr without the equations no output depends on (every output kept)."""
     jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars), instantiate=True)
     return jaxpr
+
+
+def without_dead_eqns(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """`closed` without its top-level equations that have no effect and whose outputs no later
+    equation or output reads (one backward pass; nested jaxprs are left as they are). `closed`
+    itself when there are none. A traced model holds such equations (NumPyro's `validate_args`
+    computes its checks whether or not they can be raised on), which a translation would
+    otherwise copy before dead code elimination drops them."""
+    jaxpr = closed.jaxpr
+    live = {v for v in jaxpr.outvars if not isinstance(v, Literal)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, Literal))
+    if len(kept) == len(jaxpr.eqns):
+        return closed
+    kept.reverse()
+    return ClosedJaxpr(jaxpr.replace(eqns=kept), closed.consts)
 
 
 def summarize_source(source_info) -> str:

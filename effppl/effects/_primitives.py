@@ -460,6 +460,7 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
 def _bind_handle(body, name, params, clauses, ret, args, kwargs):
     body_jaxpr, body_consts, arg_leaves, body_tree = _compat.trace_call(body, args, kwargs, name)
+    body_jaxpr = _compat.without_dead_eqns(body_jaxpr)
     if callable(params):  # parameters that depend on what the body performs
         params = params(body_jaxpr.jaxpr)
         check_arrays(params, "effppl.effects.handle(..., params=f): f(body_jaxpr)")
@@ -473,13 +474,7 @@ def _bind_handle(body, name, params, clauses, ret, args, kwargs):
         ret_jaxpr, answer_tree, answer_avals = None, body_tree, tuple(body_avals)
         ret_slice = slice(0, 0)
     else:
-        try:
-            ret_jaxpr, ret_consts, answer_tree = _compat.trace_to_jaxpr(
-                ret, (p_struct, r_struct), f"{name}.ret")
-        except TypeError:
-            _check_signature(ret, f"The return clause `ret` of handler `{name}`",
-                             "`ret(params, result)`", p_struct, r_struct)
-            raise
+        ret_jaxpr, ret_consts, answer_tree = _trace_ret(ret, name, p_struct, r_struct)
         answer_avals = tuple(ret_jaxpr.out_avals)
         ret_slice = slice(0, len(ret_consts))
         frame_consts += ret_consts
@@ -704,6 +699,40 @@ def _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals):
     except TypeError:  # an unhashable static argument
         return None
     return key
+
+
+# Return clauses shared between handlers, across calls, as `_SHARED_CLAUSES`: `(jaxpr, consts,
+# answer tree)` keyed by `_code_key` (a plain function's code and its argument types).
+_SHARED_RETS = _LRU(1024)
+
+
+def _code_key(fn, types_):
+    """`(code, globals, types_, dtype settings)`: what the jaxpr of `fn` at argument types
+    `types_` depends on when `fn` is a plain function that closes over nothing (else None)."""
+    if not isinstance(fn, types.FunctionType) or fn.__closure__ or fn.__defaults__ \
+            or fn.__kwdefaults__:
+        return None
+    return (fn.__code__, id(fn.__globals__), types_, jax.config.jax_enable_x64,
+            jax.config.jax_numpy_dtype_promotion)
+
+
+def _trace_ret(ret, name, p_struct, r_struct):
+    """The return clause's `(jaxpr, consts, answer tree)`, traced once per code and argument
+    types for a plain function (`_code_key`)."""
+    leaves, tree = jax.tree_util.tree_flatten((p_struct, r_struct))
+    key = _code_key(ret, (tree, tuple(abstractify(x) for x in leaves)))
+    cached = _SHARED_RETS.get(key) if key is not None else None
+    if cached is not None:
+        return cached
+    try:
+        traced = _compat.trace_to_jaxpr(ret, (p_struct, r_struct), f"{name}.ret")
+    except TypeError:
+        _check_signature(ret, f"The return clause `ret` of handler `{name}`",
+                         "`ret(params, result)`", p_struct, r_struct)
+        raise
+    if key is not None and not any(isinstance(c, jax.core.Tracer) for c in traced[1]):
+        _SHARED_RETS.put(key, traced)
+    return traced
 
 
 def _only_top_level_performs(jaxpr):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax.numpy as jnp
+import numpy as np
 from numpyro.distributions.transforms import biject_to
 
 from ..effects import internal
@@ -22,7 +23,7 @@ class _LogJoint(Handler):
     """Accumulates `sum(log_prob(value))` over sample sites, with mask and scale applied."""
 
     def params(self, *args, **kwargs):
-        return jnp.zeros((), jnp.result_type(float))
+        return _zeros(())
 
     def clauses(self):
         @internal.forwards_static("name", "cond_indep_stack")
@@ -32,8 +33,15 @@ class _LogJoint(Handler):
             return resume(total + jnp.sum(lp).astype(total.dtype), value)
         return {sample_op: sample}
 
-    def ret(self, total, result):
+    @staticmethod  # a plain function: its trace is shared by every `_LogJoint`
+    def ret(total, result):
         return result, total
+
+
+def _zeros(shape):
+    """Zeros of JAX's default float dtype, for a handler's initial parameters: a NumPy array (a
+    constant of the traced program, as `jnp.zeros` would give after one more equation)."""
+    return np.zeros(shape, jnp.result_type(float))
 
 
 class _Enumerated(Exception):
@@ -74,10 +82,10 @@ class _Unconstrain(Handler):
         if self.without_enumeration and enumerated_in(self._sites):
             raise _Enumerated
         counts = occurrence_counters(self.values, self._sites, conditional=True)
-        zero = jnp.zeros((), jnp.result_type(float))
+        zero = _zeros(())
         # the per-site sums in one vector (a leaf per site would make tracing quadratic)
         self._index = {name: i for i, name in enumerate(self.values)} if self.per_site else {}
-        return counts, zero, jnp.zeros((len(self._index),), zero.dtype)
+        return counts, zero, _zeros((len(self._index),))
 
     def _reads(self, *, name, **static):
         """`forwards_static`'s `reads` of the sample clause: the site's unconstrained values, and

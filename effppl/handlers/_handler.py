@@ -109,9 +109,14 @@ def _base_param(params, msg, *, resume, name, **static):
     return resume(params, msg.decided())
 
 
-_BASE = {sample_op: _base_sample, param_op: _base_param,
-         deterministic_op: lambda params, value, *, resume, **static: resume(params, value),
-         _mutable.mutable_op: lambda params, value, *, resume, **static: resume(params, value)}
+@internal.forwards_static("name", "cond_indep_stack")
+def _base_value(params, value, *, resume, **static):
+    """A deterministic or mutable site's value, as it is: one jaxpr for every site of a type."""
+    return resume(params, value)
+
+
+_BASE = {sample_op: _base_sample, param_op: _base_param, deterministic_op: _base_value,
+         _mutable.mutable_op: _base_value}
 
 
 def forward_param(msg, **static):

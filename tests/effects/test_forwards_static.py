@@ -333,3 +333,64 @@ def test_a_malformed_reads_is_a_clear_error(reads, message):
 def test_reads_must_be_callable():
     with pytest.raises(TypeError, match="reads"):
         internal.forwards_static("label", reads=3)
+
+
+# Tracing a handler's parts computes JAX's debug info from a cache per code object; it must be
+# the debug info JAX computes (the source and the argument names in error messages and jaxprs).
+
+
+class _Handler:
+    def ret(self, params, result):
+        return result
+
+
+def _plain(params, result):
+    return result
+
+
+@pytest.mark.parametrize("fn", [_Handler().ret, _plain, lambda params, result: result],
+                         ids=["bound method", "function", "lambda"])
+def test_cached_debug_info_is_jaxs(fn):
+    from jax._src import api_util
+
+    from effppl.effects import _compat
+
+    args = (jax.ShapeDtypeStruct((), jnp.float32), (jax.ShapeDtypeStruct((2,), jnp.float32),))
+    tree = jax.tree_util.tree_structure(args)
+    want = api_util.debug_info("ret", fn, args, {})
+    for _ in range(2):  # computed, then read from the cache
+        got = _compat._debug_info("ret", fn, args, tree)
+        assert (got.func_src_info, got.arg_names) == (want.func_src_info, want.arg_names)
+    assert want.arg_names == ("params", "result[0]")
+
+
+_RET_TRACES = []
+
+
+def _shared_ret(p, r):
+    _RET_TRACES.append(1)
+    return p * 2.0, r
+
+
+def test_a_plain_return_clause_is_traced_once_per_code_and_types():
+    def run(ret, x):
+        return fx.handle(lambda: tick(x, label=0), params=jnp.float32(1.5),
+                         clauses={tick: lambda p, x, resume, **_: resume(p + x.sum(), x)},
+                         ret=ret)()
+
+    _RET_TRACES.clear()
+    first = run(_shared_ret, jnp.float32(1.0))
+    second = run(_shared_ret, jnp.float32(3.0))
+    assert len(_RET_TRACES) == 1  # the second handler reused the first one's jaxpr
+    assert [float(v) for v in first] == [5.0, 1.0] and [float(v) for v in second] == [9.0, 3.0]
+    run(_shared_ret, jnp.ones(2, jnp.float32))  # other types: traced again
+    assert len(_RET_TRACES) == 2
+    seen = []
+
+    def closing(p, r):  # closes over `seen`: traced for each handler
+        seen.append(1)
+        return p, r
+
+    run(closing, jnp.float32(1.0))
+    run(closing, jnp.float32(1.0))
+    assert len(seen) == 2
