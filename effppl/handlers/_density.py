@@ -103,37 +103,45 @@ class _Unconstrain(Handler):
         @internal.forwards_when(lambda *, name, **_: name not in self.values)
         @internal.forwards_static("name", "cond_indep_stack", reads=self._reads)
         def sample(state, msg, *, resume, name, read, **static):
-            counts, log_det_total, per_site = state
-            if msg.value is not None:
-                return resume(state, forward(msg, name=name, **static))
-            fn, site = msg.fn, self._sites.get(name)
-            t = bijector(name, fn)
-            shape = self._shape(name, fn, dict(static.get("infer", ())))
-            u_shape = t.inverse_shape(shape)
-            one_type = site is None or len(site.keys) <= 1  # the branch's own shape
-            row_shape = u_shape if one_type else unconstrained_type(site)[0]
-            row, _ = site_row(f"{self.entry_point} (unconstrained values)", name, read,
-                              row_shape, counts.get(name, 0), site)
-            if name in counts:
-                counts = dict(counts, **{name: counts[name] + 1})
-            u, unread = split_row(row, u_shape)
-            value = t(u)
-            log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
-            if unread is not None:
-                log_det = log_det + jnp.sum(_std_normal(unread))
-            if self.per_site:
-                i = self._index[name]
-                per_site = per_site.at[i].add(log_det.astype(log_det_total.dtype))
-            if msg.scale is not None:
-                log_det = jnp.sum(log_det * msg.scale)
-            state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
-            return resume(state, forward(msg._replace(value=value), name=name, **static))
+            if msg.value is None:
+                state, msg = self._given(state, msg, name, read, static)
+            return resume(state, forward(msg, name=name, **static))
+        return {sample_op: sample, param_op: self._param_clause()}
 
+    def _given(self, state, msg, name, read, static):
+        """`(state, msg)` after latent site `name` takes its value `t(u)` from the unconstrained
+        `read` (its values, `_reads`): the message carries the value, the state counts the
+        occurrence and adds `log|det J_t(u)|`."""
+        counts, log_det_total, per_site = state
+        fn, site = msg.fn, self._sites.get(name)
+        t = bijector(name, fn)
+        shape = self._shape(name, fn, dict(static.get("infer", ())))
+        u_shape = t.inverse_shape(shape)
+        one_type = site is None or len(site.keys) <= 1  # the branch's own shape
+        row_shape = u_shape if one_type else unconstrained_type(site)[0]
+        row, _ = site_row(f"{self.entry_point} (unconstrained values)", name, read,
+                          row_shape, counts.get(name, 0), site)
+        if name in counts:
+            counts = dict(counts, **{name: counts[name] + 1})
+        u, unread = split_row(row, u_shape)
+        value = t(u)
+        log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
+        if unread is not None:
+            log_det = log_det + jnp.sum(_std_normal(unread))
+        if self.per_site:
+            i = self._index[name]
+            per_site = per_site.at[i].add(log_det.astype(log_det_total.dtype))
+        if msg.scale is not None:
+            log_det = jnp.sum(log_det * msg.scale)
+        state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
+        return state, msg._replace(value=value)
+
+    def _param_clause(self):
         def param(state, msg, *, resume, name, **static):
             if name in self.values:  # NumPyro's constrain_fn: `biject_to(constraint)`, no Jacobian
                 msg = msg._replace(value=biject_to(msg.constraint)(self.values[name]))
             return resume(state, forward_param(msg, name=name, **static))
-        return {sample_op: sample, param_op: param}
+        return param
 
     def _shape(self, name, fn, infer):
         """The shape of latent site `name`'s value (`primitives.value_shape`); `SiteError` for a
@@ -170,6 +178,39 @@ class _Unconstrain(Handler):
                                 **{name: per_site[name] + aux.astype(log_det_total.dtype)})
         return result, log_det_total, per_site
 
+
+
+class _UnconstrainedJoint(_Unconstrain):
+    """`_LogJoint(_Unconstrain(...))` in one handler: latent sites take their values from
+    unconstrained `params` as `_Unconstrain` gives them, and every sample site adds its
+    `log_prob` (masked and scaled) as `_LogJoint` does. Returns `((result, sum of log|det J|,
+    per-site sums), log joint)`, the two handlers' results. One handler where there were two:
+    the potential's elimination traces, walks and translates one handler level less."""
+
+    def params(self, *args, **kwargs):
+        return (*super().params(*args, **kwargs), _zeros(()))
+
+    def _reads_any(self, *, name, **static):
+        """`reads` for every sample site: a latent one's (`_reads`); an observed one, or one
+        without a value here, reads nothing and shares one program per signature."""
+        if name in self.values:
+            return self._reads(name=name, **static)
+        return ("not given",), ()
+
+    def clauses(self):
+        @internal.forwards_static("name", "cond_indep_stack", reads=self._reads_any)
+        def sample(state, msg, *, resume, name, read, **static):
+            *inner, total = state
+            if name in self.values and msg.value is None:
+                inner, msg = self._given(tuple(inner), msg, name, read, static)
+            value = forward(msg, name=name, **static)
+            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
+            return resume((*inner, total + jnp.sum(lp).astype(total.dtype)), value)
+        return {sample_op: sample, param_op: self._param_clause()}
+
+    def ret(self, state, result):
+        *inner, total = state
+        return super().ret(tuple(inner), result), total
 
 def check_call(api, model_args, model_kwargs, params=None):
     """`TypeError` naming the argument of `api` (e.g. "effppl.handlers.log_density") that is not
@@ -250,7 +291,7 @@ def unconstrained_log_density(model, model_args, model_kwargs, params):
 
 def _joint(model, params, args, kwargs, **options):
     """`log p(t(u)) + log|det J_t(u)|` of `model` at unconstrained `params`, no enumeration."""
-    joint = _LogJoint(_Unconstrain(model, params, **options))
+    joint = _UnconstrainedJoint(model, params, **options)
     (_, log_det, _), log_joint = run_outermost(joint.handled, *args, **kwargs)
     return log_joint + log_det
 
