@@ -5,10 +5,13 @@ For each model at quick size: the time from the framework's log-density function
 (`benchmarks._targets`: effppl's `effects.make_jaxpr`, NumPyro's `jax.make_jaxpr`; the "x" of the
 paper's Table 2), the two frameworks alternating, `--repeats` times each after two untimed
 rounds, this process's CPU seconds (less sensitive than wall time to other jobs on the
-machine). Reported: median and best of each, and their ratios effppl / NumPyro.
+machine). Reported: median and best of each, and their ratios effppl / NumPyro. With `--sites`,
+the same for `compile_bench`'s Python-loop model at that many sites: its potential energy at
+an unconstrained point (both frameworks' `potential_energy`).
 
-Usage: `python -m benchmarks.elimination [--models proportion_test,bnn] [--repeats 15]
-[--json PATH]` (`--json`: write the rows as JSON).
+Usage: `python -m benchmarks.elimination [--models proportion_test,bnn] [--sites 200,1000]
+[--repeats 15] [--json PATH]` (`--json`: write the rows as JSON; `--sites` alone leaves the
+models out).
 """
 
 from __future__ import annotations
@@ -47,12 +50,40 @@ def _flat_log_densities(name: str) -> dict:
     return out
 
 
-def measure(name: str, repeats: int) -> dict:
-    """CPU seconds of each framework's trace of model `name`, alternating: `{"model",
-    "effppl": [s, ...], "numpyro": [s, ...], "median_ratio", "best_ratio"}`."""
+def _loop_potentials(sites: int) -> dict:
+    """`{framework: (make_jaxpr, potential energy, its arguments)}` of `compile_bench`'s
+    Python-loop model at `sites` sites, at unconstrained zeros."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer.util import potential_energy as numpyro_potential
+
+    from effppl import effects as fx
+    from effppl import handlers
+
+    from . import compile_bench
+
+    groups = compile_bench.groups_for(sites)
+    y = jnp.asarray(compile_bench.data(groups))
+    names = ["mu", "tau", *(f"{kind}_{g}" for g in range(groups) for kind in ("theta", "s"))]
+    params = {name: jnp.zeros((), jnp.result_type(float)) for name in names}
+    out = {}
+    for framework, potential, make_jaxpr in (("effppl", handlers.potential_energy, fx.make_jaxpr),
+                                             ("numpyro", numpyro_potential, jax.make_jaxpr)):
+        model = compile_bench.model_for(compile_bench._namespace(framework))
+
+        def fn(p, d, model=model, potential=potential):
+            return potential(model, (d,), {}, p)
+        out[framework] = (make_jaxpr, fn, (params, y))
+    return out
+
+
+def measure(name: str, repeats: int, sites: int | None = None) -> dict:
+    """CPU seconds of each framework's trace of model `name` (or, with `sites`, of the
+    Python-loop model at that many sites), alternating: `{"model", "effppl": [s, ...],
+    "numpyro": [s, ...], "median_ratio", "best_ratio"}`."""
     from ._measure import _fresh
 
-    fns = _flat_log_densities(name)
+    fns = _flat_log_densities(name) if sites is None else _loop_potentials(sites)
     times: dict = {framework: [] for framework in fns}
     for round_ in range(WARM_ROUNDS + repeats):
         for framework, (make_jaxpr, flat_fn, leaves) in fns.items():
@@ -69,15 +100,20 @@ def measure(name: str, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.elimination")
-    parser.add_argument("--models", default=",".join(MODEL_NAMES))
+    parser.add_argument("--models", default=None, help="names (default: all six)")
+    parser.add_argument("--sites", default="", help="site counts of the Python-loop model")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args(argv)
+    sites = [int(n) for n in args.sites.split(",") if n]
+    models = args.models if args.models is not None else "" if sites else ",".join(MODEL_NAMES)
+    cases = [(name, None) for name in models.split(",") if name]
+    cases += [(f"loop_{n}_sites", n) for n in sites]
     rows = []
     print("| model | effppl median, ms | NumPyro median, ms | ratio (median) | ratio (best) |")
     print("|---|---|---|---|---|")
-    for name in args.models.split(","):
-        row = measure(name, args.repeats)
+    for name, n in cases:
+        row = measure(name, args.repeats, n)
         rows.append(row)
         print(f"| {name} | {1e3 * statistics.median(row['effppl']):.2f} | "
               f"{1e3 * statistics.median(row['numpyro']):.2f} | {row['median_ratio']:.2f}x | "

@@ -18,8 +18,10 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
 - Clauses: `forwards_static` (a clause that only passes a static argument, e.g. a site name, on
-  is traced once per signature, not once per site); `forwards_when` (the performs a clause only
-  passes on, told by their static arguments, skip the handler: no clause traced for them).
+  is traced once per signature, not once per site; with `reads`, one that also reads an array
+  per site, e.g. the value given for it, gets it as an input of one shared jaxpr);
+  `forwards_when` (the performs a clause only passes on, told by their static arguments, skip
+  the handler: no clause traced for them).
 - Argument checks and messages: `describe_non_array`, `describe_non_bool`, `callable_name`.
 """
 
