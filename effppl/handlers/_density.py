@@ -14,7 +14,8 @@ from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
 from . import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
 from ._enum import enum, enumerated_in, enumerated_sites
-from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost
+from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost, \
+    weighted
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
 
@@ -125,14 +126,17 @@ class _Unconstrain(Handler):
             counts = dict(counts, **{name: counts[name] + 1})
         u, unread = split_row(row, u_shape)
         value = t(u)
-        log_det = jnp.sum(t.log_abs_det_jacobian(u, value))
-        if unread is not None:
-            log_det = log_det + jnp.sum(_std_normal(unread))
-        if self.per_site:
-            i = self._index[name]
-            per_site = per_site.at[i].add(log_det.astype(log_det_total.dtype))
-        if msg.scale is not None:
-            log_det = jnp.sum(log_det * msg.scale)
+        log_dets = t.log_abs_det_jacobian(u, value)  # one per element of the batch
+        aux = None if unread is None else jnp.sum(_std_normal(unread))
+        if self.per_site:  # the site's own sum, neither masked nor scaled
+            own = jnp.sum(log_dets) if aux is None else jnp.sum(log_dets) + aux
+            per_site = per_site.at[self._index[name]].add(own.astype(log_det_total.dtype))
+        # NumPyro adds the Jacobian as a factor site beside the site: `handlers.mask` and
+        # `handlers.scale` weigh it element by element, as they weigh the site's log density
+        log_det = jnp.sum(weighted(log_dets, msg.mask, msg.scale))
+        if aux is not None:  # unread coordinates (`cond` branches): scaled by a scalar scale
+            scalar = msg.scale is not None and jnp.ndim(msg.scale) == 0
+            log_det = log_det + (aux * msg.scale if scalar else aux)
         state = counts, log_det_total + log_det.astype(log_det_total.dtype), per_site
         return state, msg._replace(value=value)
 

@@ -127,7 +127,12 @@ def forward_param(msg, **static):
 def masked_log_prob(fn, value, mask=None, scale=None):
     """`fn.log_prob(value)`, zero where `mask` is False, times `scale`: a site's elementwise log
     density under `handlers.mask`/`handlers.scale` (NumPyro's masked and scaled distribution)."""
-    lp = fn.log_prob(value)
+    return weighted(fn.log_prob(value), mask, scale)
+
+
+def weighted(lp, mask=None, scale=None):
+    """Elementwise log densities `lp`, zero where `mask` is False, times `scale`
+    (`handlers.mask`/`handlers.scale`; broadcasting against `lp`'s batch shape)."""
     if mask is not None:
         lp = jnp.where(mask, lp, 0.0)
     if scale is not None:
