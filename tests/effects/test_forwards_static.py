@@ -221,20 +221,6 @@ def test_a_perform_every_handler_forwards_stays_unhandled():
 # `forwards_static(..., reads=...)`: a clause that reads an array per site is still traced once.
 
 
-def _offset_program(offsets, clause, n=6):
-    """Each perform `tick(x_i, label=i)` reaches the outer handler as `x_i + offsets[i]`."""
-    def body(x):
-        total = 0.0
-        for i in range(n):
-            v = x * (i + 1.0) if i % 2 else jnp.stack([x, x + i])  # two signatures
-            total = total + tick(v, label=i).sum()
-        return total
-
-    inner = fx.handle(body, clauses={tick: clause})
-    return fx.handle(inner, params=jnp.zeros(n), clauses={tick: _outer_clause},
-                     ret=lambda p, r: (p, r))
-
-
 def _offset_clause(offsets, count, facts=lambda label: ()):
     @internal.forwards_static("label", reads=lambda *, label: (facts(label), offsets[label]))
     def clause(p, x, *, resume, label, read):
@@ -253,11 +239,11 @@ def test_a_clause_reading_its_site_is_traced_once_per_signature_each_site_readin
     offsets = {i: jnp.float32(10.0 * (i + 1)) for i in range(6)}
     count = []
     x = jnp.float32(1.5)
-    per_label, total = _offset_program(offsets, _offset_clause(offsets, count))(x)
+    per_label, total = _program(_offset_clause(offsets, count))(x)
     assert len(count) == 2  # scalar and stacked signatures, not six sites
     want_labels, want_total = _offset_oracle(offsets, x)
     assert jnp.allclose(per_label, want_labels) and jnp.allclose(total, want_total)
-    closed = fx.make_jaxpr(_offset_program(offsets, _offset_clause(offsets, [])))(x)
+    closed = fx.make_jaxpr(_program(_offset_clause(offsets, [])))(x)
     check_jaxpr(closed.jaxpr)
     assert jnp.allclose(jaxpr_as_fun(closed)(jnp.float32(0.25))[0],
                         _offset_oracle(offsets, jnp.float32(0.25))[0])
@@ -266,7 +252,7 @@ def test_a_clause_reading_its_site_is_traced_once_per_signature_each_site_readin
 def test_a_read_array_may_be_traced_and_differentiated():
     def labelled(offset):
         offsets = {i: offset * (i + 1) for i in range(6)}
-        return _offset_program(offsets, _offset_clause(offsets, []))(jnp.float32(1.5))[1]
+        return _program(_offset_clause(offsets, []))(jnp.float32(1.5))[1]
 
     grad = jax.jit(jax.grad(labelled))(jnp.float32(2.0))
     want = jax.grad(lambda o: _offset_oracle({i: o * (i + 1) for i in range(6)},
@@ -277,11 +263,11 @@ def test_a_read_array_may_be_traced_and_differentiated():
 def test_facts_split_the_sharing_and_none_traces_per_site():
     offsets = {i: jnp.float32(i) for i in range(6)}
     by_half = []
-    _offset_program(offsets, _offset_clause(offsets, by_half, facts=lambda label: label // 4))(
+    _program(_offset_clause(offsets, by_half, facts=lambda label: label // 4))(
         jnp.float32(1.0))
     assert sorted(by_half) == [0, 1, 4, 5]  # (signature, label // 4): 0,2 | 4 and 1,3 | 5
     own = []
-    got = _offset_program(offsets, _offset_clause(offsets, own, facts=lambda label: None))(
+    got = _program(_offset_clause(offsets, own, facts=lambda label: None))(
         jnp.float32(1.0))
     assert sorted(own) == list(range(6))
     assert jnp.allclose(got[0], _offset_oracle(offsets, jnp.float32(1.0))[0])
@@ -302,15 +288,15 @@ def test_a_reading_clause_with_a_closure_is_shared_across_eliminations_by_its_fa
     first = {i: jnp.float32(i) for i in range(6)}
     second = {i: jnp.float32(100.0 + i) for i in range(6)}
     x = jnp.float32(0.5)
-    _offset_program(first, make(first, "shared-test"))(x)
+    _program(make(first, "shared-test"))(x)
     assert len(count) == 2
-    got = _offset_program(second, make(second, "shared-test"))(x)
+    got = _program(make(second, "shared-test"))(x)
     assert len(count) == 2  # reused: nothing traced
     assert jnp.allclose(got[0], _offset_oracle(second, x)[0])
-    _offset_program(second, make(second, "other facts"))(x)
+    _program(make(second, "other facts"))(x)
     assert len(count) == 4
     ints = {i: jnp.int32(100 + i) for i in range(6)}
-    got = _offset_program(ints, make(ints, "shared-test"))(x)
+    got = _program(make(ints, "shared-test"))(x)
     assert len(count) == 6  # arrays of another dtype: traced anew
     assert jnp.allclose(got[0], _offset_oracle(ints, x)[0])
 
