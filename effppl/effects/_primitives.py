@@ -685,15 +685,12 @@ def _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals):
     """A key under which the jaxpr of `clause` (marked `forwards_static`) at `signature` may be
     reused by later handlers, or None: only for a plain function that closes over nothing (or
     says with `reads` what its program takes from what it closes over), whose jaxpr then depends
-    on its code, its globals, its argument types and the dtype settings."""
-    if signature is None or not isinstance(clause, types.FunctionType) \
-            or clause.__defaults__ or clause.__kwdefaults__:
+    on its code, its globals, its argument types and the dtype settings (`_code_key`)."""
+    if signature is None:
         return None
-    if clause.__closure__ and getattr(clause, "_effppl_reads", None) is None:
-        return None  # what it closes over may change its program (`reads` says it does not)
-    key = (clause.__code__, id(clause.__globals__), signature[1:], p_tree, tuple(p_avals),
-           answer_tree, tuple(answer_avals), jax.config.jax_enable_x64,
-           jax.config.jax_numpy_dtype_promotion)
+    key = _code_key(clause, (signature[1:], p_tree, tuple(p_avals), answer_tree,
+                             tuple(answer_avals)),
+                    closure_ok=getattr(clause, "_effppl_reads", None) is not None)
     try:
         hash(key)
     except TypeError:  # an unhashable static argument
@@ -706,11 +703,12 @@ def _shared_key(signature, clause, p_tree, p_avals, answer_tree, answer_avals):
 _SHARED_RETS = _LRU(1024)
 
 
-def _code_key(fn, types_):
+def _code_key(fn, types_, closure_ok=False):
     """`(code, globals, types_, dtype settings)`: what the jaxpr of `fn` at argument types
-    `types_` depends on when `fn` is a plain function that closes over nothing (else None)."""
-    if not isinstance(fn, types.FunctionType) or fn.__closure__ or fn.__defaults__ \
-            or fn.__kwdefaults__:
+    `types_` depends on when `fn` is a plain function that closes over nothing (else None;
+    `closure_ok`: `fn` closes over values that do not change its program, `reads`)."""
+    if not isinstance(fn, types.FunctionType) or (fn.__closure__ and not closure_ok) \
+            or fn.__defaults__ or fn.__kwdefaults__:
         return None
     return (fn.__code__, id(fn.__globals__), types_, jax.config.jax_enable_x64,
             jax.config.jax_numpy_dtype_promotion)

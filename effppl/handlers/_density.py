@@ -20,6 +20,14 @@ from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
 
 
+def _add_log_prob(total, msg, name, static):
+    """`(total + sum(log_prob(value)), value)` at a sample site, mask and scale applied; `value`:
+    what the handlers outside give it (`forward`)."""
+    value = forward(msg, name=name, **static)
+    lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
+    return total + jnp.sum(lp).astype(total.dtype), value
+
+
 class _LogJoint(Handler):
     """Accumulates `sum(log_prob(value))` over sample sites, with mask and scale applied."""
 
@@ -29,9 +37,7 @@ class _LogJoint(Handler):
     def clauses(self):
         @internal.forwards_static("name", "cond_indep_stack")
         def sample(total, msg, *, resume, name, **static):
-            value = forward(msg, name=name, **static)
-            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
-            return resume(total + jnp.sum(lp).astype(total.dtype), value)
+            return resume(*_add_log_prob(total, msg, name, static))
         return {sample_op: sample}
 
     @staticmethod  # a plain function: its trace is shared by every `_LogJoint`
@@ -207,14 +213,14 @@ class _UnconstrainedJoint(_Unconstrain):
             *inner, total = state
             if name in self.values and msg.value is None:
                 inner, msg = self._given(tuple(inner), msg, name, read, static)
-            value = forward(msg, name=name, **static)
-            lp = masked_log_prob(msg.fn, value, msg.mask, msg.scale)
-            return resume((*inner, total + jnp.sum(lp).astype(total.dtype)), value)
+            total, value = _add_log_prob(total, msg, name, static)
+            return resume((*inner, total), value)
         return {sample_op: sample, param_op: self._param_clause()}
 
     def ret(self, state, result):
         *inner, total = state
         return super().ret(tuple(inner), result), total
+
 
 def check_call(api, model_args, model_kwargs, params=None):
     """`TypeError` naming the argument of `api` (e.g. "effppl.handlers.log_density") that is not
