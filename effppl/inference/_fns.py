@@ -18,6 +18,7 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 
 from ..effects import internal
 from . import _model
@@ -26,7 +27,7 @@ from ._arviz import plate_dims
 from ._cache import ArgsStructure, cached, has_static_arrays, split_cache_key, with_static_arrays
 from ._chains import over_chains
 from ._init import ModelContext
-from ._persistent import with_persistent_cache
+from ._persistent import digest, with_persistent_cache
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
@@ -85,6 +86,35 @@ def _is_discrete(fn: Any) -> bool:
     return bool(getattr(support, "is_discrete", False))
 
 
+def _types_key(params: dict, dynamic: tuple) -> tuple:
+    return (jax.tree.structure((params, dynamic)),
+            tuple(internal.abstractify(x) for x in jax.tree.leaves((params, dynamic))))
+
+
+_LIBRARIES = tuple(os.path.dirname(os.path.abspath(str(m.__file__))) + os.sep
+                   for m in (jax, numpyro, sys.modules[__name__.split(".")[0]]))
+
+
+def _library_rules_only(jaxpr) -> bool:
+    """Whether every custom derivative rule in `jaxpr` (at any depth) is defined in JAX, NumPyro
+    or effppl (told by its debug info's source file); a rule of unknown origin counts as not."""
+    for eqn in internal.iter_eqns(jaxpr):
+        if not eqn.primitive.name.startswith("custom"):
+            continue
+        sources = [getattr(getattr(v, "debug_info", None), "func_src_info", None)
+                   for v in eqn.params.values()]
+        files = [src.rsplit(" at ", 1)[-1] for src in sources if isinstance(src, str)]
+        if not files or not all(f.startswith(_LIBRARIES) for f in files):
+            return False
+    return True
+
+
+def _closes_over_tracer(closed) -> bool:
+    """Whether a jaxpr built while tracing closes over that trace's tracers: such a jaxpr must
+    not be kept (nothing of that trace may leak into a later one)."""
+    return any(isinstance(c, jax.core.Tracer) for c in closed.consts)
+
+
 class ModelFns:
     """Traced building blocks and compiled functions of `model` for one `ArgsStructure`.
 
@@ -99,7 +129,11 @@ class ModelFns:
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
-        self._potentials: dict = {}  # argument types -> handler-free jaxpr of the potential
+        # argument types -> (handler-free jaxpr, output tree) of the potential, of `constrain`
+        self._potentials: dict = {}
+        self._constrained: dict = {}
+        self._potential_calls: dict = {}  # id(the potential's jaxpr) -> (it, its jax.jit)
+        self._fingerprints: dict = {}  # argument types -> `fingerprint`
         self._checked_point = over_chains(self._potential_and_grad, (0, None))
         self._checked_point_compiled = _compiled(self._checked_point, runs_few_times=True)
         self.observed_values = _compiled(self._observed_values)
@@ -113,35 +147,75 @@ class ModelFns:
         """`(args, kwargs)` of the model, rebuilt from the array leaves `dynamic`."""
         return self.structure.rebuild(dynamic)
 
-    def _potential_jaxpr(self, params: dict, dynamic: tuple):
-        """The handler-free jaxpr of the potential for arguments of these types (arrays or
-        `ShapeDtypeStruct`s), built once per types; `None` when it closes over a tracer."""
-        leaves = jax.tree.leaves((params, dynamic))
-        key = (jax.tree.structure((params, dynamic)),
-               tuple(internal.abstractify(x) for x in leaves))
-        if key not in self._potentials:
-            def potential(params, dynamic):
+    def _jaxpr(self, store: dict, fn: Callable, params: dict, dynamic: tuple):
+        """The handler-free jaxpr of `fn(self.model, args, kwargs, params)` for arguments of
+        these types (arrays or `ShapeDtypeStruct`s), built once per types (in `store`); `None`
+        when it closes over a tracer."""
+        key = _types_key(params, dynamic)
+        if key not in store:
+            def flat(params, dynamic):
                 args, kwargs = self.args(dynamic)
-                return _model.potential_energy(self.model, args, kwargs, params)
+                return fn(self.model, args, kwargs, params)
 
-            closed = jax.make_jaxpr(potential)(params, dynamic)
-            # Tracers of the trace it was built in, if any, must not outlive it: keep it only
-            # when it closes over no tracer (nothing of that trace leaks into a later one).
-            if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+            closed, shapes = jax.make_jaxpr(flat, return_shape=True)(params, dynamic)
+            if _closes_over_tracer(closed):
                 return None
-            self._potentials[key] = closed
-        return self._potentials[key]
+            store[key] = closed, jax.tree.structure(shapes)
+        return store[key]
+
+    def _potential_jaxpr(self, params: dict, dynamic: tuple):
+        """The handler-free jaxpr of the potential (`_jaxpr`), or `None`."""
+        found = self._jaxpr(self._potentials, _model.potential_energy, params, dynamic)
+        return None if found is None else found[0]
+
+    def _evaluate(self, store: dict, fn: Callable, params: dict, dynamic: tuple) -> Any:
+        found = self._jaxpr(store, fn, params, dynamic)
+        if found is None:
+            return fn(self.model, *self.args(dynamic), params)
+        closed, out_tree = found
+        out = internal.jaxpr_as_fun(closed)(*jax.tree.leaves((params, dynamic)))
+        return jax.tree.unflatten(out_tree, out)
 
     def potential(self, params: dict, dynamic: tuple) -> Any:
         """The potential energy at the unconstrained `params` (traceable). Its handler-free
         jaxpr is built once per argument types and reused by every compiled function (the
         initial point's check, the sampler), not translated again for each."""
+        return self._evaluate(self._potentials, _model.potential_energy, params, dynamic)
+
+    def _potential_call(self, params: dict, dynamic: tuple) -> Any:
+        """`potential`, as one call of a `jax.jit` function of its jaxpr: in the sampler's
+        program, which evaluates the potential's gradient in several places and batches them over
+        chains, JAX then differentiates and batches the potential once (its caches are keyed by
+        the jaxpr), not at each use. XLA inlines the call: the compiled program is the same."""
         closed = self._potential_jaxpr(params, dynamic)
         if closed is None:
-            args, kwargs = self.args(dynamic)
-            return _model.potential_energy(self.model, args, kwargs, params)
-        (out,) = internal.jaxpr_as_fun(closed)(*jax.tree.leaves((params, dynamic)))
+            return self.potential(params, dynamic)
+        if id(closed) not in self._potential_calls:
+            self._potential_calls[id(closed)] = closed, jax.jit(internal.jaxpr_as_fun(closed))
+        (out,) = self._potential_calls[id(closed)][1](*jax.tree.leaves((params, dynamic)))
         return out
+
+    def fingerprint(self, params: dict, dynamic: tuple) -> str | None:
+        """A digest of what the model gives the sampler's program for arguments of these types
+        (unconstrained values of one chain, model data): the jaxprs of the potential and of the
+        constrain pass and the values they close over (`_persistent.stored` keys the stored
+        executable with it); the jaxpr of the potential's gradient instead of the potential's
+        when a derivative rule (`jax.custom_jvp`, `custom_vjp`) comes from outside JAX, NumPyro
+        and effppl, whose versions key the executable already. `None` when a jaxpr closes over
+        a tracer."""
+        key = _types_key(params, dynamic)
+        if key not in self._fingerprints:
+            potential = self._potential_jaxpr(params, dynamic)
+            values = self._jaxpr(self._constrained, _model.constrain, params, dynamic)
+            if potential is None or values is None:
+                return None
+            if not _library_rules_only(potential.jaxpr):
+                potential = jax.make_jaxpr(jax.value_and_grad(self.potential))(params, dynamic)
+                if _closes_over_tracer(potential):
+                    return None
+            self._fingerprints[key] = digest(str(potential.jaxpr), str(values[0].jaxpr),
+                                             (*potential.consts, *values[0].consts))
+        return self._fingerprints[key]
 
     def potential_and_grad(self, params: dict, dynamic: tuple):
         """`(potential energy[chain], grad, param_ok, grad_ok)` at `params` (leading chain
@@ -172,14 +246,14 @@ class ModelFns:
     def logdensity_fn(self, dynamic: tuple) -> Callable:
         """The log density of the unconstrained latent sites (traceable; for blackjax)."""
         def logdensity(params):
-            return -self.potential(params, dynamic)
+            return -self._potential_call(params, dynamic)
 
         return logdensity
 
     def constrain(self, params: dict, dynamic: tuple) -> dict:
-        """Constrained latent values and deterministic sites at `params` (traceable)."""
-        args, kwargs = self.args(dynamic)
-        return _model.constrain(self.model, args, kwargs, params)
+        """Constrained latent values and deterministic sites at `params` (traceable; its
+        handler-free jaxpr built once per argument types)."""
+        return self._evaluate(self._constrained, _model.constrain, params, dynamic)
 
     def site_info(self, dynamic: tuple) -> SiteInfo:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""

@@ -22,11 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
+import pickle
+import sys
 import tempfile
 import threading
 import warnings
+import zlib
+from collections.abc import Callable
 from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import serialize_executable
 
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 # `jax.config` sets these options process-wide only; their context managers, which scope the
@@ -35,7 +44,8 @@ from jax._src import config as _jax_config
 
 from ..effects import internal
 
-__all__ = ["CacheDirWarning", "cache_dir", "persistent_cache", "with_persistent_cache"]
+__all__ = ["CacheDirWarning", "cache_dir", "persistent_cache", "with_persistent_cache", "stored",
+           "digest", "HIT_EVENT"]
 
 ENV = "EFFPPL_CACHE_DIR"
 _OFF = ("0", "off", "false", "no", "")
@@ -123,3 +133,139 @@ def with_persistent_cache(fn):
         with persistent_cache(), internal.paused_gc():
             return fn(*args, **kwargs)
     return wrapped
+
+
+HIT_EVENT = "/effppl/compilation_cache/cache_hits"
+"""The `jax.monitoring` event recorded when `stored` loads an executable from disk (JAX's own
+cache records `/jax/compilation_cache/cache_hits`)."""
+
+_FORMAT = "effppl-executable-1"
+
+
+def digest(*parts) -> str:
+    """SHA-256 of `parts`: strings, numbers, tuples of them, and arrays (by dtype, shape and
+    bytes). For `stored`'s keys."""
+    h = hashlib.sha256()
+
+    def add(x):
+        if isinstance(x, (tuple, list)):
+            h.update(b"(%d" % len(x))
+            for y in x:
+                add(y)
+            h.update(b")")
+        elif isinstance(x, (jax.Array, np.ndarray, np.generic)):
+            if jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key):
+                h.update(str(x.dtype).encode())
+                x = jax.random.key_data(x)
+            a = np.ascontiguousarray(np.asarray(x))
+            h.update(f"array {a.dtype} {a.shape}".encode())
+            h.update(a.tobytes())
+        else:
+            h.update(f"{type(x).__name__} {x!r};".encode())
+
+    for part in parts:
+        add(part)
+    return h.hexdigest()
+
+
+@functools.cache
+def _source_digest() -> str:
+    """Digest of effppl's own source files (they build the stored programs)."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(root.rglob("*.py"))
+    return digest(*[(str(f.relative_to(root)), f.read_bytes().hex()) for f in files])
+
+
+def _setup() -> tuple:
+    """What else decides an executable: versions, devices, JAX's settings, XLA's flags."""
+    import blackjax
+    import numpyro
+    from jax.version import _version as jax_version
+    from jaxlib.version import __version__ as jaxlib_version
+
+    config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k))
+    devices = tuple((d.platform, d.device_kind, d.id) for d in jax.devices())
+    return (_FORMAT, sys.version, jax_version, jaxlib_version, blackjax.__version__,
+            numpyro.__version__, _source_digest(), devices, config,
+            os.environ.get("XLA_FLAGS", ""))
+
+
+def _types(args) -> tuple:
+    leaves, treedef = jax.tree.flatten(args)
+    return (str(treedef), tuple(
+        (str(jax.typeof(x)), getattr(x, "weak_type", False), str(getattr(x, "sharding", None)))
+        for x in leaves))
+
+
+def _device(args):
+    """The one device the arrays among `args` are on (`None`: no array on a device), or
+    `False` when they span several (such programs are left to JAX's cache)."""
+    devices = {d for x in jax.tree.leaves(args) if isinstance(x, jax.Array)
+               for d in x.sharding.device_set}
+    return False if len(devices) > 1 else next(iter(devices), None)
+
+
+def stored(jitted, program_key: Callable[..., str | None], name: str) -> Callable:
+    """`jitted` (a `jax.jit` function), compiled once per argument types and kept; while the
+    persistent cache is on, its executable is stored on disk (serialized) under a key computed
+    without tracing `jitted`, from which a later process loads it.
+
+    **Arguments:** `program_key(*args)`: a string that, with the argument types and `_setup()`,
+    determines the program `jitted` traces to (everything it closes over that can change), or
+    `None` for "do not store" (then JAX's cache serves, as for `with_persistent_cache`). `name`:
+    the files' prefix.
+
+    Arguments on several devices are left to JAX's cache. A file that cannot be read or loaded is
+    a miss (compiled and written anew); an executable that cannot be serialized is only kept in
+    memory. Each load records `HIT_EVENT`.
+    """
+    compiled: dict = {}
+
+    def call(*args):
+        types = _types(args)
+        exe = compiled.get(types)
+        if exe is not None:
+            return exe(*args)
+        path, device = cache_dir(), _device(args)
+        key = program_key(*args) if path is not None and device is not False else None
+        if path is None or key is None:
+            with persistent_cache(), internal.paused_gc():
+                return jitted(*args)
+        file = os.path.join(path, f"effppl_{name}-{digest(key, types, _setup())}")
+        exe = _load(file, args, device)
+        if exe is None:
+            with internal.paused_gc():  # not also in JAX's cache: stored once, here
+                exe = jitted.lower(*args).compile()
+            _store(file, exe)
+        compiled[types] = exe
+        return exe(*args)
+
+    return call
+
+
+def _load(file: str, args, device):
+    try:
+        with open(file, "rb") as f:
+            fmt, serialized, in_tree, out_tree = pickle.loads(zlib.decompress(f.read()))
+        if fmt != _FORMAT or in_tree != jax.tree.structure((args, {})):
+            return None
+        exe = serialize_executable.deserialize_and_load(
+            serialized, in_tree, out_tree, execution_devices=None if device is None else [device])
+    except Exception:  # noqa: BLE001  (absent, partly written, damaged or stale: a miss)
+        return None
+    jax.monitoring.record_event(HIT_EVENT)
+    return exe
+
+
+def _store(file: str, exe) -> None:
+    tmp = None
+    try:
+        serialized, in_tree, out_tree = serialize_executable.serialize(exe)
+        data = zlib.compress(pickle.dumps((_FORMAT, serialized, in_tree, out_tree)), 1)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(file), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, file)  # atomic: a reader sees a whole file or none
+    except Exception:  # noqa: BLE001  (cannot serialize or write: kept in memory only)
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)

@@ -28,7 +28,7 @@ from ..effects import internal
 from ._cache import cached
 from ._chains import over_chains
 from ._fns import MANY_REDUCTIONS
-from ._persistent import with_persistent_cache
+from ._persistent import stored, with_persistent_cache
 
 __all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule",
            "adaptation_engine"]
@@ -113,8 +113,23 @@ class Sampler:
         if length not in self._chunks:
             fn = functools.partial(self._chunk, length=length)
             in_axes = (0, 0, None, None, None)  # chain, keys: per chain
-            self._chunks[length] = with_persistent_cache(jax.jit(over_chains(fn, in_axes)))
+            jitted = jax.jit(over_chains(fn, in_axes))
+            self._chunks[length] = stored(jitted, functools.partial(self._program_key, length),
+                                          "chunk")
         return self._chunks[length]
+
+    def _program_key(self, length, chain, keys, span, schedule, dynamic):
+        """What `_chunk`'s program depends on beyond the argument types and effppl's code (for
+        `stored`): the model's jaxprs, the kernel's settings, the buffer length. `None` (not
+        stored) for a kernel class defined outside effppl."""
+        if not type(self.kernel).__module__.startswith("effppl."):
+            return None
+        one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                 chain.state.position)
+        model = self.fns.fingerprint(one_chain, dynamic)
+        if model is None:
+            return None
+        return repr((model, type(self.kernel).__qualname__, self.kernel.settings(), length))
 
     def tuned(self, astate):
         """Step size and inverse mass matrix in force during warmup (honours `adapt_*=False`)."""

@@ -1,0 +1,166 @@
+"""Executables effppl stores itself (`_persistent.stored`): found without tracing, under a key that
+must change whenever the program would (the model's jaxprs, the values they close over)."""
+
+import contextlib
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+
+from effppl import factor, plate, sample
+from effppl.inference import MCMC, NUTS, _fns, _persistent
+
+pytestmark = pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
+                                reason="effppl's own compiled functions")
+
+
+@contextlib.contextmanager
+def _events():
+    """Counts of effppl's cache loads and of XLA compilations (JAX's event) in the block."""
+    count = {"loads": 0, "compiled": 0}
+
+    def on_event(event, **kw):
+        if event == _persistent.HIT_EVENT:
+            count["loads"] += 1
+
+    def on_duration(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            count["compiled"] += 1
+
+    jax.monitoring.register_event_listener(on_event)
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_listener(on_event)
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+
+
+def _stored_files(path):
+    return sorted(p.name for p in path.iterdir() if p.name.startswith("effppl_test-"))
+
+
+def _fn(x, a):
+    return {"y": jnp.sin(x) * a}
+
+
+def test_a_key_hits_a_new_key_misses_and_a_bad_file_is_a_miss(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path))
+    x, expected = jnp.arange(3.0), _fn(jnp.arange(3.0), 2.0)["y"]
+
+    def run(key):
+        # a new wrapper: no executable in memory, as in a new process
+        return _persistent.stored(jax.jit(_fn), lambda *args: key, "test")(x, 2.0)["y"]
+
+    with _events() as first:
+        np.testing.assert_allclose(run("k1"), expected)
+    # (JAX may find the compiled program in its own in-memory cache: "compiled" can be 0)
+    assert first["loads"] == 0 and len(_stored_files(tmp_path)) == 1
+    with _events() as again:
+        np.testing.assert_allclose(run("k1"), expected)
+    assert again == {"loads": 1, "compiled": 0}
+    with _events() as other:
+        np.testing.assert_allclose(run("k2"), expected)
+    assert other["loads"] == 0 and len(_stored_files(tmp_path)) == 2
+    for name in _stored_files(tmp_path):  # damaged files: misses, compiled and written anew
+        (tmp_path / name).write_bytes(b"not an executable")
+    with _events() as damaged:
+        np.testing.assert_allclose(run("k1"), expected)
+    assert damaged["loads"] == 0
+    with _events() as repaired:
+        np.testing.assert_allclose(run("k1"), expected)
+    assert repaired["loads"] == 1
+    # New argument types: another entry, whatever the key.
+    stored = _persistent.stored(jax.jit(_fn), lambda *args: "k1", "test")
+    np.testing.assert_allclose(stored(jnp.arange(4.0), 2.0)["y"], _fn(jnp.arange(4.0), 2.0)["y"])
+    assert len(_stored_files(tmp_path)) == 3
+    # `None`: not stored.
+    np.testing.assert_allclose(
+        _persistent.stored(jax.jit(_fn), lambda *args: None, "test")(x, 3.0)["y"], 1.5 * expected)
+    assert len(_stored_files(tmp_path)) == 3
+
+
+def test_cache_off_stores_nothing_and_computes_no_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", "off")
+
+    def no_key(*args):
+        raise AssertionError("no key is needed with the cache off")
+
+    out = _persistent.stored(jax.jit(_fn), no_key, "test")(jnp.arange(3.0), 2.0)
+    np.testing.assert_allclose(out["y"], _fn(jnp.arange(3.0), 2.0)["y"])
+
+
+def _normal_model(prior_scale):
+    def model(y):
+        mu = sample("mu", dist.Normal(1.0, prior_scale))
+        with plate("n", y.shape[0]):
+            sample("y", dist.Normal(mu, 1.5), obs=y)
+    return model
+
+
+def _posterior_mean(y, prior_scale):
+    precision = 1 / prior_scale**2 + len(y) / 1.5**2
+    return (1.0 / prior_scale**2 + np.sum(y) / 1.5**2) / precision
+
+
+def _run(model, y):
+    mcmc = MCMC(NUTS(model), num_warmup=100, num_samples=400, progress_bar=False)
+    with _events() as count:
+        mcmc.run(jax.random.key(0), y)
+    return float(np.mean(mcmc.get_samples()["mu"])), count["loads"]
+
+
+def test_the_sampler_is_loaded_only_for_the_same_model_program(tmp_path, monkeypatch):
+    """The sampler's chunk is loaded for another function object with the same program and new
+    data, and never for a model that differs only in a constant."""
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path))
+    y = np.random.default_rng(0).normal(2.5, 1.5, 20).astype(np.float32)
+    mean, loads = _run(_normal_model(2.0), y)
+    assert loads == 0 and abs(mean - _posterior_mean(y, 2.0)) < 0.2
+    mean, loads = _run(_normal_model(2.0), y + 3.0)  # a new function object, new data
+    assert loads == 1 and abs(mean - _posterior_mean(y + 3.0, 2.0)) < 0.2
+    mean, loads = _run(_normal_model(0.1), y)  # the prior's scale differs: another program
+    assert loads == 0 and abs(mean - _posterior_mean(y, 0.1)) < 0.05
+
+
+def _fingerprint(model, y):
+    fns, dynamic = _fns.prepare("test", model, (y,), {})
+    return fns.fingerprint({"mu": jax.ShapeDtypeStruct((), jnp.float32)}, dynamic)
+
+
+def test_fingerprint_follows_closed_over_values_and_gradient_rules():
+    y = np.zeros(5, np.float32)
+    weights = np.ones(5, np.float32)
+
+    def global_model(y):
+        mu = sample("mu", dist.Normal(0.0, 1.0))
+        sample("y", dist.Normal(mu * weights, 1.0).to_event(1), obs=y)
+
+    before = _fingerprint(global_model, y)
+    assert _fingerprint(global_model, y + 1.0) == before  # data are arguments, not the program
+    weights[0] = 2.0  # a global array the model closes over changed
+    assert _fingerprint(global_model, y) != before
+
+    def with_rule(slope):
+        @jax.custom_jvp
+        def g(x):
+            return x * x
+
+        @g.defjvp
+        def g_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return g(x), slope * x * t
+
+        def model(y):
+            mu = sample("mu", dist.Normal(0.0, 1.0))
+            factor("f", g(mu))
+            with plate("n", y.shape[0]):
+                sample("y", dist.Normal(mu, 1.0), obs=y)
+        return model
+
+    # The same value, another derivative: the jaxpr of the potential alone is the same text.
+    assert _fingerprint(with_rule(2.0), y) != _fingerprint(with_rule(3.0), y)
+    assert _fingerprint(with_rule(2.0), y) == _fingerprint(with_rule(2.0), y)
