@@ -6,16 +6,19 @@ and `jax.jit`'s cache (keyed by the shapes of the array arguments) is hit on eve
 long as the model's own program and the values it closes over stay the same.
 """
 
+import functools
 import inspect
 import os
 import re
 import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.core
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -107,6 +110,46 @@ def _library_rules_only(jaxpr) -> bool:
         if not files or not all(f.startswith(_LIBRARIES) for f in files):
             return False
     return True
+
+
+class _Opaque(Exception):
+    pass
+
+
+def _untold_values(jaxpr) -> list | None:
+    """What the text of `jaxpr` leaves out, at any depth: the values its literals stand for and
+    the values closed over by the closed jaxprs in its equations' parameters (a `jax.jit`
+    function's constants are kept there, printed by type only). `None` when an equation holds a
+    Python function no text shows (a callback, a rematerialisation policy; custom derivative
+    rules are `fingerprint`'s business)."""
+    found: list = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            found.extend(v.val for v in eqn.invars if isinstance(v, jax.extend.core.Literal))
+            custom = eqn.primitive.name.startswith("custom")
+            for param in eqn.params.values():
+                for p in param if isinstance(param, (tuple, list)) else (param,):
+                    if isinstance(p, jax.extend.core.ClosedJaxpr):
+                        found.extend(p.consts)
+                        walk(p.jaxpr)
+                    elif isinstance(p, jax.extend.core.Jaxpr):
+                        walk(p)
+                    elif not custom and _is_function(p):
+                        raise _Opaque(eqn.primitive.name)
+
+    try:
+        walk(jaxpr)
+    except _Opaque:
+        return None
+    return found
+
+
+def _is_function(value) -> bool:
+    """A Python function in an equation's parameters (JAX prints its name only)."""
+    return (isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                               functools.partial))
+            or type(value).__name__.endswith("Callback"))
 
 
 def _closes_over_tracer(closed) -> bool:
@@ -205,17 +248,23 @@ class ModelFns:
         a tracer."""
         key = _types_key(params, dynamic)
         if key not in self._fingerprints:
-            potential = self._potential_jaxpr(params, dynamic)
-            values = self._jaxpr(self._constrained, _model.constrain, params, dynamic)
-            if potential is None or values is None:
-                return None
-            if not _library_rules_only(potential.jaxpr):
-                potential = jax.make_jaxpr(jax.value_and_grad(self.potential))(params, dynamic)
-                if _closes_over_tracer(potential):
-                    return None
-            self._fingerprints[key] = digest(str(potential.jaxpr), str(values[0].jaxpr),
-                                             (*potential.consts, *values[0].consts))
+            self._fingerprints[key] = self._fingerprint(params, dynamic)
         return self._fingerprints[key]
+
+    def _fingerprint(self, params: dict, dynamic: tuple) -> str | None:
+        potential = self._potential_jaxpr(params, dynamic)
+        values = self._jaxpr(self._constrained, _model.constrain, params, dynamic)
+        if potential is None or values is None:
+            return None
+        if not _library_rules_only(potential.jaxpr):
+            potential = jax.make_jaxpr(jax.value_and_grad(self.potential))(params, dynamic)
+            if _closes_over_tracer(potential):
+                return None
+        untold = [_untold_values(closed.jaxpr) for closed in (potential, values[0])]
+        if None in untold:
+            return None
+        return digest(str(potential.jaxpr), str(values[0].jaxpr), potential.consts,
+                      values[0].consts, untold)
 
     def potential_and_grad(self, params: dict, dynamic: tuple):
         """`(potential energy[chain], grad, param_ok, grad_ok)` at `params` (leading chain

@@ -234,13 +234,28 @@ def stored(jitted, program_key: Callable[..., str | None], name: str) -> Callabl
         file = os.path.join(path, f"effppl_{name}-{digest(key, types, _setup())}")
         exe = _load(file, args, device)
         if exe is None:
-            with internal.paused_gc():  # not also in JAX's cache: stored once, here
+            with internal.paused_gc(), _without_jax_cache():
                 exe = jitted.lower(*args).compile()
             _store(file, exe)
         compiled[types] = exe
         return exe(*args)
 
     return call
+
+
+@contextlib.contextmanager
+def _without_jax_cache():
+    """JAX's persistent cache off in this block: `stored` compiles afresh and serializes the
+    result (an XLA:CPU executable that JAX loaded from its cache, serialized again, cannot run
+    once loaded), and each program is stored once, by effppl."""
+    with _lock:
+        _jax_cache.reset_cache()  # JAX decides whether its cache is used once, after a reset
+    try:
+        with _jax_config.enable_compilation_cache(False):
+            yield
+    finally:
+        with _lock:
+            _jax_cache.reset_cache()
 
 
 def _load(file: str, args, device):
@@ -265,6 +280,7 @@ def _store(file: str, exe) -> None:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(file), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # as JAX's entries (mkstemp's files are the owner's only)
         os.replace(tmp, file)  # atomic: a reader sees a whole file or none
     except Exception:  # noqa: BLE001  (cannot serialize or write: kept in memory only)
         if tmp is not None and os.path.exists(tmp):

@@ -71,6 +71,14 @@ def test_second_process_loads_programs_from_disk_and_a_new_shape_misses(tmp_path
     assert first["compiled"] > 2 * first["hits"], first
     assert first_again["compiled"] == 0, first_again  # same shapes, same process: in memory
     assert any(cache.iterdir())
+    # Without effppl's stored sampler, a process compiles it afresh (not from JAX's cache: an
+    # XLA:CPU executable JAX loaded, serialized again, failed to run when loaded, found by a
+    # tester) and stores it again.
+    for stored in cache.glob("effppl_chunk-*"):
+        stored.unlink()
+    rebuilt, _ = _run(cache, 2.0, 20, hash_seed=4)
+    assert rebuilt["effppl_hits"] == 0 and rebuilt["error"] < 0.5, rebuilt
+    assert not any(cache.glob("jit_chunk-*"))  # stored once, by effppl
     # Second process, new data of the same shapes: every program comes from disk (a hit), and
     # the new data are used; then a new shape misses and compiles.
     second, new_shape = _run(cache, 5.0, 21, hash_seed=6)

@@ -144,6 +144,31 @@ def test_fingerprint_follows_closed_over_values_and_gradient_rules():
     weights[0] = 2.0  # a global array the model closes over changed
     assert _fingerprint(global_model, y) != before
 
+    # The same through a `jax.jit` function: its constants stay inside the jit equation's
+    # jaxpr, whose text gives their type only (found by a tester: a stale program was loaded).
+    # (A new model and function each time, as in a new process, which traces them afresh.)
+    def jit_model(value):
+        shifts = np.full(5, value, np.float32)
+
+        @jax.jit
+        def shift(mu):
+            return mu + shifts
+
+        def model(y):
+            mu = sample("mu", dist.Normal(0.0, 1.0))
+            sample("y", dist.Normal(shift(mu), 1.0).to_event(1), obs=y)
+        return model
+
+    assert _fingerprint(jit_model(0.0), y) == _fingerprint(jit_model(0.0), y)
+    assert _fingerprint(jit_model(0.0), y) != _fingerprint(jit_model(5.0), y)
+
+    def callback_model(y):  # a Python function in the program: nothing shows it, not stored
+        mu = sample("mu", dist.Normal(0.0, 1.0))
+        mu = jax.pure_callback(np.asarray, jax.ShapeDtypeStruct((), jnp.float32), mu)
+        sample("y", dist.Normal(jnp.broadcast_to(mu, y.shape), 1.0).to_event(1), obs=y)
+
+    assert _fingerprint(callback_model, y) is None
+
     def with_rule(slope):
         @jax.custom_jvp
         def g(x):
