@@ -221,6 +221,7 @@ def stored(jitted, program_key: Callable[..., str | None], name: str) -> Callabl
     """
     compiled: dict = {}
 
+    @functools.wraps(jitted)  # `call.__wrapped__` is `jitted`, as for `with_persistent_cache`
     def call(*args):
         types = _types(args)
         exe = compiled.get(types)
