@@ -21,7 +21,6 @@ import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 
 from ..effects import internal
 from . import _model
@@ -94,40 +93,29 @@ def _types_key(params: dict, dynamic: tuple) -> tuple:
             tuple(internal.abstractify(x) for x in jax.tree.leaves((params, dynamic))))
 
 
-_LIBRARIES = tuple(os.path.dirname(os.path.abspath(str(m.__file__))) + os.sep
-                   for m in (jax, numpyro, sys.modules[__name__.split(".")[0]]))
-
-
-def _library_rules_only(jaxpr) -> bool:
-    """Whether every custom derivative rule in `jaxpr` (at any depth) is defined in JAX, NumPyro
-    or effppl (told by its debug info's source file); a rule of unknown origin counts as not."""
-    for eqn in internal.iter_eqns(jaxpr):
-        if not eqn.primitive.name.startswith("custom"):
-            continue
-        sources = [getattr(getattr(v, "debug_info", None), "func_src_info", None)
-                   for v in eqn.params.values()]
-        files = [src.rsplit(" at ", 1)[-1] for src in sources if isinstance(src, str)]
-        if not files or not all(f.startswith(_LIBRARIES) for f in files):
-            return False
-    return True
-
-
 class _Opaque(Exception):
     pass
 
 
-def _untold_values(jaxpr) -> list | None:
+def _has_derivative_rules(jaxpr) -> bool:
+    """Whether `jaxpr` holds a custom derivative rule at any depth (`jax.custom_jvp`,
+    `custom_vjp`, also behind JAX's own `custom_gradient` or `lax.custom_root`, whose rules run
+    user code)."""
+    return any(eqn.primitive.name.startswith("custom") for eqn in internal.iter_eqns(jaxpr))
+
+
+def _untold_values(jaxpr, rules_told: bool) -> list | None:
     """What the text of `jaxpr` leaves out, at any depth: the values its literals stand for and
     the values closed over by the closed jaxprs in its equations' parameters (a `jax.jit`
     function's constants are kept there, printed by type only). `None` when an equation holds a
-    Python function no text shows (a callback, a rematerialisation policy; custom derivative
-    rules are `fingerprint`'s business)."""
+    Python function no text shows (a callback, a rematerialisation policy, a derivative rule
+    unless `rules_told`: the jaxpr is one whose derivatives are not taken, or its gradient's)."""
     found: list = []
 
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
             found.extend(v.val for v in eqn.invars if isinstance(v, jax.extend.core.Literal))
-            custom = eqn.primitive.name.startswith("custom")
+            custom = rules_told and eqn.primitive.name.startswith("custom")
             for param in eqn.params.values():
                 for p in param if isinstance(param, (tuple, list)) else (param,):
                     if isinstance(p, jax.extend.core.ClosedJaxpr):
@@ -242,10 +230,11 @@ class ModelFns:
         """A digest of what the model gives the sampler's program for arguments of these types
         (unconstrained values of one chain, model data): the jaxprs of the potential and of the
         constrain pass and the values they close over (`_persistent.stored` keys the stored
-        executable with it); the jaxpr of the potential's gradient instead of the potential's
-        when a derivative rule (`jax.custom_jvp`, `custom_vjp`) comes from outside JAX, NumPyro
-        and effppl, whose versions key the executable already. `None` when a jaxpr closes over
-        a tracer."""
+        executable with it); the jaxpr of the potential's value and gradient instead of the
+        potential's when it holds a custom derivative rule (`jax.custom_jvp`, `custom_vjp`,
+        `custom_gradient`, `lax.custom_root`, ...: their rules are Python code the potential's
+        text does not show). `None` when a jaxpr closes over a tracer or holds a Python function
+        (a callback) that even the gradient's text does not show."""
         key = _types_key(params, dynamic)
         if key not in self._fingerprints:
             self._fingerprints[key] = self._fingerprint(params, dynamic)
@@ -256,11 +245,13 @@ class ModelFns:
         values = self._jaxpr(self._constrained, _model.constrain, params, dynamic)
         if potential is None or values is None:
             return None
-        if not _library_rules_only(potential.jaxpr):
+        rules = _has_derivative_rules(potential.jaxpr)
+        if rules:  # what a rule computes shows only once the gradient is taken
             potential = jax.make_jaxpr(jax.value_and_grad(self.potential))(params, dynamic)
             if _closes_over_tracer(potential):
                 return None
-        untold = [_untold_values(closed.jaxpr) for closed in (potential, values[0])]
+        untold = [_untold_values(potential.jaxpr, rules_told=not rules),
+                  _untold_values(values[0].jaxpr, rules_told=True)]
         if None in untold:
             return None
         return digest(str(potential.jaxpr), str(values[0].jaxpr), potential.consts,

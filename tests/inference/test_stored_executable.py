@@ -162,6 +162,32 @@ def test_fingerprint_follows_closed_over_values_and_gradient_rules():
     assert _fingerprint(jit_model(0.0), y) == _fingerprint(jit_model(0.0), y)
     assert _fingerprint(jit_model(0.0), y) != _fingerprint(jit_model(5.0), y)
 
+    # User code behind JAX's own rules: `custom_gradient`'s backward function, `custom_root`'s
+    # tangent solve (found by a tester: a rule defined in JAX's files had been taken as JAX's).
+    def gradient_model(c):
+        @jax.custom_gradient
+        def f(x):
+            return x, lambda g: (g * c,)
+
+        def model(y):
+            mu = sample("mu", dist.Normal(0.0, 1.0))
+            with plate("n", y.shape[0]):
+                sample("y", dist.Normal(f(mu), 1.0), obs=y)
+        return model
+
+    def root_model(c):
+        def model(y):
+            mu = sample("mu", dist.Normal(0.0, 1.0))
+            root = jax.lax.custom_root(lambda x: x - mu, 0.0, lambda g, x0: x0 - g(x0),
+                                       lambda g, b: b / g(1.0) * c)
+            with plate("n", y.shape[0]):
+                sample("y", dist.Normal(root, 1.0), obs=y)
+        return model
+
+    for variant in (gradient_model, root_model):
+        assert _fingerprint(variant(1.0), y) == _fingerprint(variant(1.0), y) is not None
+        assert _fingerprint(variant(1.0), y) != _fingerprint(variant(3.0), y)
+
     def callback_model(y):  # a Python function in the program: nothing shows it, not stored
         mu = sample("mu", dist.Normal(0.0, 1.0))
         mu = jax.pure_callback(np.asarray, jax.ShapeDtypeStruct((), jnp.float32), mu)
