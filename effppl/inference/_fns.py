@@ -93,10 +93,6 @@ def _types_key(params: dict, dynamic: tuple) -> tuple:
             tuple(internal.abstractify(x) for x in jax.tree.leaves((params, dynamic))))
 
 
-class _Opaque(Exception):
-    pass
-
-
 def _has_derivative_rules(jaxpr) -> bool:
     """Whether `jaxpr` holds a custom derivative rule at any depth (`jax.custom_jvp`,
     `custom_vjp`, also behind JAX's own `custom_gradient` or `lax.custom_root`, whose rules run
@@ -111,25 +107,15 @@ def _untold_values(jaxpr, rules_told: bool) -> list | None:
     Python function no text shows (a callback, a rematerialisation policy, a derivative rule
     unless `rules_told`: the jaxpr is one whose derivatives are not taken, or its gradient's)."""
     found: list = []
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            found.extend(v.val for v in eqn.invars if isinstance(v, jax.extend.core.Literal))
-            custom = rules_told and eqn.primitive.name.startswith("custom")
-            for param in eqn.params.values():
-                for p in param if isinstance(param, (tuple, list)) else (param,):
-                    if isinstance(p, jax.extend.core.ClosedJaxpr):
-                        found.extend(p.consts)
-                        walk(p.jaxpr)
-                    elif isinstance(p, jax.extend.core.Jaxpr):
-                        walk(p)
-                    elif not custom and _is_function(p):
-                        raise _Opaque(eqn.primitive.name)
-
-    try:
-        walk(jaxpr)
-    except _Opaque:
-        return None
+    for eqn in internal.iter_eqns(jaxpr):
+        found.extend(v.val for v in eqn.invars if isinstance(v, jax.extend.core.Literal))
+        rule = rules_told and eqn.primitive.name.startswith("custom")
+        for param in eqn.params.values():
+            for p in param if isinstance(param, (tuple, list)) else (param,):
+                if isinstance(p, jax.extend.core.ClosedJaxpr):
+                    found.extend(p.consts)  # (its equations come later in `iter_eqns`)
+                elif not rule and _is_function(p):
+                    return None
     return found
 
 
