@@ -220,7 +220,12 @@ class ModelFns:
         potential's when it holds a custom derivative rule (`jax.custom_jvp`, `custom_vjp`,
         `custom_gradient`, `lax.custom_root`, ...: their rules are Python code the potential's
         text does not show). `None` when a jaxpr closes over a tracer or holds a Python function
-        (a callback) that even the gradient's text does not show."""
+        (a callback) that even the gradient's text does not show.
+
+        **Arguments:** `params`: `{site: array or ShapeDtypeStruct}`, one chain's unconstrained
+        values (no chain axis); `dynamic`: the model's array arguments. **Returns:** a
+        64-character hex `str` (SHA-256, `_persistent.digest`), built once per argument types,
+        or `None`. **Raises:** what tracing the model raises (as the sampler would)."""
         key = _types_key(params, dynamic)
         if key not in self._fingerprints:
             self._fingerprints[key] = self._fingerprint(params, dynamic)

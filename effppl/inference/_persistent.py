@@ -143,8 +143,9 @@ _FORMAT = "effppl-executable-1"
 
 
 def digest(*parts) -> str:
-    """SHA-256 of `parts`: strings, numbers, tuples of them, and arrays (by dtype, shape and
-    bytes). For `stored`'s keys."""
+    """SHA-256 of `parts` as a 64-character hex `str`: strings, numbers, tuples and lists of
+    them, arrays (by dtype, shape and bytes; PRNG keys by their key data) and anything else by
+    its `repr`. For `stored`'s keys. Raises nothing of its own."""
     h = hashlib.sha256()
 
     def add(x):
@@ -218,6 +219,12 @@ def stored(jitted, program_key: Callable[..., str | None], name: str) -> Callabl
     Arguments on several devices are left to JAX's cache. A file that cannot be read or loaded is
     a miss (compiled and written anew); an executable that cannot be serialized is only kept in
     memory. Each load records `HIT_EVENT`.
+
+    **Returns:** a function of the same arguments and results as `jitted` (`__wrapped__` is
+    `jitted`). **Raises:** what `jitted`'s tracing, compilation or execution raises; nothing
+    about the cache (an unreadable folder or file is a miss, an unwritable one keeps the
+    executable in memory). **Method:** JAX's persistent compilation cache, keyed here without
+    tracing; executables (de)serialized with `jax.experimental.serialize_executable`.
     """
     compiled: dict = {}
 
