@@ -61,7 +61,7 @@ def _raising(jitted):
 
 def effppl_program(sites: int, seed: int = 0):
     """effppl's sampler chunk: `(jitted function, arguments)`, as its `MCMC.run` calls it."""
-    from effppl.inference import _sampler
+    from effppl.infer.mcmc import _sampler
 
     def wrap(original):
         return lambda self, length: _raising(original(self, length).__wrapped__)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_EFFPPL_HIT_EVENT = "/effppl/compilation_cache/cache_hits"  # effppl.inference._persistent.HIT_EVENT
+_EFFPPL_HIT_EVENT = "/effppl/compilation_cache/cache_hits"  # effppl.infer._compile._persistent.HIT_EVENT
 POINTS = 5  # observations per group
 
 

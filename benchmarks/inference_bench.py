@@ -158,7 +158,7 @@ def _effppl_namespace(ppl):
     import numpyro.handlers
     import numpyro.infer.util
 
-    from effppl.inference import _model
+    from effppl.infer import _model
 
     _model._backend = types.SimpleNamespace(  # the test shim's mapping, benchmark-local
         potential_energy=numpyro.infer.util.potential_energy,

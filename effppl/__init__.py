@@ -22,7 +22,7 @@ __all__ = ["__version__", "EffpplError", "SiteError", "InvalidParameterError", "
 
 
 def __getattr__(name):
-    if name in ("infer", "inference", "optim"):  # imported lazily: blackjax/arviz are heavy
+    if name in ("infer", "optim"):  # imported lazily: blackjax/arviz are heavy
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(name)

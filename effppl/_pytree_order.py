@@ -6,7 +6,7 @@ numpyro collects a distribution's pytree fields in a `set`
 hashing, which changes from process to process (`PYTHONHASHSEED`). A distribution's leaves become
 the operands of effppl's site operations, and their order then decides the order of equations in
 the programs XLA compiles: two processes running the same model built different programs, and the
-persistent compilation cache (`effppl.inference._persistent`) missed. Sorting the field names
+persistent compilation cache (`effppl.infer._compile._persistent`) missed. Sorting the field names
 gives every process the same order.
 
 This is process-wide, and must be: a distribution flattened under one order and rebuilt under

@@ -34,7 +34,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from .inference._optim import OptimizerError
+from .infer.svi._optim import OptimizerError
 
 __all__ = ["Adam", "Adagrad", "ClippedAdam", "Minimize", "Momentum", "RMSProp", "RMSPropMomentum",
            "SGD", "SM3", "optax_to_numpyro"]

@@ -87,7 +87,7 @@ def value_shape(msg, infer=()) -> tuple:
     """The shape of a sample site's value: its value's when it has one, else its distribution's
     (`fn.shape()`), or the one `enum` set in its `infer` (dict or items) for a latent site whose
     distribution depends on enumerated sites: its shape in the model traced without enumeration,
-    one value shared by every enumerated value (`handlers/_enum.py`, NumPyro's semantics)."""
+    one value shared by every enumerated value (`handlers/enumeration/_enum.py`, NumPyro's semantics)."""
     if msg.value is not None:
         return tuple(msg.value.shape)
     shape = dict(infer).get("_value_shape")

@@ -15,8 +15,8 @@ import effppl.effects
 MODULES = sorted(
     ["effppl.effects"]
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
-    + ["effppl.primitives", "effppl._mutable", "effppl.handlers", "effppl.handlers._enum",
-       "effppl.handlers._infer_config", "effppl.handlers._markov_frames", "effppl.optim"])
+    + ["effppl.primitives", "effppl._mutable", "effppl.handlers", "effppl.handlers.enumeration._enum",
+       "effppl.handlers._infer_config", "effppl.handlers.enumeration._markov", "effppl.optim"])
 
 
 def test_the_modules_hold_examples():
@@ -24,7 +24,7 @@ def test_the_modules_hold_examples():
                          if t.examples]) for name in MODULES}
     for name in ("effppl.effects._primitives", "effppl.effects._api", "effppl.effects._scope",
                  "effppl.effects._reference", "effppl.primitives", "effppl.handlers",
-                 "effppl.handlers._enum"):
+                 "effppl.handlers.enumeration._enum"):
         assert counts[name] >= 1, name
 
 

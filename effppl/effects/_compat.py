@@ -164,7 +164,7 @@ def split_traced_args(args, kwargs):
     """Flatten `(args, kwargs)` into the array leaves to trace and a function rebuilding them.
 
     Python ints, bools, strings and other non-array leaves stay static (as NumPyro models use them
-    for sizes and options); arrays and Python floats are traced. (`effppl.inference` keys its
+    for sizes and options); arrays and Python floats are traced. (`effppl.infer` keys its
     compiled functions by `split_cache_key` instead, which keeps Python floats static too.)
 
     **Raises:** `TypeError` naming the argument (`args[0]`, `kwargs['y']`) for a NumPy array that

@@ -1,6 +1,6 @@
 """`effppl.effects.internal`: the semi-public layer a library built on `effppl.effects` uses.
 
-effppl's PPL (`effppl.handlers`, `effppl.inference`, `effppl.primitives`) imports from the effects
+effppl's PPL (`effppl.handlers`, `effppl.infer`, `effppl.primitives`) imports from the effects
 library only its public API (`effppl.effects`) and this module, never a private `_module`. What is
 here is stable within a release but, unlike the public API, may change between releases: it reads
 and traces jaxprs, so it moves with JAX. `README.md` beside this file has a short tour.

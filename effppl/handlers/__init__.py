@@ -26,11 +26,9 @@ Example: the log joint density of a model at given latent values equals the hand
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
 from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
                        unconstrained_log_density)
-from ._discrete import InferDiscreteError, infer_discrete
-from ._enum import config_enumerate, enum
+from .enumeration import InferDiscreteError, config_enumerate, enum, infer_discrete, markov
 from ._infer_config import infer_config
 from ._lift import LiftPriorError, lift
-from ._markov_frames import markov
 from ._reparam import reparam
 from ._scope import scope
 from ._trace import trace

@@ -11,9 +11,9 @@ from numpyro.distributions.transforms import biject_to
 
 from ..effects import internal
 from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
-from . import _contract
+from .enumeration import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
-from ._enum import enum, enumerated_in, enumerated_sites
+from .enumeration._enum import enum, enumerated_in, enumerated_sites
 from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost, \
     weighted
 from ._sites import bijector, split_row, unconstrained_type

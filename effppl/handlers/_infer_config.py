@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .._site_fns import ask
 from ..primitives import SiteError, _plate_frames, configuring_sites
-from ._enum import with_site_configurator
+from .enumeration._enum import with_site_configurator
 
 
 class infer_config:

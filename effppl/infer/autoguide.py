@@ -1,5 +1,5 @@
-"""`effppl.infer.autoguide`: the automatic guides (NumPyro's `numpyro.infer.autoguide`), an alias
-of `effppl.inference.autoguide`."""
+"""`effppl.infer.autoguide`: the automatic guides, at NumPyro's module path
+(`numpyro.infer.autoguide`); they live in `effppl.infer.svi.autoguide`."""
 
-from ..inference.autoguide import *  # noqa: F401,F403
-from ..inference.autoguide import __all__  # noqa: F401
+from .svi.autoguide import *  # noqa: F403
+from .svi.autoguide import __all__  # noqa: F401

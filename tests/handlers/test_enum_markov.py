@@ -423,7 +423,7 @@ def test_keep_reopens_the_frame_so_a_later_block_sees_the_earlier_one():
 
 
 def test_an_error_inside_a_markov_loop_leaves_no_frame_open():
-    from effppl.handlers import _markov_frames
+    from effppl.handlers.enumeration import _markov
 
     @effppl_funsor.config_enumerate
     def broken(y):
@@ -435,4 +435,4 @@ def test_an_error_inside_a_markov_loop_leaves_no_frame_open():
 
     with pytest.raises(RuntimeError, match="in the loop"):
         effppl_funsor.log_density(broken, (Y,), {}, {})
-    assert _markov_frames.frames() == []
+    assert _markov.frames() == []

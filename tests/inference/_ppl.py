@@ -1,6 +1,6 @@
 """The PPL that the inference tests run on.
 
-`effppl.inference` reaches the PPL only through `effppl/inference/_model.py`, which calls
+`effppl.infer` reaches the PPL only through `effppl/infer/_model.py`, which calls
 `effppl.handlers.{potential_energy, constrain_fn, unconstrain_fn, seed, substitute, trace}`.
 These tests can also run on NumPyro's functions of the same names and semantics (a test-only
 shim installed through `_model._backend`; nothing outside these tests sees it), which checks the
@@ -18,7 +18,7 @@ import numpyro.distributions as dist  # noqa: F401  (effppl.distributions re-exp
 import numpyro.handlers
 import numpyro.infer.util
 
-from effppl.inference import _model
+from effppl.infer import _model
 
 __all__ = ["BACKEND", "install", "sample", "plate", "deterministic", "factor", "mask", "scan",
            "dist"]
@@ -61,7 +61,7 @@ else:
 
 
 def install():
-    """Point `effppl.inference` at the test PPL; returns the previous backend (for `uninstall`)."""
+    """Point `effppl.infer` at the test PPL; returns the previous backend (for `uninstall`)."""
     previous = _model._backend
     _model._backend = _NUMPYRO if BACKEND == "numpyro" else None
     return previous

@@ -5,7 +5,7 @@ from . import _ppl
 
 @pytest.fixture(autouse=True, scope="package")
 def _inference_ppl():
-    """Run `effppl.inference` on the test PPL (see `_ppl.py`) for the tests of this package only."""
+    """Run `effppl.infer` on the test PPL (see `_ppl.py`) for the tests of this package only."""
     previous = _ppl.install()
     yield _ppl.BACKEND
     _ppl.uninstall(previous)

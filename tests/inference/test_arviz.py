@@ -16,7 +16,7 @@ from numpyro.infer import NUTS as NumPyroNUTS
 import effppl
 from effppl import distributions as dist
 from effppl.handlers import seed, trace
-from effppl.inference import MCMC, NUTS
+from effppl.infer import MCMC, NUTS
 
 GROUP = np.array([0, 1, 2, 0, 1, 2, 0, 1])
 Y = np.linspace(-1.0, 1.0, 8)

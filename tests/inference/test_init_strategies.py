@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.inference import (
+from effppl.infer import (
     MCMC,
     NUTS,
     InitializationError,
@@ -167,7 +167,7 @@ def test_strategies_are_callable_on_a_trace_entry(strategy):
 def test_initial_point_check_evaluates_the_log_density_and_gradient(eager_from, monkeypatch):
     """Both ways of checking an initial point (a large potential evaluated primitive by
     primitive, a small one compiled) give the log density and gradient of the model."""
-    from effppl.inference import _fns
+    from effppl.infer._compile import _fns
     from jax.scipy.stats import norm
 
     monkeypatch.setattr(_fns, "EAGER_FROM_EQNS", eager_from)

@@ -7,10 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.inference import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
-from effppl.inference import _mcmc, _model, _sampler
-from effppl.inference._cache import split_cache_key
-from effppl.inference._fns import model_fns
+from effppl.infer import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
+from effppl.infer.mcmc import _driver as _mcmc
+from effppl.infer import _model
+from effppl.infer.mcmc import _sampler
+from effppl.infer._compile._cache import split_cache_key
+from effppl.infer._compile._fns import model_fns
 
 from effppl import distributions as dist
 from effppl import sample
@@ -295,7 +297,7 @@ def test_a_zero_size_site_flattens_as_numpyros():
     mcmc = _run(NUTS(_empty_prediction), (jnp.zeros(0),), num_warmup=20, num_samples=10)
     samples = mcmc.get_samples()
     assert samples["pred"].shape == (CHAINS * 10, 0) and samples["a"].shape == (CHAINS * 10,)
-    from effppl.inference import Predictive
+    from effppl.infer import Predictive
     grouped = mcmc.get_samples(group_by_chain=True)
     predicted = Predictive(_empty_prediction, grouped, batch_ndims=2)(jax.random.key(1),
                                                                      jnp.zeros(0))
@@ -306,7 +308,7 @@ def test_a_zero_size_site_flattens_as_numpyros():
 def test_init_params_are_unconstrained_starting_points_as_in_numpyro(y):
     from numpyro.infer import MCMC as NumPyroMCMC, NUTS as NumPyroNUTS
 
-    from effppl.inference import InitializationError
+    from effppl.infer import InitializationError
 
     def scale_model(y):
         sigma = sample("sigma", dist.HalfNormal(1.0))
@@ -359,7 +361,7 @@ def test_numpyro_extra_field_names_are_given_when_asked(y):
 
 
 def test_predictive_of_draws_grouped_by_chain_says_to_pass_batch_ndims(nuts_run, y):
-    from effppl.inference import Predictive, PredictiveError
+    from effppl.infer import Predictive, PredictiveError
     with pytest.raises(PredictiveError, match="need `batch_ndims=2`"):
         Predictive(m.normal_normal, nuts_run.get_samples(group_by_chain=True))(jax.random.key(0),
                                                                                  y)

@@ -10,14 +10,15 @@ import jax
 import numpyro.distributions as dist
 import pytest
 
-from effppl.inference import MCMC, NUTS, _persistent
+from effppl.infer import MCMC, NUTS
+from effppl.infer._compile import _persistent
 
 from . import _models as m
 
 _SCRIPT = """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
-from effppl.inference import MCMC, NUTS
+from effppl.infer import MCMC, NUTS
 from tests.inference import _models as m
 
 # "compiled": JAX's compile events, which a load from JAX's cache records too ("hits"); a load

@@ -14,7 +14,7 @@ import numpyro.distributions.constraints as constraints
 import pytest
 from numpyro.contrib.control_flow import scan as numpyro_scan
 
-from effppl.inference import MCMC, NUTS, DivergenceWarning
+from effppl.infer import MCMC, NUTS, DivergenceWarning
 
 from ._models import local_level
 from ._ppl import deterministic, dist, factor, plate, sample

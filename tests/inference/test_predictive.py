@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from effppl.inference import Predictive, PredictiveError, log_likelihood
+from effppl.infer import Predictive, PredictiveError, log_likelihood
 
 from . import _models as m
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.inference import MCMC, NUTS, Predictive, log_likelihood
+from effppl.infer import MCMC, NUTS, Predictive, log_likelihood
 
 from . import _models as m
 

@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     from tests.inference import _ppl, _models as m
     _ppl.install()
-    from effppl.inference import MCMC, NUTS
+    from effppl.infer import MCMC, NUTS
 
     y = jnp.asarray(m.normal_normal_data())
     out = {"devices": jax.local_device_count()}

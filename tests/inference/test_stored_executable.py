@@ -11,7 +11,8 @@ import numpyro.distributions as dist
 import pytest
 
 from effppl import factor, plate, sample
-from effppl.inference import MCMC, NUTS, _fns, _persistent
+from effppl.infer import MCMC, NUTS
+from effppl.infer._compile import _fns, _persistent
 
 pytestmark = pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
                                 reason="effppl's own compiled functions")

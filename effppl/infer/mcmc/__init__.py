@@ -1,0 +1,13 @@
+"""Markov chain Monte Carlo: `NUTS` and `HMC` on blackjax's kernels, tuned by window adaptation,
+driven by `MCMC`.
+
+- `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`).
+- `_sampler.py`: the compiled warmup/sampling chunk, cached by structure.
+- `_driver.py`: the `MCMC` driver (initial points, chunks, results, diagnostics).
+"""
+
+from ._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
+from ._kernels import HMC, NUTS, KernelSettingsError
+
+__all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "NUTS", "HMC",
+           "KernelSettingsError"]

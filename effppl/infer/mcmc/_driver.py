@@ -1,0 +1,446 @@
+"""The `MCMC` driver: initialisation, chunked warmup and sampling, results.
+
+A thin driver over `Sampler` (compiled, cached by structure): it splits the model arguments into
+structure and arrays, finds initial points, calls the compiled chunks under a tqdm progress bar,
+and stores the draws. A second `run` with new data of the same shapes compiles nothing.
+"""
+
+import functools
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm.auto as tqdm
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ..._errors import EffpplError
+from ..._keys import typed_key
+from ...handlers.enumeration._enum import check_enumerable
+from .._compile._arguments import leaked_tracers
+from .._compile._fns import prepare
+from .._init import InitializationError, find_initial_params, given_initial_params
+from .._model import explained_by_parameters, site_errors
+from ._kernels import _HMCFamily
+from .._compile._persistent import persistent_cache
+from ._sampler import Span, sampler_for, warmup_schedule
+
+__all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
+
+_CHAIN_METHODS = ("vectorized", "sharded")
+
+
+class MCMCError(EffpplError, ValueError):
+    """Invalid MCMC settings, model, or call order."""
+
+
+class DivergenceWarning(UserWarning):
+    """Some post-warmup transitions diverged (including non-finite log densities)."""
+
+
+class MCMCState(NamedTuple):
+    """The chains' state after warmup or sampling (leading axis: chain).
+
+    `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
+    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
+    """
+
+    position: dict
+    logdensity: Any
+    logdensity_grad: dict
+    step_size: Any
+    inverse_mass_matrix: Any
+
+
+class MCMCResults(NamedTuple):
+    """What `MCMC.run` keeps: the draws and everything needed to describe them.
+
+    `samples`: dict site -> constrained draws `[chain, draw, ...]`; `stats`: dict statistic ->
+    `[chain, draw]`; `fns`: the model's `ModelFns`; `dynamic`: the model's array arguments;
+    `info`: its `ModelInfo`; `last_state`: the chains' final `MCMCState`.
+    """
+
+    samples: dict
+    stats: dict
+    fns: Any
+    dynamic: tuple
+    info: Any
+    last_state: MCMCState
+
+
+def _as_key(rng_key, api, error: type[Exception] = MCMCError):
+    """`rng_key` as a typed key; raises `error` naming `api` for anything but one key."""
+    try:
+        return typed_key(rng_key, f"`{api}`")
+    except TypeError as err:
+        raise error(str(err)) from None
+
+
+_NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's statistics
+    "accept_prob": lambda stats: stats["acceptance_rate"],
+    "num_steps": lambda stats: stats["n_steps"],
+    "potential_energy": lambda stats: -stats["lp"],
+    "adapt_state.step_size": lambda stats: stats["step_size"],
+}
+_STATS = ("diverging", "acceptance_rate", "energy", "n_steps", "tree_depth", "lp", "step_size")
+
+
+def _numpyro_fields(extra_fields, api):
+    """The NumPyro names among `extra_fields`; raises `MCMCError` on a name effppl cannot give."""
+    if isinstance(extra_fields, str):
+        extra_fields = (extra_fields,)
+    unknown = [f for f in extra_fields if f not in _STATS and f not in _NUMPYRO_FIELDS]
+    if unknown:
+        raise MCMCError(
+            f"`{api}(..., extra_fields=...)`: effppl cannot record {unknown}. It records "
+            f"{list(_STATS)} always, and gives NumPyro's names {list(_NUMPYRO_FIELDS)} when asked.")
+    return tuple(f for f in extra_fields if f in _NUMPYRO_FIELDS)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _split_each(keys, shape):
+    return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
+
+
+def _advance(bar, num: int, postfix: str) -> None:
+    """Count `num` more steps on the progress bar `bar`. After the first chunk, whose call also
+    compiled the sampler, the bar's clock restarts: its rate and ETA then measure sampling alone,
+    not compilation (the elapsed time shown counts from there)."""
+    bar.set_postfix_str(postfix, refresh=False)
+    if bar.n:
+        bar.update(num)
+        return
+    bar.reset()
+    bar.n = bar.last_print_n = bar.initial = num  # a rate from later chunks only; ETA "?" until then
+    bar.refresh()
+
+
+def _concat(parts):
+    if len(parts) == 1:
+        return parts[0]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
+
+
+class MCMC:
+    """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
+
+    **Arguments:**
+
+    - `kernel`: `NUTS(model, ...)` or `HMC(model, ...)`.
+    - `num_warmup`: adaptation transitions per chain (discarded).
+    - `num_samples`: transitions per chain after warmup; `num_samples // thinning` are kept.
+    - `num_chains`: number of chains.
+    - `chain_method`: `"vectorized"` (one `jit(vmap)` over chains on one device) or `"sharded"`
+      (the same computation with the chain axis sharded over the local devices; the largest
+      number of devices that divides `num_chains` is used). Both give the same draws.
+    - `thinning`: keep every `thinning`-th draw.
+    - `progress_bar`: show a tqdm bar over warmup and sampling (run in ~20 chunks of one compiled
+      function; with `False`, each phase is a single call). Its clock starts after the first
+      chunk, so the rate and ETA leave out compilation.
+
+    **Raises:** `MCMCError` (a `ValueError`) for invalid settings.
+
+    **References:** Stan Reference Manual, "MCMC sampling" and "HMC algorithm parameters";
+    Hoffman & Gelman (2014); blackjax `window_adaptation`.
+
+    Example:
+        >>> mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, num_chains=4)  # doctest: +SKIP
+        >>> mcmc.run(jax.random.key(0), x, y=y)                                        # doctest: +SKIP
+        >>> mcmc.print_summary()                                                       # doctest: +SKIP
+        >>> idata = mcmc.to_arviz()                                                    # doctest: +SKIP
+    """
+
+    def __init__(self, kernel, *, num_warmup: int, num_samples: int, num_chains: int = 1,
+                 chain_method: str = "vectorized", thinning: int = 1, progress_bar: bool = True):
+        def check(name, value, ok, expected):
+            if not ok:
+                raise MCMCError(f"`effppl.infer.MCMC(..., {name}=...)` expected {expected}, but got {value!r}.")
+
+        def is_int(v, low):
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
+
+        check("kernel", kernel, isinstance(kernel, _HMCFamily), "an effppl.infer NUTS or HMC kernel")
+        check("num_warmup", num_warmup, is_int(num_warmup, 0), "an int >= 0")
+        check("num_samples", num_samples, is_int(num_samples, 1), "an int >= 1")
+        check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")
+        check("thinning", thinning, is_int(thinning, 1) and thinning <= num_samples,
+              f"an int in [1, num_samples={num_samples}]")
+        check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
+              f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
+        check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")
+        self.kernel = kernel
+        self.num_warmup, self.num_samples = int(num_warmup), int(num_samples)
+        self.num_chains, self.thinning = int(num_chains), int(thinning)
+        self.chain_method, self.progress_bar = chain_method, bool(progress_bar)
+        self.post_warmup_state: MCMCState | None = None
+        self._results: MCMCResults | None = None
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _mesh(self):
+        devices = jax.local_devices()
+        n = max(d for d in range(1, len(devices) + 1) if self.num_chains % d == 0)
+        return Mesh(np.asarray(devices[:n]), ("chain",))
+
+    def _place(self, tree, mesh, spec):
+        if mesh is None:
+            return tree
+        return jax.device_put(tree, NamedSharding(mesh, spec))
+
+    def _chunk_plan(self, num_warmup: int, num_draws: int) -> tuple[int, int]:
+        """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
+
+        Without a progress bar each phase is one call, and the buffer length is the number of
+        draws (warmup records nothing, so its calls are not bounded by the buffer).
+        """
+        if self.progress_bar:
+            length = max(1, math.ceil((num_warmup + num_draws) / 20))
+            return length, length
+        return max(num_warmup, 1), max(num_draws, 1)
+
+    def _prepare(self, rng_key, args, kwargs, api):
+        """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
+        key = _as_key(rng_key, api)
+        fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
+        info = fns.site_info(dynamic)
+        for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
+            check_enumerable(name, fn)
+        if not info.latent:
+            raise MCMCError(
+                f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "
+                "sample. Use effppl.infer.Predictive to draw from a model without latent sites."
+            )
+        if info.discrete_latent:
+            raise MCMCError(
+                f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
+                f"model `{fns.name}` has a discrete support and is not marked for enumeration. "
+                "Sum it out exactly: mark it with `infer={'enumerate': 'parallel'}`, or every "
+                "discrete site with `effppl.infer.config_enumerate(model)`; or observe it."
+            )
+        mesh = self._mesh() if self.chain_method == "sharded" else None
+        return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
+
+    def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws, init_params):
+        """`(ChainState, num_warmup)` to start from."""
+        if pws is not None and init_params is not None:
+            raise MCMCError(
+                f"`{api}` got `init_params` while `post_warmup_state` is set: a run continuing "
+                "from a saved state starts at its position. Set `mcmc.post_warmup_state = None` "
+                "to start from `init_params` (with a new warmup).")
+        if pws is not None and not isinstance(pws, MCMCState):
+            raise MCMCError(
+                f"`{api}`: `post_warmup_state` must be an `MCMCState` (`mcmc.last_state` or the "
+                f"one `mcmc.warmup(...)` sets), or None, but got {type(pws).__name__}.")
+        if pws is not None:  # continue after `warmup()` (or a previous run): no warmup
+            chains = np.shape(pws.logdensity)[:1]
+            if chains != (self.num_chains,) or set(pws.position) != set(info.latent):
+                raise MCMCError(
+                    f"`{api}`: `post_warmup_state` holds {chains[0] if chains else '?'} chains of "
+                    f"sites {sorted(pws.position)}, but this run has num_chains="
+                    f"{self.num_chains} and model `{fns.name}` has latent sites "
+                    f"{sorted(info.latent)}. Set `post_warmup_state = None` to warm up anew.")
+            # The log density and its gradient at the saved position are recomputed: the data
+            # (or a global the model reads) may have changed since the state was saved.
+            position = self._place(pws.position, mesh, PartitionSpec("chain"))
+            pe, grad, _, _ = fns.potential_and_grad(position, dynamic)
+            if not np.all(np.isfinite(np.asarray(pe))):
+                raise MCMCError(
+                    f"`{api}`: the log density of model `{fns.name}` is not finite at the "
+                    f"`post_warmup_state`'s position (a state of another model or data?). Set "
+                    f"`post_warmup_state = None` to initialise and warm up anew.")
+            chain = sampler.start(position, pe, grad)
+            return chain._replace(step_size=pws.step_size,
+                                  inverse_mass_matrix=pws.inverse_mass_matrix), 0
+        if init_params is not None:
+            init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
+        else:
+            init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains,
+                                       dynamic, api=api)
+        return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
+
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+        with persistent_cache():  # every program compiled for the run, from disk when cached
+            self._execute_cached(rng_key, args, kwargs, api, sample=sample,
+                                 init_params=init_params)
+
+    def _execute_cached(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+        key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
+        sampler = sampler_for(fns, self.kernel)
+        init_key, run_key = jax.random.split(key)
+        pws = self.post_warmup_state if sample else None
+        chain, num_warmup = self._initial_state(
+            sampler, fns, info, init_key, dynamic, mesh, api, pws, init_params
+        )
+        thinning = self.thinning
+        num_draws = self.num_samples // thinning if sample else 0
+        # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
+        # and the `run()` after it can share one executable.
+        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
+        keys = self._place(jax.random.split(run_key, self.num_chains), mesh, PartitionSpec("chain"))
+        keys = _split_each(keys, num_warmup + num_draws * thinning)
+        schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
+
+        def call(chain, start, num, sampling):
+            span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
+                        thinning=np.int32(thinning), offset=np.int32(num_warmup))
+            return chunk(chain, keys, span, schedule, dynamic)
+
+        values, stats, n_div = [], [], 0
+        total = num_warmup + num_draws * thinning
+        with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
+            for start in range(0, num_warmup, warmup_length):
+                num = min(warmup_length, num_warmup - start)
+                chain, _, _, nd = call(chain, start, num, False)
+                if self.progress_bar:
+                    n_div += int(np.sum(np.asarray(nd)))
+                    _advance(bar, num, f"{n_div} divergences in warmup")
+            bar.set_postfix_str("", refresh=False)
+            bar.set_description("sample")
+            n_div = 0
+            for start in range(0, num_draws, length):
+                num = min(length, num_draws - start)
+                # draws move the chain only: its kernel parameters are those of the warmup
+                out, v, st, _ = call(chain, start, num, True)
+                chain = chain._replace(state=out.state)
+                if num < length:
+                    v, st = jax.tree.map(lambda x: x[:, :num], (v, st))
+                values.append(v)
+                stats.append(st)
+                if self.progress_bar:
+                    n_div += int(np.sum(np.asarray(st["diverging"])))
+                    _advance(bar, num * thinning, f"{n_div} divergences")
+        state = chain.state
+        last = MCMCState(position=state.position, logdensity=state.logdensity,
+                         logdensity_grad=state.logdensity_grad, step_size=chain.step_size,
+                         inverse_mass_matrix=chain.inverse_mass_matrix)
+        if not sample:
+            self.post_warmup_state = last
+            return
+        self._results = MCMCResults(samples=_concat(values), stats=_concat(stats), fns=fns,
+                                    dynamic=dynamic, info=info, last_state=last)
+        self._warn_divergences(fns, num_draws)
+
+    def _warn_divergences(self, fns, num_draws):
+        n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
+        if n_div:
+            warnings.warn(
+                f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
+                f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
+                "The draws may be biased; increase target_accept_prob or reparameterise.",
+                DivergenceWarning, stacklevel=5,
+            )
+
+    def _explained(self, args, kwargs):
+        """No finite initial point because a distribution parameter is invalid (validation on):
+        that error, naming the site, instead."""
+        return explained_by_parameters(self.kernel.model, args, kwargs, (InitializationError,))
+
+    def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:
+        """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
+
+        **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
+        """
+        with site_errors(), self._explained(args, kwargs):
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
+                          init_params=init_params)
+
+    def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
+        """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
+
+        **Arguments:**
+
+        - `rng_key`: `jax.random.key(seed)` or a raw `uint32[2]` `jax.random.PRNGKey(seed)`.
+        - `*args`, `**kwargs`: the model's arguments. Arrays are data (arguments of the compiled
+          sampler: new values of the same shapes re-use it); every other leaf is static and keys it.
+        - `extra_fields`: names of statistics `get_extra_fields` must return, for NumPyro
+          compatibility: every statistic of `get_extra_fields` is always recorded, and NumPyro's
+          names `accept_prob`, `num_steps`, `potential_energy` and `adapt_state.step_size` are
+          added under those names when asked for. Other names raise `MCMCError`.
+        - `init_params`: optional starting point, as NumPyro's: dict latent site -> *unconstrained*
+          value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
+          unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
+          constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
+
+        **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
+
+        **Raises:** `InitializationError` when a chain finds no finite starting point, or
+        `init_params` misses a site, has a wrong shape or a non-finite log density;
+        `MCMCError` for a model without continuous latent sites, or `init_params` given while
+        `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
+        data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
+        (`InvalidParameterError`, with validation on) whose distribution parameter is invalid
+        when no finite initial point is found.
+
+        **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
+        density at a proposal counts as a divergence; it never stops sampling.
+        """
+        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
+        with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
+                self._explained(args, kwargs):
+            self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
+                          init_params=init_params)
+        stats = self._get("stats", "run")
+        stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _results_for(self, api) -> MCMCResults:
+        if self._results is None:
+            raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
+        return self._results
+
+    def _get(self, name, api):
+        return getattr(self._results_for(api), name)
+
+    @staticmethod
+    def _flatten(tree, group_by_chain):
+        if group_by_chain:
+            return tree
+        return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
+
+    def get_samples(self, group_by_chain: bool = False) -> dict:
+        """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.
+
+        Latent sites are constrained (in their support); deterministic sites are included.
+        """
+        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
+
+    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
+        """Per-draw sampler statistics, shaped like `get_samples`.
+
+        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
+        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
+        `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
+        """
+        return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
+
+    @property
+    def last_state(self) -> MCMCState:
+        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
+        return self._get("last_state", "last_state")
+
+    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
+        """Print mean, sd, quantiles, bulk ESS and split R-hat per site, and the divergences.
+
+        Diagnostics come from `numpyro.diagnostics.print_summary` (Gelman et al. 2013, BDA3 §11.4;
+        Vehtari et al. 2021 for rank-normalised split R-hat).
+        """
+        from numpyro.diagnostics import print_summary
+
+        samples = self._get("samples", "print_summary")
+        info = self._get("info", "print_summary")
+        if exclude_deterministic:
+            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
+        print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
+        n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
+        print(f"Number of divergences: {n_div}")
+
+    def to_arviz(self):
+        """An `arviz.InferenceData` with groups `posterior`, `sample_stats`, `log_likelihood`
+        (pointwise, per observed site) and `observed_data`.
+        """
+        from .._arviz import to_inference_data
+
+        return to_inference_data(self._results_for("to_arviz"))

@@ -1,0 +1,222 @@
+"""`NUTS` and `HMC`: settings objects over blackjax's kernels.
+
+A kernel object holds the model, the initialisation strategy and the sampler settings; the `MCMC`
+driver builds (and caches, keyed by `settings()`) the compiled warmup and sampling functions.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._errors import EffpplError
+from .._init import InitStrategy, init_to_uniform
+from .._model import model_name
+from .._init_site import as_strategy
+
+__all__ = ["NUTS", "HMC"]
+
+
+class KernelSettingsError(EffpplError, ValueError):
+    """A sampler setting is invalid."""
+
+
+def _check(api: str, name: str, value: Any, ok: bool, expected: str) -> None:
+    if not ok:
+        raise KernelSettingsError(
+            f"`effppl.infer.{api}(..., {name}=...)` expected {expected}, but got {value!r}."
+        )
+
+
+def _real(value: Any) -> bool:
+    """Whether `value` is a real number (a Python or NumPy int or float, or a 0-d array of one),
+    so that `float(value)` means what it says: not a str, None or bool."""
+    if isinstance(value, (bool, np.bool_)) or \
+            not isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
+        return False
+    dtype = jnp.result_type(value)
+    return jnp.ndim(value) == 0 and (jnp.issubdtype(dtype, jnp.integer)
+                                     or jnp.issubdtype(dtype, jnp.floating))
+
+
+def _positive(value: Any) -> bool:
+    return _real(value) and float(value) > 0
+
+
+class _HMCFamily:
+    _api = "HMC"
+    _algorithm = blackjax.hmc
+
+    def __init__(self, model: Callable, *, step_size, adapt_step_size, adapt_mass_matrix,
+                 dense_mass, target_accept_prob, init_strategy, divergence_threshold):
+        api = self._api
+        _check(api, "model", model, callable(model), "a callable model")
+        _check(api, "step_size", step_size, _positive(step_size), "a positive float")
+        _check(api, "dense_mass", dense_mass, isinstance(dense_mass, bool),
+               "a bool (block-structured mass matrices are not supported)")
+        _check(api, "target_accept_prob", target_accept_prob,
+               _real(target_accept_prob) and 0 < float(target_accept_prob) < 1,
+               "a float in (0, 1)")
+        _check(api, "init_strategy", init_strategy, callable(init_strategy),
+               "an effppl.infer init strategy such as init_to_uniform(), or a function of a "
+               "site message as in NumPyro")
+        _check(api, "divergence_threshold", divergence_threshold,
+               _positive(divergence_threshold), "a positive float")
+        self.model = model
+        self.step_size = float(step_size)
+        self.adapt_step_size = bool(adapt_step_size)
+        self.adapt_mass_matrix = bool(adapt_mass_matrix)
+        self.dense_mass = dense_mass
+        self.target_accept_prob = float(target_accept_prob)
+        self.init_strategy = as_strategy(init_strategy)
+        self.divergence_threshold = float(divergence_threshold)
+
+    def settings(self) -> tuple:
+        """Hashable settings that determine the compiled sampler (the model excluded)."""
+        return (
+            type(self).__name__, self.step_size, self.adapt_step_size, self.adapt_mass_matrix,
+            self.dense_mass, self.target_accept_prob, self.divergence_threshold,
+            tuple(sorted(self.kernel_kwargs().items())),
+        )
+
+    def init_state(self, position, logdensity, logdensity_grad):
+        """blackjax's chain state from a point where the log density is already known."""
+        return blackjax.mcmc.hmc.HMCState(position, logdensity, logdensity_grad)
+
+    def build_kernel(self) -> Callable:
+        """blackjax's kernel `(rng_key, state, logdensity_fn, step_size, imm, **kw)`."""
+        return self._algorithm.build_kernel(divergence_threshold=self.divergence_threshold)
+
+    def kernel_kwargs(self) -> dict:
+        raise NotImplementedError
+
+    def stats(self, info, dtype) -> dict:
+        """Per-transition statistics, named as in `arviz` `sample_stats` (floats as `dtype`)."""
+        return {
+            "diverging": jnp.asarray(info.is_divergent, bool),
+            "acceptance_rate": jnp.asarray(info.acceptance_rate, dtype),
+            "energy": jnp.asarray(info.energy, dtype),
+            "n_steps": jnp.asarray(info.num_integration_steps, jnp.int32),
+        }
+
+    def empty_stats(self, dtype) -> dict:
+        """Zeros with the structure and dtypes of `stats`."""
+        return {
+            "diverging": jnp.zeros((), bool),
+            "acceptance_rate": jnp.zeros((), dtype),
+            "energy": jnp.zeros((), dtype),
+            "n_steps": jnp.zeros((), jnp.int32),
+        }
+
+    def __repr__(self) -> str:
+        return f"{self._api}(model={model_name(self.model)})"
+
+
+class HMC(_HMCFamily):
+    """Hamiltonian Monte Carlo with a fixed number of leapfrog steps, on blackjax's `hmc` kernel.
+
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    (`blackjax.window_adaptation`).
+
+    **Arguments:**
+
+    - `model`: the model, a Python callable using `effppl.sample`.
+    - `num_steps`: leapfrog steps per transition (int >= 1).
+    - `step_size`: initial step size (unconstrained units); the final one when
+      `adapt_step_size=False`.
+    - `adapt_step_size`: tune the step size by dual averaging during warmup.
+    - `adapt_mass_matrix`: estimate the inverse mass matrix during warmup.
+    - `dense_mass`: a dense (`True`) or diagonal (`False`) mass matrix.
+    - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
+    - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
+    - `divergence_threshold`: energy error above which a transition counts as divergent.
+
+    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
+
+    **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
+    "HMC algorithm parameters"; blackjax `blackjax.hmc`.
+
+    Example:
+        >>> kernel = HMC(model, num_steps=16)            # doctest: +SKIP
+        >>> MCMC(kernel, num_warmup=500, num_samples=500).run(jax.random.key(0), data)  # doctest: +SKIP
+    """
+
+    _api = "HMC"
+    _algorithm = blackjax.hmc
+
+    def __init__(self, model: Callable, num_steps: int = 10, step_size: float = 1.0, *,
+                 adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
+                 dense_mass: bool = False, target_accept_prob: float = 0.8,
+                 init_strategy: InitStrategy = init_to_uniform(),
+                 divergence_threshold: float = 1000.0):
+        _check("HMC", "num_steps", num_steps,
+               isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
+               "an int >= 1")
+        self.num_steps = num_steps
+        super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
+                         adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
+                         target_accept_prob=target_accept_prob, init_strategy=init_strategy,
+                         divergence_threshold=divergence_threshold)
+
+    def kernel_kwargs(self) -> dict:
+        return {"num_integration_steps": self.num_steps}
+
+
+class NUTS(_HMCFamily):
+    """The No-U-Turn Sampler (multinomial, iterative) on blackjax's `nuts` kernel.
+
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    (`blackjax.window_adaptation`).
+
+    **Arguments:**
+
+    - `model`: the model, a Python callable using `effppl.sample`.
+    - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `target_accept_prob`,
+      `init_strategy`, `divergence_threshold`: as for `HMC`.
+    - `max_tree_depth`: maximum number of trajectory doublings (at most `2**max_tree_depth - 1`
+      leapfrog steps per transition).
+
+    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
+
+    **References:** Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15; Betancourt (2017),
+    "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; blackjax
+    `blackjax.nuts`.
+
+    Example:
+        >>> mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=500)  # doctest: +SKIP
+        >>> mcmc.run(jax.random.key(0), x, y)                           # doctest: +SKIP
+    """
+
+    _api = "NUTS"
+    _algorithm = blackjax.nuts
+
+    def __init__(self, model: Callable, *, step_size: float = 1.0, adapt_step_size: bool = True,
+                 adapt_mass_matrix: bool = True, dense_mass: bool = False,
+                 target_accept_prob: float = 0.8, max_tree_depth: int = 10,
+                 init_strategy: InitStrategy = init_to_uniform(),
+                 divergence_threshold: float = 1000.0):
+        _check("NUTS", "max_tree_depth", max_tree_depth,
+               isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
+               and max_tree_depth >= 1, "an int >= 1")
+        self.max_tree_depth = max_tree_depth
+        super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
+                         adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
+                         target_accept_prob=target_accept_prob, init_strategy=init_strategy,
+                         divergence_threshold=divergence_threshold)
+
+    def build_kernel(self) -> Callable:
+        return blackjax.nuts.build_kernel(divergence_threshold=self.divergence_threshold)
+
+    def kernel_kwargs(self) -> dict:
+        return {"max_num_doublings": self.max_tree_depth}
+
+    def stats(self, info, dtype) -> dict:
+        out = super().stats(info, dtype)
+        out["tree_depth"] = jnp.asarray(info.num_trajectory_expansions, jnp.int32)
+        return out
+
+    def empty_stats(self, dtype) -> dict:
+        return dict(super().empty_stats(dtype), tree_depth=jnp.zeros((), jnp.int32))

@@ -1,0 +1,136 @@
+"""`NeuTraReparam`: neural-transport reparametrization (Hoffman et al., 2019) with a trained
+`AutoContinuous` guide, as NumPyro's."""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
+from numpyro.distributions.util import sum_rightmost
+
+from ...primitives import SiteError, factor, get_mask, sample
+from .autoguide._continuous import AutoContinuous
+from .autoguide._errors import AutoGuideError
+from .._reparam import Reparam
+
+
+class _FromShared(Reparam):
+    """One site's share of the warped latent: its unconstrained value `u`, mapped to the site's
+    support, with the site's log density (and Jacobian) as the factor `_{name}_log_prob`."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def __call__(self, name, fn, obs):
+        if obs is not None:
+            raise SiteError(f"effppl.infer.reparam.NeuTraReparam: site `{name}` is observed; "
+                            f"only latent sites are reparametrized (as in NumPyro).")
+        if jnp.shape(self.u) != fn.shape():
+            raise SiteError(f"effppl.infer.reparam.NeuTraReparam: site `{name}` has shape "
+                            f"{fn.shape()} here, but the guide's latent gives it {jnp.shape(self.u)} "
+                            f"(a site inside a loop is reparametrized whole: not supported).")
+        transform = biject_to(fn.support)
+        value = transform(self.u)
+        if get_mask() is not False:
+            log_det = transform.log_abs_det_jacobian(self.u, value)
+            log_det = sum_rightmost(log_det, jnp.ndim(log_det) - jnp.ndim(value)
+                                    + len(fn.event_shape))
+            factor(f"_{name}_log_prob", fn.log_prob(value) + log_det)
+        return None, value
+
+
+class NeuTraReparam:
+    """Reparametrize every latent site of a model through a trained `AutoContinuous` guide
+    (`AutoDiagonalNormal`, `AutoMultivariateNormal`, `AutoLowRankMultivariateNormal`,
+    `AutoLaplaceApproximation`): the model draws one shared latent `{prefix}_shared_latent`
+    from the guide's standard-normal base, maps it by the guide's affine transform to the
+    unconstrained latent vector, and each site takes its slice (mapped to its support). HMC on
+    the warped model sees the posterior as the guide flattened it.
+
+    **Arguments:** `guide`: an `AutoContinuous` guide that `SVI` has run (its latent layout is
+    known); `params`: its fitted params (`SVIRunResult.params`).
+
+    **Raises:** `TypeError` for another guide; `MissingParamError` (a `KeyError`) naming a param
+    of the guide that `params` lack; `ParamTypeError` (a `TypeError`) naming a value that is no
+    array of numbers; `AutoGuideError` for `params` that are not a dict or hold a
+    param of the wrong shape (`auto_loc`: `(D,)`, ...; D the guide's latent size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
+    than the guide's), and for draws of another size than D in `transform_sample`; `SiteError`
+    (when the model runs) for an observed site given in the guide, or a site inside a loop.
+
+    **References:** Hoffman et al. (2019), "NeuTra-lizing Bad Geometry in Hamiltonian Monte Carlo
+    Using Neural Transport"; NumPyro's `NeuTraReparam`.
+
+    Example:
+        >>> neutra = NeuTraReparam(guide, svi_result.params)            # doctest: +SKIP
+        >>> mcmc = MCMC(NUTS(neutra.reparam(model)), num_warmup=500, num_samples=500)  # doctest: +SKIP
+        >>> z = mcmc.get_samples()["auto_shared_latent"]              # doctest: +SKIP
+        >>> draws = neutra.transform_sample(z)                          # doctest: +SKIP
+    """
+
+    def __init__(self, guide, params):
+        if not isinstance(guide, AutoContinuous):
+            raise TypeError(f"effppl.infer.reparam.NeuTraReparam expected an AutoContinuous guide "
+                            f"(AutoDiagonalNormal, ...), but got {type(guide).__name__}.")
+        self._layout = guide._layout(guide._checked_sites(
+            "NeuTraReparam", params,
+            where=f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"))
+        self.guide, self.params = guide, params
+        posterior = guide.get_posterior(params)
+        if isinstance(posterior, dist.Normal):
+            self.transform = AffineTransform(posterior.loc, posterior.scale,
+                                             domain=constraints.real_vector)
+        else:
+            self.transform = LowerCholeskyAffine(posterior.mean, posterior.scale_tril)
+
+    def get_base_dist(self):
+        """The shared latent's distribution: standard normal, of the guide's latent size."""
+        size = sum(n for _, _, n in self._layout)
+        return dist.Normal(jnp.zeros(size), 1.0).to_event(1)
+
+    def reparam(self, fn):
+        """`fn` with its latent sites reparametrized (NumPyro's `neutra.reparam(model)`)."""
+        from ...handlers import reparam
+
+        @functools.wraps(fn)
+        def warped(*args, **kwargs):
+            z = sample(f"{self.guide.prefix}_shared_latent", self.get_base_dist().mask(False))
+            x = self.transform(z)
+            if get_mask() is not False:
+                factor(f"_{self.guide.prefix}_shared_latent_log_det",
+                       self.transform.log_abs_det_jacobian(z, x))
+            shares = self.guide._unpack(x, self._layout)
+            self._check_model(fn, args, kwargs)
+            config = {name: _FromShared(u) for name, u in shares.items()}
+            return reparam(fn, config=config)(*args, **kwargs)
+        return warped
+
+    def _check_model(self, fn, args, kwargs):
+        """An `AutoGuideError` when `fn` lacks sample sites of the guide (another model)."""
+        from ...handlers._basic import _analyzed
+        from ...handlers._handler import model_name
+
+        sites = {n for n, s in _analyzed(fn, args, kwargs).items() if s.type == "sample"}
+        missing = [name for name, _, _ in self._layout if name not in sites]
+        if missing:
+            raise AutoGuideError(
+                f"effppl.infer.reparam.NeuTraReparam.reparam: model `{model_name(fn)}` has no "
+                f"sample site {', '.join(f'`{n}`' for n in missing)}, which the guide's latent "
+                f"covers (its sites: {', '.join(n for n, _, _ in self._layout)}): the guide was "
+                f"fitted to another model. Reparametrize the model the guide was fitted to.")
+
+    def transform_sample(self, latent):
+        """Draws of the shared latent (`(..., D)`) mapped to dict site -> constrained draws.
+
+        **Raises:** `AutoGuideError` when the last axis of `latent` is not the guide's latent
+        size D."""
+        size = sum(n for _, _, n in self._layout)
+        if jnp.ndim(latent) < 1 or jnp.shape(latent)[-1] != size:
+            raise AutoGuideError(f"effppl.infer.reparam.NeuTraReparam.transform_sample(latent) "
+                                 f"expected draws of the shared latent of shape (..., {size}), "
+                                 f"but got shape {jnp.shape(latent)}.")
+        x = self.transform(latent)
+        return self.guide._postprocess(self.guide._unpack(x, self._layout), self.params,
+                                       batch_ndim=jnp.ndim(latent) - 1)

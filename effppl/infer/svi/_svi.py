@@ -1,0 +1,461 @@
+"""Stochastic variational inference: NumPyro's `SVI` API on optax.
+
+Parameters live in unconstrained space (`biject_to(constraint).inv`), as in NumPyro. The update
+step is compiled once per (model, guide, loss, optimiser, argument structure) and cached like
+MCMC's sampler: the model's arrays are arguments of the compiled function, so a new `SVI` object
+or new data of the same shapes compile nothing. `run` steps in compiled chunks (a `lax.scan` of
+updates) under a tqdm bar, and stops at the first non-finite loss, naming the step and the
+params whose gradient was not finite.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm.auto as tqdm
+from numpyro.distributions.transforms import biject_to
+
+from ..._errors import EffpplError
+from ..._keys import key_data
+from ...effects.internal import describe_non_array
+from .._compile._arguments import model_arguments, names_leaks
+from .autoguide._prototype import first_run
+from .._compile._cache import cached, split_cache_key
+from ..mcmc._driver import _advance
+from ._optim import as_optimizer
+
+__all__ = ["SVI", "SVIState", "SVIRunResult", "SVIError"]
+
+
+class SVIError(EffpplError, FloatingPointError):
+    """SVI was misused, or its loss became non-finite (the message names the step and params;
+    `result` holds the `SVIRunResult` up to the last finite step, when `run` raised it)."""
+
+    result = None
+
+
+class SVIState(NamedTuple):
+    """NumPyro's SVI state: the optimiser's state (holding the unconstrained params), the mutable
+    state (dict name -> value of the model's and guide's `effppl.mutable` sites, None without
+    any), and a raw PRNG key."""
+
+    optim_state: Any
+    mutable_state: Any
+    rng_key: Any
+
+
+class SVIRunResult(NamedTuple):
+    """`SVI.run`'s result: constrained `params` (dict), the final `state`, `losses` (one per
+    step, a numpy array)."""
+
+    params: dict
+    state: SVIState
+    losses: Any
+
+
+def _raw_key(rng_key, api):
+    try:
+        return key_data(rng_key, f"`{api}`")
+    except TypeError as err:
+        raise SVIError(str(err)) from None
+
+
+def _constrain(params, constraints):
+    return {n: biject_to(constraints[n])(u) for n, u in params.items()}
+
+
+def _all_finite(tree):
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
+
+
+class _Compiled:
+    """SVI's compiled functions for one model, guide, loss, optimiser and argument structure."""
+
+    def __init__(self, model, guide, loss, optimizer, structure, static_kwargs, forward_mode):
+        self.model, self.guide, self.loss, self.optimizer = model, guide, loss, optimizer
+        self.structure, self.static_kwargs = structure, dict(static_kwargs)
+        self.forward_mode = forward_mode
+        self.init = jax.jit(self._init)
+        self.update = jax.jit(self._update, static_argnums=3)
+        self.evaluate = jax.jit(self._evaluate)
+        self._chunks: dict = {}
+
+    def args(self, dynamic):
+        args, kwargs = self.structure.rebuild(dynamic)
+        return args, {**kwargs, **self.static_kwargs}
+
+    def _init(self, rng_key, dynamic, init_params):
+        from effppl import handlers
+
+        args, kwargs = self.args(dynamic)
+        rng_key, k_model, k_guide = jax.random.split(rng_key, 3)
+        with first_run():  # an autoguide draws its initial values' key first (NumPyro's)
+            guide_tr = handlers.trace(handlers.seed(self.guide, k_guide)).get_trace(*args,
+                                                                                   **kwargs)
+        latent = {n: s["value"] for n, s in guide_tr.items()
+                  if s["type"] == "sample" and not s["is_observed"]}
+        model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)
+        model_tr = handlers.trace(model).get_trace(*args, **kwargs)
+        sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
+        mutable = {n: s["value"] for tr in (model_tr, guide_tr) for n, s in tr.items()
+                   if s["type"] == "mutable"} or None
+        constraints = {n: s["kwargs"]["constraint"] for n, s in sites.items()}
+        values = {n: init_params.get(n, s["value"]) for n, s in sites.items()}
+        wrong = [(n, jnp.shape(v), sites[n]["value"].shape) for n, v in init_params.items()
+                 if n in sites and jnp.shape(v) != sites[n]["value"].shape]
+        if wrong:
+            name, got, shape = wrong[0]
+            raise SVIError(f"`effppl.infer.SVI.init(..., init_params=...)`: param `{name}` has "
+                           f"shape {shape} (its `init_value`'s), but the value given has shape "
+                           f"{got}.")
+        params = {n: biject_to(constraints[n]).inv(jnp.asarray(v, sites[n]["value"].dtype))
+                  for n, v in values.items()}
+        return params, constraints, rng_key, mutable
+
+    def _objective(self, rng_key, constraints, args, kwargs, mutable=None):
+        def objective(params):
+            return self.loss.loss(rng_key, _with_mutable(_constrain(params, constraints), mutable),
+                                  self.model, self.guide, *args, **kwargs)
+        return objective
+
+    def _update(self, state, constraints, dynamic, stable):
+        """One step: `(state, loss, {param: gradient finite}, applied)`. `applied` is False when
+        the loss or the new params are not finite (a finite loss at the old params does not make
+        the new ones finite, e.g. a NaN learning rate); with `stable` such a step leaves the
+        params as they were (NumPyro's `stable_update`)."""
+        args, kwargs = self.args(dynamic)
+        rng_key, sub = jax.random.split(state.rng_key)
+        mutable = state.mutable_state
+        objective = self._objective(sub, constraints, args, kwargs, mutable)
+        update_state = getattr(self.loss, "mutable_state", None)  # an effppl ELBO's
+        if mutable is not None and update_state is not None:
+            # the values the model leaves, at the params before the step (NumPyro's)
+            before = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                              constraints), mutable)
+            mutable = update_state(sub, before, self.model, self.guide, *args, **kwargs) or mutable
+        loss, grads, optim_state = self.optimizer.step(objective, state.optim_state,
+                                                       self.forward_mode)
+        grad_ok = {n: jnp.asarray(True) if grads is None else jnp.all(jnp.isfinite(grads[n]))
+                   for n in constraints}
+        applied = jnp.isfinite(loss) & _all_finite(self.optimizer.get_params(optim_state))
+        if stable:
+            optim_state, mutable = jax.tree.map(lambda new, old: jnp.where(applied, new, old),
+                                                (optim_state, mutable),
+                                                (state.optim_state, state.mutable_state))
+        return SVIState(optim_state, mutable, rng_key), loss, grad_ok, applied
+
+    def _evaluate(self, state, constraints, dynamic):
+        args, kwargs = self.args(dynamic)
+        _, sub = jax.random.split(state.rng_key)
+        params = self.optimizer.get_params(state.optim_state)
+        return self._objective(sub, constraints, args, kwargs, state.mutable_state)(params)
+
+    def chunk(self, length: int, stable: bool):
+        """Compiled `(state, constraints, dynamic, num) -> (state, losses[length], grad_ok,
+        applied[length], failed)`: `num <= length` updates in a `lax.scan`. A step whose loss or
+        new params are not finite is not applied; without `stable`, the steps after it are not run
+        (`failed` is set)."""
+        if (length, stable) not in self._chunks:
+            def run(state, constraints, dynamic, num):
+                def body(carry, i):
+                    state, failed = carry
+
+                    def step(state):
+                        return self._update(state, constraints, dynamic, True)
+
+                    def skip(state):
+                        grad_ok = {n: jnp.asarray(True) for n in constraints}
+                        return (state, jnp.asarray(jnp.nan, self._loss_dtype()), grad_ok,
+                                jnp.asarray(False))
+
+                    runs = (i < num) & ~failed
+                    new, loss, grad_ok, applied = jax.lax.cond(runs, step, skip, state)
+                    if not stable:
+                        failed = failed | (runs & ~applied)
+                    return (new, failed), (loss, grad_ok, applied | ~runs)
+
+                (state, failed), (losses, grad_ok, applied) = jax.lax.scan(
+                    body, (state, jnp.asarray(False)), jnp.arange(length))
+                return state, losses, grad_ok, applied, failed
+
+            self._chunks[(length, stable)] = jax.jit(run)
+        return self._chunks[(length, stable)]
+
+    def nonfinite_sites(self, state, constraints, dynamic) -> tuple[list, list]:
+        """`(sites, nan_data)`: the sample sites (model's and guide's) whose log density is not
+        finite in some particle of the step that `state` would take next (its key is the
+        state's), and the observed sites whose data hold NaN."""
+        from ._elbo import run_guide_and_model
+
+        args, kwargs = self.args(dynamic)
+        _, sub = jax.random.split(state.rng_key)
+        params = _with_mutable(_constrain(self.optimizer.get_params(state.optim_state),
+                                          constraints), state.mutable_state)
+        n = getattr(self.loss, "num_particles", 1)
+        keys = sub[None] if n == 1 else jax.random.split(sub, n)  # the ELBO's particle keys
+
+        def finite(key):
+            _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
+                                                           args, kwargs)
+            sites = {f"{which} site `{n}`": s
+                     for which, tr in (("model", model_tr), ("guide", guide_tr))
+                     for n, s in tr.items() if s["type"] == "sample"}
+            return ({n: jnp.all(jnp.isfinite(s["log_prob"])) for n, s in sites.items()},
+                    {n: jnp.any(jnp.isnan(s["value"])) for n, s in sites.items()
+                     if s["is_observed"] and jnp.issubdtype(s["value"].dtype, jnp.inexact)})
+
+        flags, nans = jax.jit(jax.vmap(finite))(keys)
+        return (sorted(n for n, ok in flags.items() if not np.all(np.asarray(ok))),
+                sorted(n for n, nan in nans.items() if np.any(np.asarray(nan))))
+
+    @staticmethod
+    def _loss_dtype():
+        return jnp.result_type(float)
+
+
+def _with_mutable(params, mutable):
+    """The param map with the mutable state's values (no gradient flows into them, as in
+    NumPyro)."""
+    if mutable is None:
+        return params
+    return {**params, **jax.lax.stop_gradient(mutable)}
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _init_params(api, init_params):
+    """`init_params` as a dict of arrays, or an `SVIError` naming what is wrong."""
+    if init_params is None:
+        return {}
+    if not isinstance(init_params, Mapping):
+        raise SVIError(f"`{api}(..., init_params=...)` expected a dict param name -> constrained "
+                       f"value, but got {type(init_params).__name__}.")
+    for name, value in init_params.items():
+        problem = describe_non_array(value)
+        if problem is not None:
+            raise SVIError(f"`{api}(..., init_params=...)`: the value of param `{name}` must be "
+                           f"an array of numbers, but is {problem}.")
+    return {name: jnp.asarray(value) for name, value in init_params.items()}
+
+
+class SVI:
+    """Stochastic variational inference: fit the params of `guide` (and `model`) by minimising
+    `loss` with the optimiser `optim`, as NumPyro's `SVI`.
+
+    **Arguments:**
+    - `model`, `guide`: effppl models; the guide's latent sample sites name the model's, and both
+      may have `effppl.param` sites. Autoguides: `effppl.infer.autoguide`.
+    - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`), or an optimiser with
+      NumPyro's interface: `effppl.optim.Adam(1e-2)` (NumPyro's names), NumPyro's own.
+    - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
+    - `**static_kwargs`: keyword arguments passed to the model and guide on every call
+      (hashable ones key the compiled update; arrays are passed to it as arguments).
+
+    **Raises:** `SVIError` for calls out of order (`update` before `init`), and from `run` for a
+    non-finite loss; `OptimizerError` for an `optim` that is not an optimiser.
+
+    **References:** Hoffman et al. (2013), "Stochastic variational inference"; Ranganath et al.
+    (2014); NumPyro's `numpyro.infer.SVI`.
+
+    Example:
+        >>> svi = SVI(model, AutoNormal(model), optax.adam(0.01), Trace_ELBO())  # doctest: +SKIP
+        >>> result = svi.run(jax.random.key(0), 2000, x, y)                      # doctest: +SKIP
+        >>> result.params, result.losses                                          # doctest: +SKIP
+    """
+
+    def __init__(self, model, guide, optim, loss, **static_kwargs):
+        for arg, fn in (("model", model), ("guide", guide)):
+            if not callable(fn):
+                raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected a "
+                               f"callable {arg}, but got {type(fn).__name__} {fn!r:.60}.")
+        if isinstance(loss, type):
+            raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO "
+                           f"object, but got the class {loss.__name__}: call it "
+                           f"(`{loss.__name__}()`).")
+        self.model, self.guide, self.loss = model, guide, loss
+        self.optim = optim
+        self._optimizer = as_optimizer(optim)
+        if not callable(getattr(loss, "loss", None)):
+            raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO (e.g. "
+                           f"`effppl.infer.Trace_ELBO()`), but got {type(loss).__name__}.")
+        # hashable values key the compiled update; arrays (NumPyro's `SVI(..., X=X)`) are passed
+        # to it as arguments, like those of `init`/`update`/`run`
+        self._array_kwargs = {k: v for k, v in static_kwargs.items() if not _hashable(v)}
+        self._static = tuple(sorted((k, v) for k, v in static_kwargs.items()
+                                    if k not in self._array_kwargs))
+        self.static_kwargs = dict(static_kwargs)
+        self._constraints = None
+
+    def _compiled(self, api, args, kwargs, forward_mode=False):
+        structure, dynamic = split_cache_key(api, args, {**self._array_kwargs, **kwargs})
+        key = ("svi", self.model, self.guide, self.loss, self._optimizer, structure, self._static,
+               bool(forward_mode))
+        fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,
+                                            structure, self._static, bool(forward_mode)))
+        return fns, dynamic
+
+    def init(self, rng_key, *args, init_params: dict | None = None, **kwargs) -> SVIState:
+        """The initial state: the params' initial values (the `init_value`s of the model's and
+        guide's param sites, drawn with `rng_key`; `init_params`, constrained values, replace
+        them), unconstrained, and the optimiser's state.
+
+        **Raises:** `SVIError` for a bad key or an `init_params` name that is no param site.
+        """
+        api = "effppl.infer.SVI.init"
+        key = _raw_key(rng_key, api)
+        init_params = _init_params(api, init_params)
+        with model_arguments(api, self.model, args, kwargs):
+            setup = getattr(self.guide, "_setup_prototype", None)
+            if setup is not None:  # an autoguide keeps the (concrete) arguments for `median`, ...
+                setup(*args, **{**kwargs, **self.static_kwargs})
+            fns, dynamic = self._compiled(api, args, kwargs)
+            params, constraints, key, mutable = fns.init(key, dynamic, init_params)
+        unknown = sorted(set(init_params) - set(params))
+        if unknown:
+            raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
+                           f"sites of the model or guide; those are {sorted(params)}.")
+        if not params:
+            raise SVIError(f"`{api}` found no param site in the model or the guide: there is "
+                           f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
+                           f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
+        bad = [n for n, v in params.items() if not np.all(np.isfinite(np.asarray(v)))]
+        if bad:
+            raise SVIError(
+                f"`{api}`: the initial value of param "
+                f"{', '.join(f'`{n}` (constraint {constraints[n]!r})' for n in bad)} is outside "
+                f"its constraint's support, or not finite (its unconstrained value is NaN or "
+                f"infinite). Give an `init_value` (or `init_params` value) inside the support.")
+        self._constraints = constraints
+        return SVIState(self._optimizer.init(params), mutable, key)
+
+    def _check_state(self, svi_state, api):
+        if self._constraints is None:
+            raise SVIError(f"`{api}` needs the params' constraints, which `SVI.init` (or "
+                           f"`SVI.run`) finds: call `svi.init(rng_key, *args)` first.")
+        if not isinstance(svi_state, SVIState):
+            raise SVIError(f"`{api}` expected an SVIState (from `svi.init` or `svi.update`), but "
+                           f"got {type(svi_state).__name__}.")
+
+    def get_params(self, svi_state: SVIState) -> dict:
+        """The current params, constrained (dict name -> array)."""
+        self._check_state(svi_state, "effppl.infer.SVI.get_params")
+        return _constrain(self._optimizer.get_params(svi_state.optim_state), self._constraints)
+
+    def constrain_fn(self, params: dict) -> dict:
+        """Unconstrained params (as the optimiser holds them) mapped to their constraints'
+        spaces, as NumPyro's `SVI.constrain_fn` (after `init`)."""
+        self._check_state(SVIState(None, None, None), "effppl.infer.SVI.constrain_fn")
+        return _constrain(params, self._constraints)
+
+    def update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
+        """One optimisation step: `(new_state, loss)` (the loss before the step)."""
+        return self._step("effppl.infer.SVI.update", False, svi_state, args, kwargs,
+                          forward_mode_differentiation)
+
+    def stable_update(self, svi_state, *args, forward_mode_differentiation=False, **kwargs):
+        """`update`, but a step whose loss or new params are not finite is not applied."""
+        return self._step("effppl.infer.SVI.stable_update", True, svi_state, args, kwargs,
+                          forward_mode_differentiation)
+
+    @names_leaks("effppl.infer.SVI.update")
+    def _step(self, api, stable, svi_state, args, kwargs, forward_mode):
+        self._check_state(svi_state, api)
+        fns, dynamic = self._compiled(api, args, kwargs, forward_mode)
+        state, loss, _, _ = fns.update(svi_state, self._constraints, dynamic, stable)
+        return state, loss
+
+    @names_leaks("effppl.infer.SVI.evaluate")
+    def evaluate(self, svi_state, *args, **kwargs):
+        """The loss at the current params (with a key drawn from the state's; no step)."""
+        self._check_state(svi_state, "effppl.infer.SVI.evaluate")
+        fns, dynamic = self._compiled("effppl.infer.SVI.evaluate", args, kwargs)
+        return fns.evaluate(svi_state, self._constraints, dynamic)
+
+    @names_leaks("effppl.infer.SVI.run")
+    def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True,
+            stable_update: bool = False, forward_mode_differentiation: bool = False,
+            init_state: SVIState | None = None, init_params: dict | None = None,
+            **kwargs) -> SVIRunResult:
+        """Run `num_steps` updates from `init_state` (or a fresh `init`).
+
+        With `progress_bar`, the steps run in about 20 compiled chunks under a tqdm bar showing
+        the rate and the mean loss of the last chunk (its clock starts after the first chunk,
+        which compiles); without, in one compiled call. With `stable_update`, non-finite steps
+        are skipped (a warning counts them).
+
+        **Returns:** `SVIRunResult(params, state, losses)`.
+
+        **Raises:** `SVIError` at the first non-finite loss (without `stable_update`), naming
+        the step and the params whose gradient is not finite; its `result` attribute holds
+        the `SVIRunResult` of the steps before it.
+        """
+        api = "effppl.infer.SVI.run"
+        if isinstance(num_steps, (bool, np.bool_)) or not isinstance(num_steps, (int, np.integer)) \
+                or num_steps < 1:
+            raise SVIError(f"`{api}(rng_key, num_steps={num_steps!r}, ...)` expected a positive "
+                           f"int.")
+        if init_state is None:
+            state = self.init(rng_key, *args, init_params=init_params, **kwargs)
+        else:
+            if self._constraints is None:  # a state from another SVI object: find constraints
+                self.init(rng_key, *args, init_params=init_params, **kwargs)
+            self._check_state(init_state, api)
+            state = init_state
+        fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)
+        length = math.ceil(num_steps / 20) if progress_bar else int(num_steps)
+        chunk = fns.chunk(length, bool(stable_update))
+        losses, skipped = [], 0
+        with tqdm.tqdm(total=num_steps, disable=not progress_bar, desc="SVI") as bar:
+            for start in range(0, num_steps, length):
+                num = min(length, num_steps - start)
+                state, chunk_losses, grad_ok, applied, failed = chunk(
+                    state, self._constraints, dynamic, np.int32(num))
+                chunk_losses = np.asarray(chunk_losses[:num])
+                applied = np.asarray(applied[:num])
+                if bool(failed):
+                    sites, nan_data = fns.nonfinite_sites(state, self._constraints, dynamic)
+                    self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok, losses,
+                                          state, sites, nan_data)
+                skipped += int(np.sum(~applied))
+                losses.append(chunk_losses)
+                if progress_bar:
+                    _advance(bar, num, f"loss={np.nanmean(chunk_losses):.4g}")
+        losses = np.concatenate(losses)
+        if skipped:
+            warnings.warn(f"{api}: {skipped} of {num_steps} steps had a non-finite loss or gave "
+                          f"non-finite params and were skipped (stable_update=True).",
+                          RuntimeWarning, stacklevel=2)
+        return SVIRunResult(self.get_params(state), state, losses)
+
+    def _raise_nonfinite(self, api, start, chunk_losses, applied, grad_ok, losses, state, sites,
+                         nan_data):
+        i = int(np.flatnonzero(~applied)[0])
+        bad = sorted(n for n, ok in grad_ok.items() if not bool(np.asarray(ok)[i]))
+        losses = np.concatenate(losses + [chunk_losses[:i]])
+        what = (f"the loss is {chunk_losses[i]}" if not np.isfinite(chunk_losses[i]) else
+                f"the loss is {chunk_losses[i]} but the step made the params non-finite")
+        err = SVIError(
+            f"`{api}`: {what} at step {start + i} (counting from 0)"
+            + (f"; the log density is not finite at {', '.join(sites)}" if sites else "")
+            + (f"; the gradient is not finite for params {bad}" if bad else "")
+            + (f"; the data of {', '.join(nan_data)} hold NaN (out of every distribution's "
+               f"support, so the log density is -inf, as in NumPyro): remove or mask them "
+               f"(`obs_mask`, `effppl.handlers.mask`)" if nan_data else "")
+            + ". The params are those before that step (`err.result`). Check the model's "
+            "density on the guide's support, lower the learning rate, or pass "
+            "`stable_update=True` to skip such steps.")
+        err.result = SVIRunResult(self.get_params(state), state, losses)
+        raise err

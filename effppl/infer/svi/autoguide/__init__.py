@@ -1,0 +1,22 @@
+"""The automatic guides (NumPyro's `numpyro.infer.autoguide` names, params and semantics),
+public as `effppl.infer.autoguide`.
+
+- `_base.py`: what every guide shares (the model's latent sites from its site analysis, the map
+  from unconstrained draws to the model's supports); `_sites.py`, `_plates.py`, `_prototype.py`
+  and `_postprocess.py` its parts (sites, subsampled plates, first run, fitted values).
+- `_per_site.py`: one param set per latent site (`AutoNormal`, `AutoDelta`).
+- `_continuous.py`, `_laplace.py`: one flat vector of every latent site (`AutoContinuous` and its
+  normal guides, `AutoLaplaceApproximation`).
+"""
+
+from ._base import AutoGuide
+from ._continuous import (AutoContinuous, AutoDiagonalNormal, AutoLowRankMultivariateNormal,
+                          AutoMultivariateNormal)
+from ._errors import AutoGuideError, MissingParamError, ParamTypeError
+from ._laplace import AutoLaplaceApproximation
+from ._per_site import AutoDelta, AutoNormal
+
+__all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
+           "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
+           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError",
+           "ParamTypeError"]
