@@ -13,12 +13,12 @@ place) and `SVI` keeps it in `SVIState.mutable_state`.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from . import _runtime
 from . import effects as fx
 from .effects import internal
 from .primitives import SiteError, _outside_handlers, check_name
@@ -34,15 +34,10 @@ mutable_op = fx.Operation("mutable", out=_same_type, unhandled=_outside_handlers
 """`mutable_op(value, name=..., final=...)`: the site's value when it is created (`final=False`;
 handlers may replace it) and when the model returns (`final=True`; recorded, never replaced)."""
 
-_frames = threading.local()
-
-
 def open_frame() -> list:
     """Start collecting the mutable values of a model whose handler body is being traced."""
-    if not hasattr(_frames, "stack"):
-        _frames.stack = []
     frame = []
-    _frames.stack.append(frame)
+    _runtime.state().mutable_frames.append(frame)
     return frame
 
 
@@ -63,7 +58,7 @@ def close_frame(frame: list) -> None:
 
 def drop_frame(frame: list) -> None:
     """Forget `frame` (the handler body raised)."""
-    stack = getattr(_frames, "stack", [])
+    stack = _runtime.state().mutable_frames
     for i in range(len(stack) - 1, -1, -1):
         if stack[i] is frame:  # by identity: empty frames are equal lists
             del stack[i]
@@ -103,24 +98,23 @@ def mutable(name: str, init_value: Any = None):
     >>> float(trace(given).get_trace()["state"]["value"]["count"])
     5.0
     """
-    from .handlers._handler import _nesting, handler_traces
-
     check_name("mutable", name)
     if init_value is None:
         raise SiteError(f"effppl.mutable({name!r}) expected an `init_value` (a pytree of "
                         f"arrays): effppl needs it to know the value's shapes while tracing.")
-    if not _nesting():
+    runtime = _runtime.state()
+    if not runtime.depth:
         return init_value
     try:
         init_value = jax.tree.map(jnp.asarray, init_value)
     except TypeError:
         raise SiteError(f"effppl.mutable({name!r}, init_value) expected a pytree of arrays, but "
                         f"got {init_value!r:.60}.") from None
-    if not handler_traces() or handler_traces()[-1] is not internal.current_trace():
+    if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
         raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
                         f"`vmap` of the model: call it at the model's top level (its value is "
                         f"recorded when the model returns).")
     value = mutable_op(init_value, name=name, final=False)
     leaves, tree = jax.tree.flatten(value)
-    _frames.stack[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
+    runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
     return value

@@ -34,10 +34,15 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from .infer.svi._optim import OptimizerError
+from ._errors import EffpplError
 
 __all__ = ["Adam", "Adagrad", "ClippedAdam", "Minimize", "Momentum", "RMSProp", "RMSPropMomentum",
-           "SGD", "SM3", "optax_to_numpyro"]
+           "SGD", "SM3", "optax_to_numpyro", "OptimizerError"]
+
+
+class OptimizerError(EffpplError, TypeError):
+    """An optimiser got an argument it cannot take, or `SVI` got something that is not an
+    optimiser (also `effppl.infer.OptimizerError`)."""
 
 
 def _value_and_grad(fn, params, forward_mode_differentiation):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import threading
 import warnings
 from typing import Any, NamedTuple
 
@@ -27,6 +26,7 @@ import numpyro.primitives
 from numpyro.distributions import batch_util
 from numpyro.primitives import CondIndepStackFrame
 
+from . import _runtime
 from . import effects as fx
 from .effects import internal
 from .effects.internal import describe_non_array, describe_non_bool
@@ -167,7 +167,7 @@ def _with_vmap_index(msg):
     """Under a `jax.vmap` inside the model, add the element index to the message, so the
     operation is batched (one independent draw per element, like a plate). Not in a handler's
     clause (`in_clause`): a clause is traced outside the model's own `vmap`s."""
-    if getattr(_plates, "in_clause", False):
+    if _runtime.is_set("in_clause"):
         return msg
     index = internal.vmap_index()
     return msg if index is None else msg._replace(plates=(*msg.plates, index))
@@ -196,13 +196,8 @@ deterministic_op.batch_rule = _deterministic_batch_rule
 # --------------------------------------------------------------------------------------------
 # plate: lexical broadcasting, resolved while the model is traced
 
-_plates = threading.local()
-
-
 def _active_plates():
-    if not hasattr(_plates, "stack"):
-        _plates.stack = []
-    return _plates.stack
+    return _runtime.state().plates
 
 
 class _Subsample(dist.Distribution):
@@ -398,43 +393,27 @@ def _plate_frames():
 
 
 @contextlib.contextmanager
-def _flag(name: str):
-    """Set this thread's flag `name` (read with `getattr(_plates, name, False)`) for the block."""
-    before = getattr(_plates, name, False)
-    setattr(_plates, name, True)
-    try:
-        yield
-    finally:
-        setattr(_plates, name, before)
-
-
-@contextlib.contextmanager
 def in_clause():
     """`sample` called from a handler's clause (a reparameterizer's auxiliary sites)."""
-    with _flag("in_clause"):
+    with _runtime.flag("in_clause"):
         yield
 
 
 def message_contexts():
     """Message adjustments of the `with mask(...)`/`with scale(...)` blocks being traced."""
-    if not hasattr(_plates, "contexts"):
-        _plates.contexts = []
-    return _plates.contexts
+    return _runtime.state().message_adjusters
 
 
 def eager_blocks():
     """Handlers of the `with` blocks entered outside any effppl entry point (NumPyro's eager
     use: `with handlers.seed(rng_seed=0): x = sample(...)`), outermost first."""
-    if not hasattr(_plates, "eager"):
-        _plates.eager = []
-    return _plates.eager
+    return _runtime.state().eager_handlers
 
 
 def _perform(op, *args, **static):
     """Perform `op`, through the eager `with` blocks' handlers when there are any."""
     if eager_blocks():
-        from .handlers._handler import run_eager  # the handlers build on this module
-        return run_eager(lambda: op(*args, **static))
+        return _runtime.run_eager(lambda: op(*args, **static))
     return op(*args, **static)
 
 
@@ -442,9 +421,7 @@ def site_contexts():
     """Site configurators of the `config_enumerate`/`enum` wrappers being traced, outermost
     first: each `configure(name, msg, infer, is_observed) -> (msg, infer)` sees a sample site
     (its message and its `infer` dict) before it is performed."""
-    if not hasattr(_plates, "site_contexts"):
-        _plates.site_contexts = []
-    return _plates.site_contexts
+    return _runtime.state().site_configurators
 
 
 @contextlib.contextmanager
@@ -456,6 +433,28 @@ def configuring_sites(configure):
         yield
     finally:
         site_contexts().remove(configure)
+
+
+def masked_message(msg, mask):
+    """`msg` with its log density masked by `mask` too (a bool array or bool), as the `mask`
+    handler and `with mask(...)` blocks adjust each site's message."""
+    m = jnp.asarray(mask, bool)
+    return msg._replace(mask=m if msg.mask is None else jnp.logical_and(m, msg.mask))
+
+
+@contextlib.contextmanager
+def _masking(mask):
+    """The sites sampled in the block have their log densities masked by `mask`, and
+    `get_mask` sees it (what `with effppl.handlers.mask(mask=...)` does)."""
+    def adjust(msg):
+        return masked_message(msg, mask)
+    message_contexts().append(adjust)
+    mask_scopes().append(mask)
+    try:
+        yield
+    finally:
+        mask_scopes().pop()
+        message_contexts().remove(adjust)
 
 
 # --------------------------------------------------------------------------------------------
@@ -508,7 +507,7 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
     if obs_mask is not None:
         return _masked_observe(name, fn, obs, obs_mask, infer, sample_shape)
     if vars(fn).get("_validate_args", False) or (  # asked for explicitly, or validating
-            getattr(_plates, "validating", False) and getattr(fn, "_validate_args", False)):
+            _runtime.is_set("validating") and getattr(fn, "_validate_args", False)):
         _validate_at_run_time(name, fn)
     if not isinstance(sample_shape, (tuple, list)) or not all(
             _is_int(n) and n >= 0 for n in sample_shape):
@@ -573,8 +572,6 @@ def _static_infer(name, infer):
 
 def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
     """`sample(..., obs_mask=...)`: NumPyro's two auxiliary sites, interleaved."""
-    from .handlers import mask  # the handlers build on these primitives
-
     if obs is None:
         raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) needs `obs` too: the mask "
                         f"says which events of `obs` are observed.")
@@ -583,9 +580,9 @@ def _masked_observe(name, fn, obs, obs_mask, infer, sample_shape):
         raise SiteError(f"effppl.sample({name!r}, ..., obs_mask=...) expected a bool array (True "
                         f"where `obs` is observed), but got {problem}.")
     obs_mask = jnp.asarray(obs_mask, bool)
-    with mask(mask=obs_mask):
+    with _masking(obs_mask):
         observed = sample(f"{name}_observed", fn, obs=obs, infer=infer, sample_shape=sample_shape)
-    with mask(mask=~obs_mask):
+    with _masking(~obs_mask):
         unobserved = sample(f"{name}_unobserved", fn, infer=infer, sample_shape=sample_shape)
     batch_mask = jnp.reshape(obs_mask, jnp.shape(obs_mask) + (1,) * fn.event_dim)
     return deterministic(name, jnp.where(batch_mask, observed, unobserved))
@@ -628,7 +625,7 @@ def validating_parameters():
     concrete values, trace in it (NumPyro validates there), and so does the eager check of
     MCMC and Predictive before their compiled runs; the compiled sampler never does, so it
     carries no check."""
-    with _flag("validating"):
+    with _runtime.flag("validating"):
         yield
 
 
@@ -684,7 +681,7 @@ def callback_site_errors():
             raise
         raise _callback_errors[-1] from err
     else:
-        if getattr(_plates, "validating", False):
+        if _runtime.is_set("validating"):
             jax.effects_barrier()  # the checks recorded by `validating_parameters` have run
         if _callback_errors:
             raise _callback_errors[0]
@@ -722,9 +719,7 @@ def prng_key():
     try:
         raw = _perform(prng_key_op, name=None)
     except fx.UnhandledEffectError:
-        from .handlers._handler import _nesting  # the handlers build on this module
-
-        if _nesting():
+        if _runtime.state().depth:
             raise
         warnings.warn("`effppl.prng_key()` was called outside of `seed`: it returns None. Run "
                       "the code under `effppl.handlers.seed(rng_seed=...)` to get a key.",
@@ -736,9 +731,7 @@ def prng_key():
 def mask_scopes():
     """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
     first (for `get_mask`)."""
-    if not hasattr(_plates, "masks"):
-        _plates.masks = []
-    return _plates.masks
+    return _runtime.state().masks
 
 
 def get_mask():

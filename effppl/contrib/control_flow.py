@@ -4,7 +4,7 @@ take NumPyro's arguments, for NumPyro programs ported by changing their imports.
 
 from jax import lax
 
-from ..primitives import SiteError
+from ..handlers.internal import SiteError
 
 __all__ = ["scan", "cond"]
 

@@ -10,8 +10,7 @@ NumPyro's does; a plain `lax.scan` needs no `markov` (effppl derives its forward
 provided: `config_kl`, `plate_to_enum_plate`, `to_data`, `to_funsor` (funsor's own)."""
 
 from ..handlers import (config_enumerate, enum, infer_config, infer_discrete, log_density, markov,
-                        trace)
-from ..primitives import plate
+                        plate, trace)
 
 __all__ = ["config_enumerate", "enum", "infer_config", "infer_discrete", "log_density", "markov",
            "plate", "trace"]

@@ -16,7 +16,7 @@ from ..effects.internal import (describe_non_array, describe_non_bool, forwards_
                                 forwards_when)
 from .._site_fns import ask
 from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
-                          param_op, prng_key_op, sample_op, value_shape)
+                          masked_message, param_op, prng_key_op, sample_op, value_shape)
 from .._mutable import mutable_op
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
@@ -501,8 +501,7 @@ class mask(Handler):
             mask_scopes().pop()
 
     def adjust_message(self, msg):
-        m = jnp.asarray(self.mask, bool)
-        return msg._replace(mask=m if msg.mask is None else jnp.logical_and(m, msg.mask))
+        return masked_message(msg, self.mask)
 
     def clauses(self):
         @forwards_static("name", "cond_indep_stack")

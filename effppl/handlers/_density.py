@@ -349,3 +349,22 @@ def unconstrain_fn(model, model_args, model_kwargs, params):
     tr = tracer.get_trace(*model_args, **(model_kwargs or {}))
     return {name: biject_to(tr[name]["kwargs"]["constraint"]).inv(tr[name]["value"])
             if tr[name]["type"] == "param" else tr[name]["unconstrained"] for name in params}
+
+
+def marginal_log_joint(model, args, kwargs, values, first_available_dim):
+    """`log p` of `model` at `values` with its sites marked for enumeration summed out; without
+    recording a trace when no enumerated site needs the sum-product over plates (scans carry
+    their forward message and add its normaliser as a factor). A subsampled plate's scale
+    multiplies its summed term, as in NumPyro's `TraceEnum_ELBO`, which scores a model with it."""
+    enumerated = enumerated_sites(model, args, kwargs)
+    given = substitute(enum(model, first_available_dim) if enumerated else model, data=values)
+    given.entry_point = "log_density"
+    if all(enumerated.values()):  # none, or inside scans only
+        _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
+        return log_p
+    tracer = trace(given)
+    tracer.keep = lambda name, site: site.type == "sample"  # what the contraction reads
+    tracer.scores_only = True
+    _, tr = tracer._run(*args, **kwargs)
+    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
+    return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO

@@ -13,23 +13,19 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import threading
 
 import jax
 import jax.numpy as jnp
 import numpyro.distributions
 import numpyro.primitives
 
-from .. import _mutable
+from .. import _mutable, _runtime
 from .. import effects as fx
 from ..effects import internal
 from ..primitives import (SiteError, callback_site_errors, deterministic_op, eager_blocks,
                           message_contexts, param_op, sample_op, validating_parameters,
                           value_shape)
 from ._sites import analyze
-
-_depth = threading.local()
-
 
 class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
     """On NumPyro's handler stack while an effppl model runs: a NumPyro primitive there would be
@@ -48,23 +44,22 @@ class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
 
 
 def _nesting():
-    return getattr(_depth, "n", 0)
+    return _runtime.state().depth
 
 
 def handler_traces() -> list:
     """The JAX traces of the handler bodies being traced, outermost first: code traced in one of
     them runs at a model's top level, not inside a loop, branch or `jit` of the model."""
-    if not hasattr(_depth, "traces"):
-        _depth.traces = []
-    return _depth.traces
+    return _runtime.state().handler_traces
 
 
 @contextlib.contextmanager
 def _inside():
     """The body of a handler, around the model: its traces are the model's top level, and the
     mutable sites its model creates get their final values performed when the model returns."""
-    _depth.n = _nesting() + 1
-    handler_traces().append(internal.current_trace())
+    runtime = _runtime.state()
+    runtime.depth += 1
+    runtime.handler_traces.append(internal.current_trace())
     frame = _mutable.open_frame()
     try:
         with _NoNumPyroPrimitives():
@@ -72,8 +67,8 @@ def _inside():
         _mutable.close_frame(frame)
     finally:
         _mutable.drop_frame(frame)
-        _depth.n -= 1
-        handler_traces().pop()
+        runtime.depth -= 1
+        runtime.handler_traces.pop()
 
 
 @internal.forwards_static("name", "cond_indep_stack")
@@ -208,6 +203,9 @@ def run_eager(fn, *args, **kwargs):
     for h, handled, params in zip(reversed(handlers), copies, finals):
         h.absorb(handled, params)
     return result
+
+
+_runtime.install(run_eager=run_eager)  # the primitives run a site under eager blocks with it
 
 
 class Handler:

@@ -14,7 +14,11 @@ import jax
 from numpyro.distributions import ImproperUniform
 from numpyro.distributions.transforms import biject_to
 
+from .. import handlers
 from .._errors import EffpplError
+from ..handlers import internal as ppl
+from ..handlers.internal import (InvalidParameterError, analyze_model, call_unhandled,
+                                 callback_site_errors, recorded, unconstrained_type)
 
 __all__ = ["TracedSite", "potential_energy", "constrain", "unconstrain", "get_trace", "initialising"]
 
@@ -34,7 +38,6 @@ _backend = None
 def _handlers():
     if _backend is not None:
         return _backend
-    from effppl import handlers
 
     missing = [name for name in _REQUIRED if not hasattr(handlers, name)]
     if missing:
@@ -64,9 +67,7 @@ class TracedSite(NamedTuple):
 
 def model_name(model: Callable) -> str:
     """The model's name for messages."""
-    from effppl.handlers._handler import model_name as name
-
-    return name(model)
+    return ppl.model_name(model)
 
 
 def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
@@ -74,7 +75,6 @@ def run_unhandled(model: Callable, args: tuple, kwargs: dict) -> Any:
     operations, never evaluated)."""
     if _backend is not None:  # a NumPyro model cannot run without handlers
         return _backend.seed(model, rng_seed=0)(*args, **kwargs)
-    from effppl.handlers._handler import call_unhandled
 
     return call_unhandled(model, *args, **kwargs)
 
@@ -86,9 +86,8 @@ def analyze_sites(model: Callable, args: tuple, kwargs: dict) -> dict:
     inside loops)."""
     if _backend is not None:
         return {}
-    from effppl.handlers._basic import _analyzed
 
-    return _analyzed(model, args, kwargs)
+    return analyze_model(model, args, kwargs)
 
 
 def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, dict]:
@@ -99,8 +98,6 @@ def recorded_sites(model: Callable, args: tuple, kwargs: dict) -> tuple[dict, di
     different families); `analysis` is `analyze_sites`' result. Not for a NumPyro backend.
 
     **Raises:** `SiteError` for a latent site inside a `while_loop`, as `get_trace` does."""
-    from effppl.handlers._trace import recorded
-
     analysis = analyze_sites(model, args, kwargs)
     sites = {}
     for name, site in recorded(analysis).items():
@@ -129,7 +126,6 @@ def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tupl
     backend."""
     if _backend is not None:
         return None
-    from effppl.handlers._sites import unconstrained_type
 
     sites = analyze_sites(model, args, kwargs)
     out = {}
@@ -142,17 +138,13 @@ def unconstrained_types(model: Callable, args: tuple, kwargs: dict, latent: tupl
 def check_call(api: str, model_args: Any, model_kwargs: Any, params: Any = None) -> None:
     """A `TypeError` naming `model_args` when it is not a tuple, or `model_kwargs`/`params` when
     not a dict (NumPyro's calling convention of `log_density`, `initialize_model`, ...)."""
-    from effppl.handlers._density import check_call as check
-
-    check(api, model_args, model_kwargs, params)
+    ppl.check_call(api, model_args, model_kwargs, params)
 
 
 def site_errors():
     """A context in which a `SiteError` raised by a run-time check inside compiled code (explicit
     `validate_args=True` on traced parameters) comes out as itself, not as XLA's
     `JaxRuntimeError`."""
-    from effppl.primitives import callback_site_errors
-
     return callback_site_errors()
 
 
@@ -179,14 +171,13 @@ def unconstrain(model: Callable, args: tuple, kwargs: dict, values: dict) -> dic
 # handler runs the model (effppl's, or NumPyro's under the test seam `_backend`), so no handler of
 # ours can intercept it. It is scoped: installed while some thread is inside `initialising()`,
 # the original method restored when the last one leaves.
-_init_state = threading.local()
 _improper_sample = ImproperUniform.sample
 _patch_lock = threading.Lock()
 _patch_users = 0
 
 
 def _improper_sample_for_init(self, key, sample_shape=()):
-    if not getattr(_init_state, "active", False):
+    if not ppl.is_set("initialising"):
         return _improper_sample(self, key, sample_shape)
     transform = biject_to(self.support)
     shape = transform.inverse_shape(tuple(sample_shape) + tuple(self.shape()))
@@ -201,12 +192,10 @@ def initialising():
         if _patch_users == 0:
             ImproperUniform.sample = _improper_sample_for_init
         _patch_users += 1
-    previous = getattr(_init_state, "active", False)
-    _init_state.active = True
     try:
-        yield
+        with ppl.flag("initialising"):
+            yield
     finally:
-        _init_state.active = previous
         with _patch_lock:
             _patch_users -= 1
             if _patch_users == 0:
@@ -224,7 +213,6 @@ def validate_parameters(model: Callable, args: tuple, kwargs: dict) -> None:
     constraint."""
     import numpyro.distributions
 
-    from effppl.primitives import InvalidParameterError
 
     if _backend is not None or not numpyro.distributions.Distribution._validate_args:
         return
@@ -243,8 +231,6 @@ def explained_by_parameters(model: Callable, args: tuple, kwargs: dict, errors: 
     re-raised as the `InvalidParameterError` that explains it, when the model's eager run
     (`validate_parameters`) finds one. The compiled functions it wraps carry no check: the
     check runs only when they have failed."""
-    from effppl.primitives import InvalidParameterError
-
     try:
         yield
     except errors as err:

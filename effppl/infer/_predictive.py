@@ -10,12 +10,13 @@ import numpy as np
 
 from .._errors import EffpplError
 from ..effects.internal import describe_non_array
-from ..primitives import SiteError
+from ..handlers.internal import SiteError
 from ._compile._arguments import names_leaks
 from ._compile._cache import cached
 from ._compile._fns import model_fns, prepare
 from .mcmc._driver import _as_key
 from ._model import site_errors
+from ..handlers import mask
 
 __all__ = ["Predictive", "log_likelihood"]
 
@@ -30,7 +31,6 @@ def _unscored(model: Callable) -> Callable:
     One wrapper per model (kept in the compiled-function store), so the compiled predictor of a
     model is found again by later `Predictive` objects."""
     def build():
-        from ..handlers import mask
 
         @functools.wraps(model)  # keeps the signature: errors name the model's arguments
         def unscored(*args, **kwargs):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from ..primitives import SiteError, param, sample
+from ..handlers.internal import SiteError, param, sample
 
 
 class Reparam:

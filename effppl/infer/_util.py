@@ -10,6 +10,7 @@ from . import _model
 from ._compile._fns import prepare
 from ._init import find_initial_params, init_to_uniform
 from ._init_site import as_strategy
+from .. import handlers
 
 __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 
@@ -109,7 +110,6 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
 
 
 def _trace_at(model, args, kwargs, values):
-    from effppl import handlers
 
     return handlers.trace(handlers.seed(handlers.substitute(model, values), 0)).get_trace(
         *args, **kwargs)
@@ -128,8 +128,6 @@ def compute_log_probs(model, model_args, model_kwargs, params, sum_log_prob=True
     the model's trace. **Raises:** `SiteError` naming a latent site missing from `params`;
     `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
     """
-    from effppl import handlers
-
     _model.check_call("effppl.infer.util.compute_log_probs", model_args, model_kwargs, params)
     tr = handlers.trace(handlers.substitute(model, data=params)).get_trace(
         *model_args, **(model_kwargs or {}))

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import copy
 import functools
-import threading
 
 import jax.numpy as jnp
 
+from ... import _runtime
 from ...effects import internal
 from ...primitives import SiteError, _plate_frames, configuring_sites
 from . import _forward_algorithm, _markov
@@ -31,11 +31,8 @@ from .._handler import Handler, _named_like, handler_traces, run_outermost, trac
 from .._sites import analyze, message_avals
 from .._trace import is_enumerated
 
-_state = threading.local()
-
-
 def _active():
-    return getattr(_state, "context", None)
+    return _runtime.state().enum_context
 
 
 def config_enumerate(fn=None, default="parallel"):
@@ -295,13 +292,13 @@ class enum:
         if first is None:
             first = -_max_batch_ndim(plain) - 1
         context = _Context(first, max(len(handler_traces()) - 1, 0), plain)
-        _state.context = context
+        _runtime.state().enum_context = context
         open_frames = len(_markov.frames())
         try:
             with configuring_sites(context.configure):
                 return _innermost(self.fn, self._rewritten)(*args, **kwargs)
         finally:
-            _state.context = None
+            _runtime.state().enum_context = None
             del _markov.frames()[open_frames:]  # a loop left by an exception
 
 

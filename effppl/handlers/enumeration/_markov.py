@@ -16,18 +16,13 @@ dims by that record. The frames live in a thread-local stack while the model is 
 from __future__ import annotations
 
 import functools
-import threading
 
+from ... import _runtime
 from ...primitives import SiteError
-
-_state = threading.local()
-
 
 def frames() -> list:
     """The frames open in this thread, outermost first."""
-    if not hasattr(_state, "frames"):
-        _state.frames = []
-    return _state.frames
+    return _runtime.state().markov_frames
 
 
 class _Frame:

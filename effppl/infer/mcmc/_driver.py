@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..._errors import EffpplError
 from ..._keys import typed_key
-from ...handlers.enumeration._enum import check_enumerable
+from ...handlers.internal import check_enumerable
 from .._compile._arguments import leaked_tracers
 from .._compile._fns import prepare
 from .._init import InitializationError, find_initial_params, given_initial_params

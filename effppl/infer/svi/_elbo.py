@@ -15,7 +15,10 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.kl import kl_divergence
 
+from ... import handlers
 from ..._errors import EffpplError
+from ...handlers.internal import (analyze_model, is_enumerated, log_joint, marginal_log_joint,
+                                  model_name, with_site_configurator)
 
 __all__ = ["Trace_ELBO", "TraceMeanField_ELBO", "RenyiELBO", "TraceEnum_ELBO", "ELBOError"]
 
@@ -43,8 +46,6 @@ def run_guide(rng_key, param_map, guide, args, kwargs):
     """`(log q(z), guide trace, model key, values)`: the guide run at the constrained params
     `param_map` with `z ~ q`, and the values to give the model (params and `z`). The key splits
     as NumPyro's ELBOs split it (model's first), so one key draws the same `z` as in NumPyro."""
-    from effppl import handlers
-
     k_model, k_guide = jax.random.split(rng_key)
     guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
     log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
@@ -64,10 +65,6 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     log densities at the constrained params `param_map` (masks and scales applied). Without
     `model_trace` the model's sites are not recorded (its trace is None): a model whose sites sit
     in loops then carries no buffers of their values through them."""
-    from effppl import handlers
-    from effppl.handlers._density import _LogJoint
-    from effppl.handlers._handler import run_outermost
-
     log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
     check_model_guide_match(model, guide_tr, args, kwargs)
     model = handlers.seed(model, k_model)
@@ -76,7 +73,7 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
         return log_p, log_q, model_tr, guide_tr
     given = handlers.substitute(model, data=values)
     given.entry_point = "log_density"
-    _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
+    _, log_p = log_joint(given, *args, **kwargs)
     return log_p, log_q, None, guide_tr
 
 
@@ -88,9 +85,8 @@ def check_model_guide_match(model, guide_tr, args, kwargs):
     for a whole plate) and the ELBO would be a silently different number."""
     from itertools import zip_longest
 
-    from effppl.handlers._basic import _analyzed
 
-    for name, site in _analyzed(model, args, kwargs).items():
+    for name, site in analyze_model(model, args, kwargs).items():
         if site.type != "sample" or site.is_observed or not site.bounded or name not in guide_tr:
             continue
         model_shape = (*site.loops, *site.aval.shape)
@@ -172,12 +168,9 @@ def _mutable_sites(rng_key, param_map, model, guide, args, kwargs):
     guide's draws, with the model key a particle uses), or None when there are none. The
     enumerated sites of a model are drawn here, not summed: a state computed from them is not
     supported."""
-    from effppl import handlers
-
-    from effppl.handlers._basic import _analyzed
 
     def names(fn):
-        return [n for n, s in _analyzed(fn, args, kwargs).items() if s.type == "mutable"]
+        return [n for n, s in analyze_model(fn, args, kwargs).items() if s.type == "mutable"]
 
     k_model, k_guide = jax.random.split(rng_key)
     guide_sites, model_sites = names(guide), names(model)
@@ -326,22 +319,19 @@ class TraceEnum_ELBO(_ELBO):
         self.max_plate_nesting = max_plate_nesting
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
-        from effppl import handlers
 
         log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
         _check_enumeration(model, guide_tr, args, kwargs)  # first: an enumerated guide site
         check_model_guide_match(model, guide_tr, args, kwargs)  # has the support's shape
         model = handlers.seed(_unmarked(model, frozenset(_latent(guide_tr))), k_model)
         first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
-        log_p = _marginal_log_joint(model, args, kwargs, values, first)
+        log_p = marginal_log_joint(model, args, kwargs, values, first)
         return _score_surrogate(log_p - log_q, guide_tr)
 
 
 def _unmarked(model, names):
     """`model` with the sites in `names` (those the guide samples) no longer marked for
     enumeration: the guide's value is scored, as NumPyro replays guide sites into the model."""
-    from effppl.handlers.enumeration._enum import with_site_configurator
-
     def configure(name, msg, infer, is_observed):
         if name in names and "enumerate" in infer:
             infer = {k: v for k, v in infer.items() if k != "enumerate"}
@@ -350,44 +340,16 @@ def _unmarked(model, names):
     return with_site_configurator(model, configure)
 
 
-def _marginal_log_joint(model, args, kwargs, values, first_available_dim):
-    """`log p` of `model` at `values` with its sites marked for enumeration summed out; without
-    recording a trace when no enumerated site needs the sum-product over plates (scans carry
-    their forward message and add its normaliser as a factor)."""
-    from effppl.handlers import enum, substitute, trace
-    from effppl.handlers.enumeration import _contract
-    from effppl.handlers._density import _LogJoint
-    from effppl.handlers.enumeration._enum import enumerated_sites
-    from effppl.handlers._handler import run_outermost
-
-    enumerated = enumerated_sites(model, args, kwargs)
-    given = substitute(enum(model, first_available_dim) if enumerated else model, data=values)
-    given.entry_point = "log_density"
-    if all(enumerated.values()):  # none, or inside scans only
-        _, log_p = run_outermost(_LogJoint(given).handled, *args, **kwargs)
-        return log_p
-    tracer = trace(given)
-    tracer.keep = lambda name, site: site.type == "sample"  # what the contraction reads
-    tracer.scores_only = True
-    _, tr = tracer._run(*args, **kwargs)
-    loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
-    return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO
-
-
 def _check_enumeration(model, guide_tr, args, kwargs):
     """`ELBOError` for a guide site marked for enumeration, or a discrete latent model site that
     is neither marked for enumeration nor sampled by the guide."""
-    from effppl.handlers._basic import _analyzed
-    from effppl.handlers._handler import model_name
-    from effppl.handlers._trace import is_enumerated
-
     for name, site in _latent(guide_tr).items():
         if is_enumerated(site.get("infer") or {}):
             raise ELBOError(f"effppl.infer.TraceEnum_ELBO enumerates model sites only, but guide "
                             f"site `{name}` is marked for enumeration: remove its "
                             f"`infer={{'enumerate': ...}}` (the guide then samples it) or leave "
                             f"it out of the guide and mark it in the model.")
-    for name, site in _analyzed(model, args, kwargs).items():
+    for name, site in analyze_model(model, args, kwargs).items():
         if site.type != "sample" or site.is_observed or name in guide_tr:
             continue
         static = dict(site.key.static)

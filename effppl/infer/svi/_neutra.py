@@ -11,10 +11,12 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
 from numpyro.distributions.util import sum_rightmost
 
-from ...primitives import SiteError, factor, get_mask, sample
+from ...handlers.internal import SiteError, factor, get_mask, sample
 from .autoguide._continuous import AutoContinuous
 from .autoguide._errors import AutoGuideError
 from .._reparam import Reparam
+from ...handlers import reparam
+from ...handlers.internal import analyze_model, model_name
 
 
 class _FromShared(Reparam):
@@ -92,8 +94,6 @@ class NeuTraReparam:
 
     def reparam(self, fn):
         """`fn` with its latent sites reparametrized (NumPyro's `neutra.reparam(model)`)."""
-        from ...handlers import reparam
-
         @functools.wraps(fn)
         def warped(*args, **kwargs):
             z = sample(f"{self.guide.prefix}_shared_latent", self.get_base_dist().mask(False))
@@ -109,10 +109,7 @@ class NeuTraReparam:
 
     def _check_model(self, fn, args, kwargs):
         """An `AutoGuideError` when `fn` lacks sample sites of the guide (another model)."""
-        from ...handlers._basic import _analyzed
-        from ...handlers._handler import model_name
-
-        sites = {n for n, s in _analyzed(fn, args, kwargs).items() if s.type == "sample"}
+        sites = {n for n, s in analyze_model(fn, args, kwargs).items() if s.type == "sample"}
         missing = [name for name, _, _ in self._layout if name not in sites]
         if missing:
             raise AutoGuideError(

@@ -8,15 +8,12 @@ import dataclasses
 from typing import Any
 
 import jax
+import numpyro.optim
 import optax
 
-from ..._errors import EffpplError
+from ...optim import OptimizerError, _NumPyroOptim
 
-__all__ = ["Optimizer", "as_optimizer"]
-
-
-class OptimizerError(EffpplError, TypeError):
-    """`SVI` got something that is not an optimiser."""
+__all__ = ["Optimizer", "as_optimizer", "OptimizerError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +64,9 @@ class Optimizer:
 
 def _steps_itself(optim) -> bool:
     """Whether `optim` overrides NumPyro's gradient-step `eval_and_update` (`Minimize` does)."""
-    from numpyro.optim import _NumPyroOptim as theirs
-
-    from ...optim import _NumPyroOptim as ours
-
     method = getattr(type(optim), "eval_and_update", None)
-    return method is not None and method not in (theirs.eval_and_update, ours.eval_and_update)
+    return method is not None and method not in (numpyro.optim._NumPyroOptim.eval_and_update,
+                                                 _NumPyroOptim.eval_and_update)
 
 
 def as_optimizer(optim, api: str = "effppl.infer.SVI") -> Optimizer:

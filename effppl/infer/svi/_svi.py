@@ -29,6 +29,7 @@ from .autoguide._prototype import first_run
 from .._compile._cache import cached, split_cache_key
 from ..mcmc._driver import _advance
 from ._optim import as_optimizer
+from ... import handlers
 
 __all__ = ["SVI", "SVIState", "SVIRunResult", "SVIError"]
 
@@ -92,7 +93,6 @@ class _Compiled:
         return args, {**kwargs, **self.static_kwargs}
 
     def _init(self, rng_key, dynamic, init_params):
-        from effppl import handlers
 
         args, kwargs = self.args(dynamic)
         rng_key, k_model, k_guide = jax.random.split(rng_key, 3)

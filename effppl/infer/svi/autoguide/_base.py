@@ -24,14 +24,15 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
-from .... import primitives
-from ....primitives import prng_key_op
+from ....handlers import internal as ppl
 from . import _plates as plates_
 from ._errors import AutoGuideError
 from ._postprocess import GuidePostprocess
 from ._prototype import in_first_run, init_strategy, initial_locs
 from ._sites import fixed_supports, latent_sites
 from ..._init import init_to_uniform
+from .... import handlers
+from ....handlers.internal import Unconstrain, analyze_model, concrete_arguments
 
 __all__ = ["AutoGuide", "GuideDelta"]
 
@@ -124,10 +125,8 @@ class AutoGuide(GuidePostprocess):
         guide's prototype once it has one.
 
         **Raises:** `AutoGuideError` as `latent_sites`."""
-        from effppl.handlers._basic import _analyzed
-
         if analysis is None:
-            analysis = _analyzed(self.model, args, kwargs)
+            analysis = analyze_model(self.model, args, kwargs)
         keep = None if self._prototype_args is None else self._latent_names
         return latent_sites(type(self).__name__, analysis, keep)
 
@@ -152,15 +151,13 @@ class AutoGuide(GuidePostprocess):
         None otherwise. A first run at arguments the outermost handler was called with (e.g.
         `trace(seed(guide, key)).get_trace(*args)`) sets up the prototype (`latent` sites
         `sites`), as NumPyro's guides do."""
-        from effppl.handlers._handler import concrete_arguments
-
         first = self._prototype_args is None or in_first_run()
         if self._prototype_args is None:
             concrete = concrete_arguments(args, kwargs)
             if concrete is not None:
                 self._latent_names = tuple(sites)
                 self._prototype_args = concrete
-        return prng_key_op(name=f"_{self.prefix}_init") if first else None
+        return ppl.prng_key_op(name=f"_{self.prefix}_init") if first else None
 
     def _init_locs(self, args, kwargs, sites, key=None) -> dict:
         """Initial unconstrained values of `sites` (`_prototype.initial_locs`)."""
@@ -186,9 +183,6 @@ class AutoGuide(GuidePostprocess):
         (`_latent_sites`) show that no support depends on anything (a parameter-free
         constraint such as `real`, `positive`, `simplex`, one distribution per site), the values
         are mapped directly instead, and `fns` is None."""
-        from effppl import handlers
-        from effppl.handlers._density import _Unconstrain
-
         supports = fixed_supports(sites) if sites is not None else None
         if supports is not None:
             values, log_dets = {}, {}
@@ -204,7 +198,7 @@ class AutoGuide(GuidePostprocess):
             model = handlers.substitute(model, data=indices)
 
         def run():
-            tracer = handlers.trace(_Unconstrain(model, unconstrained, "autoguide", per_site=True))
+            tracer = handlers.trace(Unconstrain(model, unconstrained, "autoguide", per_site=True))
             (_, _, log_dets), tr = tracer._run(*args, **kwargs)
             return ({n: tr[n]["value"] for n in unconstrained}, log_dets,
                     {n: tr[n]["fn"] for n in unconstrained})
@@ -216,8 +210,6 @@ class AutoGuide(GuidePostprocess):
         guide's log density of that value (none: 0), scaled like the site's subsampled plates
         scale the model's. `bases`: `{name: distribution}` the value was drawn from, for sites
         whose support is `real` (`GuideDelta`, for `TraceMeanField_ELBO`'s analytic KL)."""
-        from effppl import handlers
-
         out = {}
         for name, value in values.items():
             fn = GuideDelta(value, log_density=0.0 if log_densities is None
@@ -225,5 +217,5 @@ class AutoGuide(GuidePostprocess):
                             base=(bases or {}).get(name))
             scale = plates_.subsample_scale(sites[name].frames)
             with handlers.scale(scale=scale) if scale is not None else contextlib.nullcontext():
-                out[name] = primitives.sample(name, fn)
+                out[name] = ppl.sample(name, fn)
         return out

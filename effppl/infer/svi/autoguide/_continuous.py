@@ -11,7 +11,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
-from .... import primitives
+from ....handlers import internal as ppl
 from ._base import AutoGuide
 from ._errors import AutoGuideError
 from ..._init import init_to_uniform
@@ -46,7 +46,7 @@ class AutoContinuous(AutoGuide):
         layout = self._layout(sites)
         init = self._init_locs(args, kwargs, sites, self._init_key(args, kwargs, sites))
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
-        latent = primitives.sample(f"_{self.prefix}_latent", self._base(flat_init))
+        latent = ppl.sample(f"_{self.prefix}_latent", self._base(flat_init))
         values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
         return self._emit(values, sites, {n: -log_dets[n] for n in values})
 
@@ -115,8 +115,8 @@ class AutoDiagonalNormal(AutoContinuous):
         return posterior.loc, posterior.scale
 
     def _base(self, flat_init):
-        loc = primitives.param(f"{self.prefix}_loc", flat_init)
-        scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
+        loc = ppl.param(f"{self.prefix}_loc", flat_init)
+        scale = ppl.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
                                  constraint=constraints.softplus_positive)
         return dist.Normal(loc, scale).to_event(1)
 
@@ -144,8 +144,8 @@ class AutoMultivariateNormal(AutoContinuous):
         self.init_scale = self._positive("init_scale", init_scale)
 
     def _base(self, flat_init):
-        loc = primitives.param(f"{self.prefix}_loc", flat_init)
-        scale_tril = primitives.param(f"{self.prefix}_scale_tril",
+        loc = ppl.param(f"{self.prefix}_loc", flat_init)
+        scale_tril = ppl.param(f"{self.prefix}_scale_tril",
                                       jnp.eye(flat_init.shape[0], dtype=flat_init.dtype)
                                       * self.init_scale, constraint=self.scale_tril_constraint)
         return dist.MultivariateNormal(loc, scale_tril=scale_tril)
@@ -179,10 +179,10 @@ class AutoLowRankMultivariateNormal(AutoContinuous):
     def _base(self, flat_init):
         d = flat_init.shape[0]
         rank = int(round(d ** 0.5)) if self.rank is None else int(self.rank)
-        loc = primitives.param(f"{self.prefix}_loc", flat_init)
-        factor = primitives.param(f"{self.prefix}_cov_factor", jnp.zeros((d, rank),
+        loc = ppl.param(f"{self.prefix}_loc", flat_init)
+        factor = ppl.param(f"{self.prefix}_cov_factor", jnp.zeros((d, rank),
                                                                           flat_init.dtype))
-        scale = primitives.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
+        scale = ppl.param(f"{self.prefix}_scale", jnp.full_like(flat_init, self.init_scale),
                                  constraint=constraints.softplus_positive)
         return self._posterior(loc, factor, scale)
 

@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.util import cholesky_of_inverse
 
-from .... import primitives
+from ....handlers import internal as ppl
 from ._continuous import AutoContinuous
 from ._errors import AutoGuideError
 from ..._init import init_to_uniform
+from ....handlers import potential_energy
 
 __all__ = ["AutoLaplaceApproximation"]
 
@@ -33,7 +34,7 @@ class AutoLaplaceApproximation(AutoContinuous):
         self.hessian_fn = hessian_fn
 
     def _base(self, flat_init):
-        loc = primitives.param(f"{self.prefix}_loc", flat_init)
+        loc = ppl.param(f"{self.prefix}_loc", flat_init)
         return dist.Delta(loc, event_dim=1)
 
     def _param_shapes(self, size):
@@ -44,8 +45,6 @@ class AutoLaplaceApproximation(AutoContinuous):
         `scale_tril` the Cholesky factor of the inverse Hessian of the potential energy at `loc`
         (the model at the guide's prototype's arguments, as NumPyro's), 0 where the Hessian is
         not positive definite; `positive_definite` is None when `loc` is traced."""
-        from effppl.handlers import potential_energy
-
         args, kwargs = self._args(api)
         layout = self._layout_now()
         hessian_fn = self.hessian_fn or (lambda f, x: jax.hessian(f)(x))

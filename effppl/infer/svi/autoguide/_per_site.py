@@ -14,8 +14,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
-from .... import primitives
-from ....primitives import prng_key_op
+from ....handlers import internal as ppl
 from ._base import AutoGuide
 from ._errors import AutoGuideError
 from ._plates import entered, full_shape, full_size
@@ -50,9 +49,9 @@ class AutoNormal(AutoGuide):
             event_ndim = len(latent.shape) - latent.batch_ndim
             loc = full_size(init[name], latent.frames, event_ndim)
             with entered(plates, latent.frames):  # full-size params, read at the plates' indices
-                locs[name] = primitives.param(f"{name}_{self.prefix}_loc", loc,
+                locs[name] = ppl.param(f"{name}_{self.prefix}_loc", loc,
                                               event_dim=event_ndim)
-                scales[name] = primitives.param(f"{name}_{self.prefix}_scale",
+                scales[name] = ppl.param(f"{name}_{self.prefix}_scale",
                                                 jnp.full(loc.shape, self.init_scale, latent.dtype),
                                                 constraint=self.scale_constraint,
                                                 event_dim=event_ndim)
@@ -64,7 +63,7 @@ class AutoNormal(AutoGuide):
         plates = self._plates(args, kwargs, sites)
         # a key from `seed` per site, in the model's order after the plates' (NumPyro's draws
         # at the same key)
-        keys = [prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
+        keys = [ppl.prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
         locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key), plates)
         u, log_q = {}, {}
         for key, (name, latent) in zip(keys, sites.items()):
@@ -168,7 +167,7 @@ class AutoDelta(AutoGuide):
             latent = sites[name]
             event_ndim = jnp.ndim(value) - latent.batch_ndim
             with entered(plates, latent.frames):  # a full-size param, read at the indices
-                locs[name] = primitives.param(
+                locs[name] = ppl.param(
                     f"{name}_{self.prefix}_loc", full_size(value, latent.frames, event_ndim),
                     constraint=fns[name].support, event_dim=event_ndim)
         return self._emit(locs, sites)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from numpyro.distributions.util import periodic_repeat
 
-from .... import primitives
+from ....handlers import internal as ppl
 from ._errors import AutoGuideError
 
 __all__ = ["Frame", "site_frames", "subsampled_plates", "check_frames", "create_plates",
@@ -84,10 +84,10 @@ def create_plates(user_fn, frames: dict, args, kwargs, guide: str) -> dict:
     plates = {}
     if user_fn is not None:
         made = user_fn(*args, **kwargs)
-        made = [made] if isinstance(made, primitives.plate) else \
+        made = [made] if isinstance(made, ppl.plate) else \
             list(made) if isinstance(made, (list, tuple)) else [made]
         for p in made:
-            if not isinstance(p, primitives.plate):
+            if not isinstance(p, ppl.plate):
                 raise AutoGuideError(f"effppl.infer.autoguide.{guide}(model, create_plates=...): "
                                      f"`create_plates(*args, **kwargs)` expected to return an "
                                      f"effppl.plate or a list or tuple of them, but returned "
@@ -105,7 +105,7 @@ def create_plates(user_fn, frames: dict, args, kwargs, guide: str) -> dict:
             plates[p.name] = p
     for name, frame in sorted(frames.items()):
         if name not in plates:
-            plates[name] = primitives.plate(name, frame.size, subsample_size=frame.subsample_size,
+            plates[name] = ppl.plate(name, frame.size, subsample_size=frame.subsample_size,
                                             dim=frame.dim)
     return plates
 

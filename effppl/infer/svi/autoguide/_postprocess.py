@@ -17,6 +17,8 @@ from ....effects.internal import describe_non_array
 from ..._compile._cache import cached, split_cache_key
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._sites import fixed_supports
+from .... import handlers
+from ....handlers.internal import analyze_model
 
 __all__ = ["GuidePostprocess"]
 
@@ -108,8 +110,6 @@ class GuidePostprocess:
         params in `params`, as NumPyro's autoguides return them: the model runs with `values`
         substituted, under `seed(0)` for the indices of subsampled plates (NumPyro's
         `postprocess_fn`). Empty when the model has no deterministic site."""
-        from effppl import handlers
-
         if not any(site.type == "deterministic" for site in analysis.values()):
             return {}
         model_params = {n: v for n, v in params.items()
@@ -135,14 +135,12 @@ class GuidePostprocess:
 
         **Raises:** `AutoGuideError` for a latent site in a subsampled plate when some support
         depends on other values (the model, run to find it, has subsample sizes)."""
-        from effppl.handlers._basic import _analyzed
-
         args, kwargs = model_args if model_args is not None else self._args(api)
 
         def build(structure):
             def postprocess(values, params, dynamic):
                 a, kw = structure.rebuild(dynamic)
-                analysis = _analyzed(self.model, a, kw)
+                analysis = analyze_model(self.model, a, kw)
                 sites = self._latent_sites(a, kw, analysis)
                 local = [n for n, latent in sites.items() if latent.subsampled]
                 if local and not constrained and fixed_supports(sites) is None:
@@ -177,9 +175,6 @@ class GuidePostprocess:
         **Raises:** `MissingParamError` (a `KeyError`) naming a guide's param missing from
         `params`; `ParamTypeError` (a `TypeError`) naming a value that is no array of numbers;
         `AutoGuideError` naming a param of the wrong shape."""
-        from effppl import handlers
-        from effppl.handlers._basic import _analyzed
-
         self._checked_sites("sample_posterior", params, args, kwargs)
         args, kwargs = self._args("sample_posterior", args, kwargs)
         sample_shape = tuple(sample_shape)
@@ -188,7 +183,7 @@ class GuidePostprocess:
         def build(structure):
             def draw(keys, params, dynamic):
                 a, kw = structure.rebuild(dynamic)
-                analysis = _analyzed(self.model, a, kw)
+                analysis = analyze_model(self.model, a, kw)
 
                 def one(key):
                     guide = handlers.seed(handlers.substitute(self, data=params), key)

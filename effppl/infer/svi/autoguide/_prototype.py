@@ -14,35 +14,29 @@ in later runs (SVI substitutes the params) that code is dead and XLA drops it.
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import jax
 import jax.numpy as jnp
 
-from ._errors import AutoGuideError
+from .... import handlers
+from ....handlers import internal as ppl
 from ..._init import InitStrategy, ModelContext, _InitToUniform
 from ..._model import initialising
+from ._errors import AutoGuideError
 
 __all__ = ["first_run", "in_first_run", "init_strategy", "initial_locs"]
-
-_first = threading.local()
-
 
 @contextlib.contextmanager
 def first_run():
     """The autoguides run in this block run for the first time (`AutoGuide._init_key`):
     `SVI.init`'s run of its guide, whose prototype it set up before."""
-    outer = in_first_run()
-    _first.run = True
-    try:
+    with ppl.flag("guide_first_run"):
         yield
-    finally:
-        _first.run = outer
 
 
 def in_first_run() -> bool:
     """Whether this code runs inside a `first_run()` block."""
-    return getattr(_first, "run", False)
+    return ppl.is_set("guide_first_run")
 
 
 def init_strategy(init_loc_fn, guide: str) -> InitStrategy:
@@ -78,8 +72,6 @@ def initial_locs(model, strategy: InitStrategy, args, kwargs, sites, key=None) -
     params, which XLA removes). Runs `model` hidden by `block`. `init_to_uniform` draws as
     NumPyro's `find_valid_initial_params` draws its first point, so the initial params equal
     NumPyro's at the same key."""
-    from effppl import handlers
-
     key = jax.random.PRNGKey(0) if key is None else key
     if isinstance(strategy, _InitToUniform):
         return uniform_chain(key, {n: (latent.shape, latent.dtype)

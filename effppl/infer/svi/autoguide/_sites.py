@@ -13,9 +13,10 @@ from typing import NamedTuple
 import jax
 from numpyro.distributions import constraints
 
-from ....primitives import SiteError
+from ....handlers.internal import SiteError
 from . import _plates as plates_
 from ._errors import AutoGuideError
+from ....handlers.internal import is_enumerated, unconstrained_type
 
 __all__ = ["Latent", "fixed_supports", "latent_sites"]
 
@@ -43,8 +44,6 @@ def latent_sites(guide: str, analysis: dict, keep=None) -> dict:
     **Raises:** `AutoGuideError` when there is no latent site; for a discrete latent site, one
     in a `while_loop`, one in a subsampled plate that is created inside a loop, or whose `cond`
     branches have unconstrained values of different shapes; for a plate with two dims or sizes."""
-    from effppl.handlers._trace import is_enumerated
-
     subsampled = plates_.subsampled_plates(analysis)
     out = {}
     for name, site in analysis.items():
@@ -63,8 +62,6 @@ def latent_sites(guide: str, analysis: dict, keep=None) -> dict:
 
 def _latent(guide: str, name, site, subsampled: dict) -> Latent:
     """Latent site `name` (`subsampled`: `plates_.subsampled_plates` of the model)."""
-    from effppl.handlers._sites import unconstrained_type
-
     guide = f"effppl.infer.autoguide.{guide}"
     if not site.bounded:
         raise AutoGuideError(
@@ -99,7 +96,7 @@ def _latent(guide: str, name, site, subsampled: dict) -> Latent:
 def fixed_supports(sites) -> dict | None:
     """`{name: support}` when every site's support is a constraint without parameters (so it
     cannot depend on other sites or data), and the site has one distribution and sits in no
-    `cond` branch (whose rows may go unread, see `_Unconstrain`); else None."""
+    `cond` branch (whose rows may go unread, see `Unconstrain`); else None."""
     out = {}
     for name, latent in sites.items():
         site = latent.site

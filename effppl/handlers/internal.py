@@ -1,0 +1,60 @@
+"""The one door from inference into the PPL: what `effppl.infer` (and any library built on
+effppl's handlers) needs beyond the public handlers, under public names.
+
+Nothing outside `effppl.handlers` imports a private module of it (`tests/test_layering.py`
+checks). Like `effppl.effects.internal`, nothing here is stable API for users: it changes with
+the inference code that uses it.
+
+- **Models and their sites**: `analyze_model` (the static site analysis of a model at given
+  arguments: name -> `Site`), `recorded` (the sites `trace` records), `unconstrained_type` (an
+  occurrence's unconstrained shape and dtype), `is_enumerated`, `model_name`, `call_unhandled`,
+  `concrete_arguments`, `check_call`.
+- **Running handlers**: `run_outermost` (a handled model under the base handler, compiled),
+  `log_joint` (a model's result and log joint), `traced` (its result and trace, recording only the
+  sites `keep` selects), `Unconstrain` (the handler giving latent sites unconstrained values).
+- **Enumeration**: `enumerated_sites`, `check_enumerable`, `with_site_configurator`,
+  `marginal_log_joint` (the log joint with the marked sites summed out).
+- **The primitives** a guide or reparameterizer is written with (`sample`, `param`, `plate`,
+  `factor`, `deterministic`, `get_mask`), and their machinery: `prng_key_op`,
+  `callback_site_errors`, `SiteError`, `InvalidParameterError`, and the runtime flags (`flag`, `is_set`) inference sets while it
+  draws initial points (`"initialising"`) or runs a guide for the first time
+  (`"guide_first_run"`).
+"""
+
+from __future__ import annotations
+
+from .._runtime import flag, is_set
+from ..primitives import (InvalidParameterError, SiteError, callback_site_errors, deterministic,
+                          factor, get_mask, param, plate, prng_key_op, sample)
+from ._basic import _analyzed as analyze_model
+from ._density import _LogJoint, check_call, marginal_log_joint
+from ._density import _Unconstrain as Unconstrain
+from ._handler import call_unhandled, concrete_arguments, model_name, run_outermost
+from ._sites import unconstrained_type
+from ._trace import is_enumerated, recorded, trace
+from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
+
+__all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
+           "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "log_joint",
+           "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
+           "with_site_configurator", "marginal_log_joint", "prng_key_op", "callback_site_errors",
+           "SiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "plate",
+           "factor", "deterministic", "get_mask"]
+
+
+def log_joint(model, *args, **kwargs):
+    """`(result, log joint)` of `model(*args, **kwargs)` (a model, possibly wrapped in handlers
+    that give its latent sites values): every sample site's `log_prob`, masked and scaled, summed;
+    no trace is recorded."""
+    return run_outermost(_LogJoint(model).handled, *args, **kwargs)
+
+
+def traced(model, *args, keep=None, scores_only=False, **kwargs):
+    """`(result, trace)` of `model(*args, **kwargs)` under `effppl.handlers.trace`, recording
+    only the sites for which `keep(name, site)` is true (all when None); with `scores_only`, a
+    sample site's record holds what its score needs (value, `log_prob`, scale), not its
+    distribution."""
+    tracer = trace(model)
+    tracer.keep = keep
+    tracer.scores_only = scores_only
+    return tracer._run(*args, **kwargs)
