@@ -16,8 +16,8 @@ import collections
 import re
 import statistics
 import time
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -21,8 +21,8 @@ import statistics
 import sys
 import time
 import warnings
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 warnings.filterwarnings("ignore")
 
@@ -761,9 +761,9 @@ def expressiveness(args):
 
 
 def _versions():
+    import jaxlib
     import oryx
     import tensorflow_probability as tfp
-    import jaxlib
     return {"python": sys.version.split()[0], "jax": jax.__version__,
             "jaxlib": jaxlib.__version__, "oryx": getattr(oryx, "__version__", "0.2.9"),
             "tensorflow_probability": tfp.__version__, "numpy": np.__version__}

@@ -10,8 +10,8 @@ effppl; its time is the "x" of the paper's Table 2.
 """
 
 import importlib
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import numpy as np

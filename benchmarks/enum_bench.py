@@ -171,7 +171,7 @@ def run(num_steps, state_sizes, num_evals, repeats, num_sequences=None, lower_ro
         row = {"T": num_steps, "K": num_states, "N": num_sequences or 1}
         potentials = _potentials(y, num_states)
         lowered, lower_s = {}, {name: [] for name in potentials}
-        for round_ in range(lower_rounds + 1):
+        for _ in range(lower_rounds + 1):
             for name, potential in potentials.items():
                 lowered[name], seconds = _lower(potential, params, y, num_evals)
                 lower_s[name].append(seconds)

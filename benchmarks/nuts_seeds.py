@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from ._config import MODES, MODEL_NAMES
+from ._config import MODEL_NAMES, MODES
 from ._nuts import _effppl_mcmc, _numpyro_mcmc
 from ._targets import load_model
 

@@ -46,7 +46,6 @@ from numpyro.ops.indexing import Vindex
 
 from .inference_bench import _count_compilations  # one compile counter for the benchmarks
 
-
 ENUMERATED = ("gmm", "hmm")  # fitted with TraceEnum_ELBO and an empty guide
 K = 3
 
@@ -117,7 +116,8 @@ def _frameworks():
     import numpyro
     import numpyro.distributions as ndist
     from numpyro.contrib.control_flow import scan as numpyro_scan
-    from numpyro.infer import SVI as NSVI, Trace_ELBO as NTrace_ELBO
+    from numpyro.infer import SVI as NSVI
+    from numpyro.infer import Trace_ELBO as NTrace_ELBO
     from numpyro.infer import TraceEnum_ELBO as NTraceEnum_ELBO
     from numpyro.infer.autoguide import AutoNormal as NAutoNormal
 

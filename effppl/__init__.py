@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from ._errors import EffpplError
 from . import _pytree_order
-_pytree_order.install()  # before any distribution is flattened: see the module
+_pytree_order.install_if_cached()  # before any distribution is flattened: see the module
 from . import effects
 from .primitives import (InvalidParameterError, SiteError, deterministic, factor, get_mask, param,
                          plate, plate_stack, prng_key, sample, subsample)

@@ -6,8 +6,8 @@ strategy. Each is given NumPyro's message dict for the site (`numpyro_message`) 
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpyro.util

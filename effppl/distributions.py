@@ -6,5 +6,19 @@ NumPyro's submodules that `import numpyro.distributions as dist` binds (`dist.ut
 # a wildcard re-export on purpose: every NumPyro distribution, under NumPyro's name
 from numpyro.distributions import *  # noqa: F401,F403  # pyright: ignore[reportWildcardImportFromLibrary]
 from numpyro.distributions import (  # noqa: F401
-    batch_util, censored, conjugate, constraints, continuous, copula, directional, discrete,
-    distribution, flows, kl, mixtures, transforms, truncated, util)
+    batch_util,
+    censored,
+    conjugate,
+    constraints,
+    continuous,
+    copula,
+    directional,
+    discrete,
+    distribution,
+    flows,
+    kl,
+    mixtures,
+    transforms,
+    truncated,
+    util,
+)

@@ -29,6 +29,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import optax

@@ -28,9 +28,9 @@ from numpyro.primitives import CondIndepStackFrame
 
 from . import _runtime
 from . import effects as fx
+from ._errors import EffpplError
 from .effects import internal
 from .effects.internal import describe_non_array, describe_non_bool
-from ._errors import EffpplError
 
 
 class SiteError(EffpplError, ValueError):

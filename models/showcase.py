@@ -19,8 +19,8 @@ drawn with numpy and a fixed seed:
 `SHOWCASE` maps each name to a `Showcase` of its functions.
 """
 
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np

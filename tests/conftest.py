@@ -1,11 +1,15 @@
 import os
+import tempfile
 
 import jax
 import pytest
 
 # Tests compile into no shared folder: effppl's persistent compilation cache is off unless a test
-# turns it on (tests/inference/test_persistent_cache.py).
+# turns it on (tests/inference/test_persistent_cache.py), and then signs its files with a key of
+# the test session's, not the user's.
 os.environ.setdefault("EFFPPL_CACHE_DIR", "off")
+os.environ.setdefault("EFFPPL_CACHE_KEY_FILE",
+                      os.path.join(tempfile.mkdtemp(prefix="effppl-tests-"), "cache-key"))
 
 
 @pytest.fixture(autouse=True, scope="session")

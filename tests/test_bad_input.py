@@ -20,15 +20,32 @@ import numpy as np
 import pytest
 
 import effppl
-from effppl import EffpplError, SiteError
+from effppl import EffpplError, SiteError, handlers
 from effppl import distributions as dist
 from effppl import effects as fx
-from effppl import handlers
-from effppl.infer import (HMC, MCMC, NUTS, InitializationError, KernelSettingsError, MCMCError,
-                          Predictive, PredictiveError, init_to_median, init_to_uniform,
-                          init_to_value, log_likelihood)
-from effppl.infer import (SVI, ELBOError, InferDiscreteError, OptimizerError, RenyiELBO,
-                          SVIError, Trace_ELBO, autoguide, infer_discrete)
+from effppl.infer import (
+    HMC,
+    MCMC,
+    NUTS,
+    SVI,
+    ELBOError,
+    InferDiscreteError,
+    InitializationError,
+    KernelSettingsError,
+    MCMCError,
+    OptimizerError,
+    Predictive,
+    PredictiveError,
+    RenyiELBO,
+    SVIError,
+    Trace_ELBO,
+    autoguide,
+    infer_discrete,
+    init_to_median,
+    init_to_uniform,
+    init_to_value,
+    log_likelihood,
+)
 from effppl.infer.autoguide import AutoGuideError
 from effppl.infer.util import compute_log_probs, initialize_model
 

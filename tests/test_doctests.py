@@ -15,15 +15,16 @@ import effppl.effects
 MODULES = sorted(
     ["effppl.effects"]
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
-    + ["effppl.primitives", "effppl._mutable", "effppl.handlers", "effppl.handlers.enumeration._enum",
-       "effppl.handlers._infer_config", "effppl.handlers.enumeration._markov", "effppl.optim"])
+    + ["effppl.primitives", "effppl._mutable", "effppl.handlers",
+       "effppl.handlers.enumeration._enum", "effppl.handlers._infer_config",
+       "effppl.handlers.enumeration._markov", "effppl.optim", "tests.effects.reference"])
 
 
 def test_the_modules_hold_examples():
     counts = {name: len([t for t in doctest.DocTestFinder().find(importlib.import_module(name))
                          if t.examples]) for name in MODULES}
-    for name in ("effppl.effects._primitives", "effppl.effects._api", "effppl.effects._scope",
-                 "effppl.effects._reference", "effppl.primitives", "effppl.handlers",
+    for name in ("effppl.effects._handle", "effppl.effects._api", "effppl.effects._scope",
+                 "tests.effects.reference", "effppl.primitives", "effppl.handlers",
                  "effppl.handlers.enumeration._enum"):
         assert counts[name] >= 1, name
 

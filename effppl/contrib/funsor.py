@@ -9,8 +9,16 @@ ported by changing their imports (`from numpyro.contrib.funsor import config_enu
 NumPyro's does; a plain `lax.scan` needs no `markov` (effppl derives its forward algorithm). Not
 provided: `config_kl`, `plate_to_enum_plate`, `to_data`, `to_funsor` (funsor's own)."""
 
-from ..handlers import (config_enumerate, enum, infer_config, infer_discrete, log_density, markov,
-                        plate, trace)
+from ..handlers import (
+    config_enumerate,
+    enum,
+    infer_config,
+    infer_discrete,
+    log_density,
+    markov,
+    plate,
+    trace,
+)
 
 __all__ = ["config_enumerate", "enum", "infer_config", "infer_discrete", "log_density", "markov",
            "plate", "trace"]

@@ -6,12 +6,13 @@ programming in it: effppl's PPL is built on it, and nothing here knows about the
 translation follows the paper "Handling JAX" (§3–§5 and its appendices).
 """
 
-from ._errors import EffectError, LeakedTracerError, UnhandledEffectError, UnsupportedHandlerError
-from ._primitives import Operation, handle
-from ._api import eliminate, make_jaxpr
-from ._scope import scoped
-from . import rules as _rules  # noqa: F401  (registers the translation rules)
 from . import _batching  # noqa: F401  (vmap of a cond/while that performs: element by element)
+from . import rules as _rules  # noqa: F401  (registers the translation rules)
+from ._api import eliminate, make_jaxpr
+from ._core import Operation
+from ._errors import EffectError, LeakedTracerError, UnhandledEffectError, UnsupportedHandlerError
+from ._handle import handle
+from ._scope import scoped
 
 __all__ = ["Operation", "handle", "eliminate", "make_jaxpr", "scoped", "EffectError",
            "UnhandledEffectError", "UnsupportedHandlerError", "LeakedTracerError"]

@@ -21,8 +21,8 @@ from __future__ import annotations
 import jax
 
 from . import _compat
+from ._core import OpEffect
 from ._errors import UnsupportedHandlerError
-from ._primitives import OpEffect
 from ._walk import iter_eqns
 
 

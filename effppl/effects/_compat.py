@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import types
-from typing import Any
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
-from jax.core import ShapedArray, Tracer, eval_jaxpr
-from jax.extend import linear_util as _lu
-from jax.extend import source_info_util as _source_info_util
-from jax.extend.core import ClosedJaxpr, Effect, Jaxpr, Literal, Primitive, jaxpr_as_fun, \
-    jaxprs_in_params
-from jax.extend.core.primitives import call_p, closed_call_p, cond_p, custom_jvp_call_p, \
-    custom_vjp_call_p, jit_p, remat_p, scan_p, while_p
+
 # What `jax.extend` does not export: effect-type registries, the tracing entry point with closure
 # conversion, the current trace, and the transformation rule tables.
 from jax._src import api_util as _api_util
@@ -23,6 +17,30 @@ from jax._src import effects as _effects
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
+from jax.core import ShapedArray, Tracer, eval_jaxpr
+from jax.extend import linear_util as _lu
+from jax.extend import source_info_util as _source_info_util
+from jax.extend.core import (
+    ClosedJaxpr,
+    Effect,
+    Jaxpr,
+    Literal,
+    Primitive,
+    jaxpr_as_fun,
+    jaxprs_in_params,
+)
+from jax.extend.core.primitives import (
+    call_p,
+    closed_call_p,
+    cond_p,
+    custom_jvp_call_p,
+    custom_vjp_call_p,
+    jit_p,
+    remat_p,
+    scan_p,
+    while_p,
+)
+
 from ._errors import LeakedTracerError
 from ._sources import noting_sources
 from ._values import describe_non_array

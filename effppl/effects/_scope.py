@@ -16,17 +16,17 @@ tail-resumptive (every PPL handler is).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.core
 
 from . import _compat
+from ._clauses import classify_clause, trace_clause
 from ._compat import abstractify
+from ._core import Clause, ClauseKind, SiteKey, enter_p, exit_p
 from ._errors import UnsupportedHandlerError
-from ._primitives import SCOPE_EFFECT, Clause, ClauseKind, SiteKey, _trace_clause, \
-    classify_clause
 
 
 class _LazyClauses(dict):
@@ -44,7 +44,7 @@ class _LazyClauses(dict):
         def factory(c):
             return spec.make_clauses(c, spec.region_info)[key.op]
 
-        closed, closed_over = _trace_clause(factory, key, spec.param_tree,
+        closed, closed_over = trace_clause(factory, key, spec.param_tree,
                                             list(spec.param_avals), _EMPTY, (),
                                             scope_consts=consts)
         if any(isinstance(x, jax.core.Tracer) for x in closed_over):
@@ -112,34 +112,6 @@ class ScopeSpec:
         return f"ScopeSpec({self.name})"
 
 
-enter_p = _compat.Primitive("scope_enter")
-enter_p.multiple_results = True
-exit_p = _compat.Primitive("scope_exit")
-exit_p.multiple_results = True
-
-
-def _marker_abstract_eval(*avals, spec, **_):
-    return [], {SCOPE_EFFECT}
-
-
-def _marker_unhandled(*args, spec, **_):
-    return []  # outside any translation: the performs inside the block report the missing handler
-
-
-def _marker_batch(args, dims, *, spec, **_):
-    raise UnsupportedHandlerError(
-        f"The `with`-scoped handler `{spec.name}` is used inside a `jax.vmap` within the handled "
-        f"region; put the `with` block outside the vmapped function, or wrap the function in the "
-        f"handler instead.")
-
-
-for _p in (enter_p, exit_p):
-    _p.def_effectful_abstract_eval(_marker_abstract_eval)
-    _p.def_impl(_marker_unhandled)
-    _compat.batching.primitive_batchers[_p] = _marker_batch
-    _compat.mlir.register_lowering(_p, lambda ctx, *a, **kw: [])
-
-
 class scoped:
     """A handler for the operations performed inside a `with` block, compiled away.
 
@@ -193,23 +165,3 @@ class scoped:
         if exc_type is None:
             exit_p.bind(spec=self.spec)
         return False
-
-
-def split_scopes(eqns):
-    """The equations of one jaxpr level as `(eqn, None)` items, with each outermost `with`
-    block as one `(enter_eqn, body_eqns)` item (after calling the scope's `prepare`)."""
-    out, depth, start = [], 0, 0
-    for i, eqn in enumerate(eqns):
-        if eqn.primitive is enter_p:
-            if depth == 0:
-                start = i
-            depth += 1
-        elif eqn.primitive is exit_p:
-            depth -= 1
-            if depth == 0:
-                enter = eqns[start]
-                enter.params["spec"].prepare(eqns[start + 1:i])
-                out.append((enter, eqns[start + 1:i]))
-        elif depth == 0:
-            out.append((eqn, None))
-    return out

@@ -16,8 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from . import _compat
-from ._primitives import SiteKey, handle_p, perform_p, site_key
-from ._scope import split_scopes
+from ._core import SiteKey, handle_p, perform_p, site_key, split_scopes
 
 
 class Loop(NamedTuple):

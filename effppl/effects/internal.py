@@ -23,16 +23,36 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   `forwards_when` (the performs a clause only passes on, told by their static arguments, skip
   the handler: no clause traced for them).
 - Argument checks and messages: `describe_non_array`, `describe_non_bool`, `callable_name`.
+- Translation rules: `register` adds the rule of a primitive (a `Rule`) to the translator's
+  table, so a library can make the translator see through a higher-order primitive of its own;
+  a rule translates the primitive's sub-jaxprs with `run`, or inlines a region with `inline`
+  (`rules/_call.py` is the smallest example). A higher-order primitive with no rule whose
+  sub-jaxprs perform operations is an `UnsupportedHandlerError` naming it.
 """
 
 from ._api import callable_name
-from ._compat import (Literal, abstractify, bind_eqn, check_no_leaked_tracers, current_trace, dce,
-                      jaxpr_as_fun, jaxprs_in_params, outside_transformations, scan_counts,
-                      scan_p, split_traced_args, summarize_source, trace_call, trace_to_jaxpr,
-                      vmap_index)
-from ._primitives import SiteKey, forwards_static, forwards_when, perform_p
+from ._clauses import forwards_static, forwards_when
+from ._compat import (
+    Literal,
+    abstractify,
+    bind_eqn,
+    check_no_leaked_tracers,
+    current_trace,
+    dce,
+    jaxpr_as_fun,
+    jaxprs_in_params,
+    outside_transformations,
+    scan_counts,
+    scan_p,
+    split_traced_args,
+    summarize_source,
+    trace_call,
+    trace_to_jaxpr,
+    vmap_index,
+)
+from ._core import SiteKey, perform_p
 from ._sources import recording_sources, source_values
-from ._translate import paused_gc
+from ._translate import Rule, inline, paused_gc, register, run
 from ._values import describe_non_array, describe_non_bool
 from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 
@@ -43,5 +63,5 @@ __all__ = [
     "check_no_leaked_tracers", "dce",
     "current_trace", "outside_transformations", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
-    "callable_name", "recording_sources", "source_values",
+    "callable_name", "recording_sources", "source_values", "register", "Rule", "run", "inline",
 ]

@@ -23,17 +23,22 @@ Example: the log joint density of a model at given latent values equals the hand
 (-3.5068, -3.5068)
 """
 
+from ..primitives import plate  # NumPyro binds its plate here too
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
-from ._density import (constrain_fn, log_density, potential_energy, unconstrain_fn,
-                       unconstrained_log_density)
-from .enumeration import InferDiscreteError, config_enumerate, enum, infer_discrete, markov
+from ._density import (
+    constrain_fn,
+    log_density,
+    potential_energy,
+    unconstrain_fn,
+    unconstrained_log_density,
+)
 from ._infer_config import infer_config
 from ._lift import LiftPriorError, lift
 from ._reparam import reparam
 from ._scope import scope
 from ._trace import trace
 from ._uncondition import uncondition
-from ..primitives import plate  # NumPyro binds its plate here too
+from .enumeration import InferDiscreteError, config_enumerate, enum, infer_discrete, markov
 
 __all__ = ["block", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
            "seed", "substitute", "trace", "uncondition",

@@ -8,16 +8,25 @@ from collections.abc import Mapping
 
 import jax
 import jax.core
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from .._keys import key_data
-from ..effects.internal import (describe_non_array, describe_non_bool, forwards_static,
-                                forwards_when)
-from .._site_fns import ask
-from ..primitives import (SiteError, _param_type, _value_type, deterministic_op, mask_scopes,
-                          masked_message, param_op, prng_key_op, sample_op, value_shape)
 from .._mutable import mutable_op
+from .._site_fns import ask
+from ..effects.internal import describe_non_array, describe_non_bool, forwards_static, forwards_when
+from ..primitives import (
+    SiteError,
+    _param_type,
+    _value_type,
+    deterministic_op,
+    mask_scopes,
+    masked_message,
+    param_op,
+    prng_key_op,
+    sample_op,
+    value_shape,
+)
 from ._handler import Handler, forward, forward_param, trace_model
 from ._sites import analyze
 
@@ -82,7 +91,7 @@ def site_row(handler, name, values, site_shape, count, site):
     site_shape = tuple(site_shape)
     loops = site.loops if site is not None else ()
     given = values
-    if loops:
+    if site is not None and loops:
         if values.shape != (site.count, *site_shape):
             values = _broadcast_value(values, (*loops, *site_shape))
         if values is not None:
@@ -121,7 +130,8 @@ def check_values(api, values, sites=None):
         site = (sites or {}).get(name)
         unused = sites is not None and site is None and isinstance(value, (dict, list, tuple))
         if unused or (site is not None and site.type == "mutable"):  # a pytree of arrays
-            check_values(api, {name: leaf for leaf in jax.tree.leaves(value)})
+            for leaf in jax.tree.leaves(value):
+                check_values(api, {name: leaf})
             continue
         problem = describe_non_array(value)
         if problem is None and jnp.iscomplexobj(value):
@@ -153,7 +163,7 @@ class _SetValue(Handler):
     observe = False
     intervene = False
     sets_deterministic = False
-    entry_point = None  # the function the user called, when it is not this handler (errors)
+    entry_point: str | None = None  # the function the user called, if not this handler
 
     def __init__(self, fn=None, data=None, substitute_fn=None):
         super().__init__(fn)
@@ -308,6 +318,9 @@ class _SetValue(Handler):
         values = jnp.asarray(self.data[name])
         i = counts[name]
         site = self._site(name)
+        if site is None:
+            raise SiteError(f"Site `{name}` is unknown to `{type(self).__name__}` (no site "
+                            f"analysis holds it).")
         key = msg.rng_key if msg.rng_key is not None else prng_key_op(
             name=name, rows=(values.shape[0], site.count))
         drawn = msg.fn.sample(key)

@@ -11,13 +11,12 @@ from numpyro.distributions.transforms import biject_to
 
 from ..effects import internal
 from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
-from .enumeration import _contract
 from ._basic import check_values, occurrence_counters, site_row, substitute
-from .enumeration._enum import enum, enumerated_in, enumerated_sites
-from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost, \
-    weighted
+from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost, weighted
 from ._sites import bijector, split_row, unconstrained_type
 from ._trace import trace
+from .enumeration import _contract
+from .enumeration._enum import enum, enumerated_in, enumerated_sites
 
 
 def _add_log_prob(total, msg, name, static):
@@ -100,10 +99,10 @@ class _Unconstrain(Handler):
         with one distribution, reads its value whole (no occurrence counter), so its program is
         shared by every such site of the same types; any other site's is its own (None)."""
         site = self._sites.get(name)
-        plain = site is not None and not site.in_loop and not site.conditional \
-            and len(site.keys) <= 1
+        if site is None or site.in_loop or site.conditional or len(site.keys) > 1:
+            return None, self.values[name]
         facts = (site.type, site.is_observed, self.entry_point, self.per_site,
-                 self._index.get(name)) if plain else None
+                 self._index.get(name))
         return facts, self.values[name]
 
     def clauses(self):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +24,19 @@ import numpyro.primitives
 from .. import _mutable, _runtime
 from .. import effects as fx
 from ..effects import internal
-from ..primitives import (SiteError, callback_site_errors, deterministic_op, eager_blocks,
-                          message_contexts, param_op, sample_op, validating_parameters,
-                          value_shape)
+from ..primitives import (
+    SiteError,
+    callback_site_errors,
+    deterministic_op,
+    eager_blocks,
+    message_contexts,
+    param_op,
+    sample_op,
+    validating_parameters,
+    value_shape,
+)
 from ._sites import analyze
+
 
 class _NoNumPyroPrimitives(numpyro.primitives.Messenger):
     """On NumPyro's handler stack while an effppl model runs: a NumPyro primitive there would be
@@ -220,11 +231,17 @@ class Handler:
     subclass says which arrays its clauses read (`scope_consts`/`with_scope_consts`) and may
     analyse the block's sites first (`scope_setup`). Outside any entry point (NumPyro's eager
     use) the block's handlers wrap each site, and each entry point called, as they run
-    (`run_eager`).
+    (`run_eager`). A handler that only adjusts each site's message (`mask`, `scale`) defines
+    `adjust_message(msg) -> msg`, which a `with` block applies to the messages it makes.
     """
+
+    adjust_message: Callable | None = None
 
     def __init__(self, fn):
         self.fn = fn
+        self._scope: fx.scoped | None = None    # the `effects.scoped` of a `with` block in a model
+        self._scope_info: Any = None            # what `scope_setup` found in that block
+        self._body_jaxpr: Any = None            # the model's jaxpr its handler traced (`analysis`)
         if fn is None:
             return  # a context manager: `with seed(rng_seed=0): ...`
         if not callable(fn):
@@ -237,7 +254,7 @@ class Handler:
             raise TypeError(f"effppl.handlers.{type(self).__name__}(model, ...) wraps a model; to "
                             f"scope a block, leave the model out: `with "
                             f"{type(self).__name__}(...): ...`.")
-        if hasattr(self, "adjust_message"):  # mask, scale: adjust each message as it is made
+        if self.adjust_message is not None:  # mask, scale: adjust each message as it is made
             message_contexts().append(self.adjust_message)
         elif _nesting():
             self._scope = fx.scoped(self._scoped_clauses, params=self.scope_params(),
@@ -249,9 +266,9 @@ class Handler:
         return self
 
     def __exit__(self, *exc):
-        if hasattr(self, "adjust_message"):
+        if self.adjust_message is not None:
             message_contexts().remove(self.adjust_message)
-        elif getattr(self, "_scope", None) is not None:
+        elif self._scope is not None:
             scope, self._scope = self._scope, None
             scope.__exit__(*exc)
         else:

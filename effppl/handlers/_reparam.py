@@ -7,8 +7,16 @@ import contextlib
 import jax.numpy as jnp
 
 from .._site_fns import ask
-from ..primitives import (_plate_frames, configuring_sites, deterministic_op, in_clause,
-                          message_contexts, plate, sample_op, site_contexts)
+from ..primitives import (
+    _plate_frames,
+    configuring_sites,
+    deterministic_op,
+    in_clause,
+    message_contexts,
+    plate,
+    sample_op,
+    site_contexts,
+)
 from ._handler import Handler, _named_like, forward
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +29,11 @@ class Site(NamedTuple):
     name: str
     type: str               # "sample" | "deterministic" | "param" | "plate" (a subsampled
     #                         plate's indices) | "mutable"
-    aval: object            # ShapedArray of one occurrence's value (a mutable site's: of its
+    aval: Any               # ShapedArray of one occurrence's value (a mutable site's: of its
     #                         first leaf; `key` holds its whole type)
     loops: tuple            # static lengths of the enclosing scans, outermost first; None = while
     is_observed: bool
-    key: object             # the SiteKey of the perform (its distribution treedef, ...)
+    key: Any                # the SiteKey of the perform (its distribution treedef, ...)
     one_family: bool = True  # False when cond branches use different distributions
     reverse: tuple = ()     # per enclosing loop: a `scan(..., reverse=True)`
     keys: tuple = ()        # the SiteKey of each different perform (cond branches), `key` first

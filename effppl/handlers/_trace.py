@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -11,7 +12,15 @@ import jax.numpy as jnp
 
 from .._mutable import mutable_op
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
-from ._handler import Handler, _named_like, _nesting, forward, forward_param, masked_log_prob, run_outermost
+from ._handler import (
+    Handler,
+    _named_like,
+    _nesting,
+    forward,
+    forward_param,
+    masked_log_prob,
+    run_outermost,
+)
 from ._sites import bijector, pad_row, unconstrained_type
 
 
@@ -82,7 +91,7 @@ class trace(Handler):
     # `unconstrain_fn`, which a sampler runs at every draw; the fields they do not read would still
     # be computed into the packed buffers, which XLA cannot prune
     values_only = False
-    keep = None  # `keep(name, site) -> bool`: record only these sites (None: all)
+    keep: Callable | None = None  # `keep(name, site) -> bool`: record only these (None: all)
     # record sample sites' `log_prob` and `scale` only (no `value`, `fn`): for a contraction,
     # whose gradient would otherwise pass through the packed buffers of the unread fields
     scores_only = False

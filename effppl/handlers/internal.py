@@ -24,8 +24,18 @@ the inference code that uses it.
 from __future__ import annotations
 
 from .._runtime import flag, is_set
-from ..primitives import (InvalidParameterError, SiteError, callback_site_errors, deterministic,
-                          factor, get_mask, param, plate, prng_key_op, sample)
+from ..primitives import (
+    InvalidParameterError,
+    SiteError,
+    callback_site_errors,
+    deterministic,
+    factor,
+    get_mask,
+    param,
+    plate,
+    prng_key_op,
+    sample,
+)
 from ._basic import _analyzed as analyze_model
 from ._density import _LogJoint, check_call, marginal_log_joint
 from ._density import _Unconstrain as Unconstrain

@@ -8,6 +8,7 @@ arguments, so repeated runs on new data of the same shapes do not recompile.
 """
 
 from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
+from . import autoguide  # noqa: F401  (effppl.infer.autoguide, as NumPyro's module)
 from ._compile._arguments import ModelArgumentError
 from ._compile._cache import UnhashableArgumentError, clear_cache
 from ._compile._fns import StaticArgumentWarning
@@ -19,15 +20,14 @@ from ._init import (
     init_to_value,
 )
 from ._init_site import init_to_feasible, init_to_mean, init_to_sample
-from .mcmc._kernels import HMC, NUTS, KernelSettingsError
-from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
+from ._util import initialize_model
+from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
+from .mcmc._kernels import HMC, NUTS, KernelSettingsError
 from .svi._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from .svi._optim import OptimizerError
 from .svi._svi import SVI, SVIError, SVIRunResult, SVIState
-from ._util import initialize_model
-from . import autoguide  # noqa: F401  (effppl.infer.autoguide, as NumPyro's module)
 
 __all__ = [
     "MCMC",

@@ -312,7 +312,8 @@ def _chains_ok(pe, param_ok, grad_ok):
 
 
 def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, dynamic: tuple,
-                        *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run"):
+                        *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run",
+                        chain_keys=None):
     """Draw one valid unconstrained initial point per chain.
 
     **Arguments:**
@@ -323,6 +324,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     - `num_chains`: number of chains.
     - `dynamic`: the array leaves of the model arguments.
     - `max_tries`: number of draws per chain before giving up.
+    - `chain_keys`: the first draws' keys, one per chain (default `split(rng_key, num_chains)`).
 
     **Returns:** `(params, potential_energy, grad)`, each with a leading chain axis.
 
@@ -330,7 +332,8 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     """
     propose = fns.init_proposer(strategy)
     sdyn = strategy.dynamic()
-    chain_keys = rng_key if rng_key.ndim else jax.random.split(rng_key, num_chains)
+    if chain_keys is None:  # `split(rng_key, num_chains)` when `rng_key` is one key
+        chain_keys = rng_key if rng_key.ndim else jax.random.split(rng_key, num_chains)
     params = propose(chain_keys, sdyn, dynamic)
     name = fns.name
     for attempt in range(1, max_tries + 1):
@@ -351,7 +354,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
         if attempt == max_tries:
             break
         if rng_key.ndim:  # a key per chain: each chain's redraws depend on its key alone
-            keys = jax.vmap(lambda k: jax.random.fold_in(k, attempt))(chain_keys)
+            keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(chain_keys, attempt)
         else:
             keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
         params = _select_chains(ok, params, propose(keys, sdyn, dynamic))

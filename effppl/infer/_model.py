@@ -17,8 +17,14 @@ from numpyro.distributions.transforms import biject_to
 from .. import handlers
 from .._errors import EffpplError
 from ..handlers import internal as ppl
-from ..handlers.internal import (InvalidParameterError, analyze_model, call_unhandled,
-                                 callback_site_errors, recorded, unconstrained_type)
+from ..handlers.internal import (
+    InvalidParameterError,
+    analyze_model,
+    call_unhandled,
+    callback_site_errors,
+    recorded,
+    unconstrained_type,
+)
 
 __all__ = ["TracedSite", "potential_energy", "constrain", "unconstrain", "get_trace", "initialising"]
 

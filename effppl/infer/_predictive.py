@@ -10,13 +10,13 @@ import numpy as np
 
 from .._errors import EffpplError
 from ..effects.internal import describe_non_array
+from ..handlers import mask
 from ..handlers.internal import SiteError
 from ._compile._arguments import names_leaks
 from ._compile._cache import cached
 from ._compile._fns import model_fns, prepare
-from .mcmc._driver import _as_key
 from ._model import site_errors
-from ..handlers import mask
+from .mcmc._driver import _as_key
 
 __all__ = ["Predictive", "log_likelihood"]
 

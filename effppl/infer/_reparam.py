@@ -9,8 +9,10 @@ deterministic function of them, or `(fn, obs)` to leave the site alone.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
@@ -80,13 +82,15 @@ class LocScaleReparam(Reparam):
             centered = param(f"{name}_centered", jnp.full(event_shape, 0.5),
                              constraint=dist.constraints.unit_interval)
         params = {key: getattr(fn, key) for key in self.shape_params}
+        family: Any = fn  # a location-scale family (`_check_family`): it has `loc` and `scale`
+        loc, scale = family.loc, family.scale
         if isinstance(centered, (int, float, np.generic)) and centered == 0:
-            params["loc"], params["scale"] = jnp.zeros_like(fn.loc), jnp.ones_like(fn.scale)
+            params["loc"], params["scale"] = jnp.zeros_like(loc), jnp.ones_like(scale)
         else:
-            params["loc"], params["scale"] = fn.loc * centered, fn.scale ** centered
+            params["loc"], params["scale"] = loc * centered, scale ** centered
         decentered = sample(f"{name}_decentered",
                             self._wrap(type(fn)(**params), expand_shape, event_dim))
-        return None, fn.loc + jnp.power(fn.scale, 1 - centered) * (decentered - centered * fn.loc)
+        return None, loc + jnp.power(scale, 1 - centered) * (decentered - centered * loc)
 
     def _check_family(self, name, fn):
         """A `SiteError` naming the site and its distribution unless `type(fn)(loc=, scale=,

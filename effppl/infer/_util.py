@@ -5,12 +5,12 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer.util import ModelInfo, ParamInfo
 
+from .. import handlers
 from ..effects.internal import describe_non_array
 from . import _model
 from ._compile._fns import prepare
 from ._init import find_initial_params, init_to_uniform
 from ._init_site import as_strategy
-from .. import handlers
 
 __all__ = ["initialize_model", "compute_log_probs", "ModelInfo", "ParamInfo"]
 

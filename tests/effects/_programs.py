@@ -3,7 +3,7 @@
 (Longer than the ~400-line guideline: the compiler, the generator and the printer each walk the
 same abstract syntax, and are easier to keep in step side by side.)
 
-Programs are written in the abstract syntax of `effppl.effects._reference` (the oracle), so each
+Programs are written in the abstract syntax of `tests/effects/reference.py` (the oracle), so each
 one can be run two ways: by the reference interpreter (`Program.evaluate`), and compiled by
 `to_jax` into an ordinary Python function that uses **only** the public effects API
 (`fx.Operation`, `fx.handle`, resume) and plain `jax.lax.cond/switch/scan/fori_loop/while_loop`,
@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from hypothesis import strategies as st
 
-from effppl.effects import _reference as R
+from . import reference as R
 
 F64, I32 = "float64", "int32"
 

@@ -2,7 +2,7 @@
 
 Each random program (`_programs.programs()`) is compiled to an ordinary JAX function over the
 public effects API; `fx.eliminate` of it, eagerly and under `jax.jit`, must give the values the
-reference interpreter (`effppl.effects._reference`, the source semantics of paper §3.3) gives, and
+reference interpreter (`tests/effects/reference.py`, the source semantics of paper §3.3) gives, and
 `fx.make_jaxpr` of it must pass `check_jaxpr` with no `perform`/`handle`/`resume` left at any depth.
 
 The oracle is itself checked: on the paper's worked examples (Appendix A), against plain JAX on
@@ -23,8 +23,8 @@ from hypothesis import given, note
 from jax.extend.core import ClosedJaxpr, Jaxpr, check_jaxpr
 
 from effppl import effects as fx
-from effppl.effects import _reference as R
 
+from . import reference as R
 from ._programs import F64, I32, TAIL_KINDS, GenOptions, Program, programs, show
 
 

@@ -159,7 +159,8 @@ def _nested(data, numpyro_style=False):
 
 
 def test_nested_plates_match_numpyro_funsor_enumeration():
-    from numpyro.contrib.funsor import config_enumerate as n_config, enum as n_enum
+    from numpyro.contrib.funsor import config_enumerate as n_config
+    from numpyro.contrib.funsor import enum as n_enum
     from numpyro.contrib.funsor import log_density as n_log_density
 
     data = jnp.array(np.random.default_rng(0).normal(size=(4, 3)))

@@ -12,8 +12,8 @@ import numpyro
 import numpyro.contrib.funsor as numpyro_funsor
 import numpyro.handlers
 import pytest
-from numpyro.distributions import constraints
 from jax.scipy.special import logsumexp
+from numpyro.distributions import constraints
 from numpyro.ops.indexing import Vindex
 
 import effppl
@@ -204,8 +204,9 @@ def test_history_two_uses_three_dims():
 
 @pytest.mark.parametrize("make", [model_1, model_2])
 def test_python_loop_hmm_potential_energy_value_and_grad_is_numpyros(make):
-    from effppl.handlers import potential_energy
     from numpyro.infer.util import potential_energy as numpyro_potential_energy
+
+    from effppl.handlers import potential_energy
 
     args = _data(5)
     rng = np.random.RandomState(3)

@@ -69,7 +69,8 @@ SHIFTS = RNG.normal(size=T) * 0.3
 
 
 def test_batch_of_hmms_matches_hand_written_forward_and_numpyro_value_and_grad():
-    from numpyro.contrib.funsor import config_enumerate as n_config, enum as n_enum
+    from numpyro.contrib.funsor import config_enumerate as n_config
+    from numpyro.contrib.funsor import enum as n_enum
     from numpyro.contrib.funsor import log_density as n_log_density
 
     ys = jnp.asarray(TONES)

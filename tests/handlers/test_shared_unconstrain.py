@@ -12,7 +12,7 @@ from numpyro.infer.util import potential_energy as np_potential_energy
 import effppl
 from effppl import distributions as dist
 from effppl import handlers
-from effppl.effects import _primitives
+from effppl.effects import _clauses
 from effppl.handlers import _density
 
 
@@ -41,7 +41,7 @@ def _params(shift=0.0):
 def counted(monkeypatch):
     """The number of times the unconstraining clause is traced (it asks for one bijector each
     time), with the jaxprs shared across eliminations cleared first."""
-    _primitives._SHARED_CLAUSES.items.clear()
+    _clauses.SHARED_CLAUSES.items.clear()
     calls = []
     original = _density.bijector
 

@@ -10,8 +10,7 @@ import pytest
 from numpyro.distributions import constraints
 
 import effppl
-from effppl import handlers
-from effppl import SiteFunctionError
+from effppl import SiteFunctionError, handlers
 
 
 def _model(ppl):

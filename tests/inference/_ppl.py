@@ -56,8 +56,8 @@ if BACKEND == "effppl":
     from effppl.handlers import mask  # noqa: F401
 else:
     from numpyro import deterministic, factor, plate, sample  # noqa: F401
-    from numpyro.handlers import mask  # noqa: F401
     from numpyro.contrib.control_flow import scan  # noqa: F401
+    from numpyro.handlers import mask  # noqa: F401
 
 
 def install():

@@ -11,8 +11,7 @@ import pytest
 
 import effppl
 from effppl import distributions as dist
-from effppl.infer import SVI, Predictive, Trace_ELBO, init_to_value, log_likelihood
-from effppl.infer import autoguide
+from effppl.infer import SVI, Predictive, Trace_ELBO, autoguide, init_to_value, log_likelihood
 
 # -- a linear-Gaussian state space model with its states in a plain lax.scan -----------------
 

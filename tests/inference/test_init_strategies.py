@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from effppl import distributions as dist
 from effppl.infer import (
     MCMC,
     NUTS,
@@ -14,8 +15,6 @@ from effppl.infer import (
     init_to_uniform,
     init_to_value,
 )
-
-from effppl import distributions as dist
 
 from . import _models as m
 
@@ -167,8 +166,9 @@ def test_strategies_are_callable_on_a_trace_entry(strategy):
 def test_initial_point_check_evaluates_the_log_density_and_gradient(eager_from, monkeypatch):
     """Both ways of checking an initial point (a large potential evaluated primitive by
     primitive, a small one compiled) give the log density and gradient of the model."""
-    from effppl.infer._compile import _fns
     from jax.scipy.stats import norm
+
+    from effppl.infer._compile import _fns
 
     monkeypatch.setattr(_fns, "EAGER_FROM_EQNS", eager_from)
     y = jnp.asarray(m.normal_normal_data(n=7))

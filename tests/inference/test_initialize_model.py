@@ -9,8 +9,8 @@ import numpy as np
 import numpyro
 import numpyro.infer.util
 from numpyro.infer.hmc import hmc
-from numpyro.util import fori_collect
 from numpyro.infer.util import ModelInfo
+from numpyro.util import fori_collect
 
 import effppl
 import effppl.handlers

@@ -7,15 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.infer import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError
-from effppl.infer.mcmc import _driver as _mcmc
-from effppl.infer import _model
-from effppl.infer.mcmc import _sampler
-from effppl.infer._compile._cache import split_cache_key
-from effppl.infer._compile._fns import model_fns
-
 from effppl import distributions as dist
 from effppl import sample
+from effppl.infer import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError, _model
+from effppl.infer._compile._cache import split_cache_key
+from effppl.infer._compile._fns import model_fns
+from effppl.infer.mcmc import _driver as _mcmc
+from effppl.infer.mcmc import _sampler
 
 from . import _models as m
 
@@ -306,7 +304,8 @@ def test_a_zero_size_site_flattens_as_numpyros():
 
 
 def test_init_params_are_unconstrained_starting_points_as_in_numpyro(y):
-    from numpyro.infer import MCMC as NumPyroMCMC, NUTS as NumPyroNUTS
+    from numpyro.infer import MCMC as NumPyroMCMC
+    from numpyro.infer import NUTS as NumPyroNUTS
 
     from effppl.infer import InitializationError
 

@@ -10,8 +10,7 @@ from numpyro.infer import reparam as np_reparam
 
 import effppl
 from effppl import distributions as dist
-from effppl.infer import MCMC, NUTS, SVI, Trace_ELBO
-from effppl.infer import autoguide
+from effppl.infer import MCMC, NUTS, SVI, Trace_ELBO, autoguide
 from effppl.infer.reparam import NeuTraReparam
 from effppl.optim import Adam
 

@@ -9,8 +9,7 @@ from jax.scipy import stats
 
 import effppl
 from effppl import distributions as dist
-from effppl.infer import MCMC, NUTS, Predictive, log_likelihood
-from effppl.infer import StaticArgumentWarning
+from effppl.infer import MCMC, NUTS, Predictive, StaticArgumentWarning, log_likelihood
 
 
 def grouped(group, y=None):

@@ -2,7 +2,12 @@
 must change whenever the program would (the model's jaxprs, the values they close over)."""
 
 import contextlib
+import hashlib
+import hmac
 import os
+import pathlib
+import pickle
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -19,12 +24,13 @@ pytestmark = pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "
 
 
 @contextlib.contextmanager
-def _events():
-    """Counts of effppl's cache loads and of XLA compilations (JAX's event) in the block."""
+def _events(program=None):
+    """Counts of effppl's cache loads (of `program`'s executables only, when given) and of XLA
+    compilations (JAX's event) in the block."""
     count = {"loads": 0, "compiled": 0}
 
     def on_event(event, **kw):
-        if event == _persistent.HIT_EVENT:
+        if event == _persistent.HIT_EVENT and program in (None, kw.get("program")):
             count["loads"] += 1
 
     def on_duration(event, duration, **kw):
@@ -94,6 +100,80 @@ def test_cache_off_stores_nothing_and_computes_no_key(tmp_path, monkeypatch):
     np.testing.assert_allclose(out["y"], _fn(jnp.arange(3.0), 2.0)["y"])
 
 
+class _Payload:
+    """Unpickling it writes a file: what a malicious stored file could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.write_text, (pathlib.Path(self.marker), "ran"))
+
+
+def test_a_file_not_signed_with_the_users_key_is_never_unpickled(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "xla"))
+    x, expected = jnp.arange(3.0), _fn(jnp.arange(3.0), 2.0)["y"]
+
+    def run(key="k1"):
+        with _events() as count:
+            out = _persistent.stored(jax.jit(_fn), lambda *args: key, "test")(x, 2.0)["y"]
+        np.testing.assert_allclose(out, expected)
+        return count["loads"]
+
+    assert run() == 0
+    (file,) = (tmp_path / "xla").iterdir()
+    good = file.read_bytes()
+    assert run() == 1
+    # One bit flipped anywhere: refused (a miss), compiled and stored again.
+    for where in (len(_persistent._MAGIC) + 3, len(good) // 2, len(good) - 1):
+        bad = bytearray(good)
+        bad[where] ^= 1
+        file.write_bytes(bytes(bad))
+        assert run() == 0
+        assert file.read_bytes() == good  # rewritten (the same program serializes the same)
+    # A payload that runs code when unpickled, with the format's header and another key's
+    # signature: never unpickled.
+    marker = tmp_path / "marker"
+    payload = zlib.compress(pickle.dumps(_Payload(str(marker))))
+    mac = hmac.new(b"someone else's key!", payload, hashlib.sha256).digest()
+    file.write_bytes(_persistent._MAGIC + mac + payload)
+    assert run() == 0 and not marker.exists()
+    # A signed file of another program, copied to this program's name: refused.
+    assert run("k2") == 0
+    other = next(p for p in (tmp_path / "xla").iterdir() if p != file)
+    file.write_bytes(other.read_bytes())
+    assert run() == 0
+    assert run() == 1
+
+
+def test_a_program_calling_python_is_not_stored(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "xla"))
+
+    def with_callback(x):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2.0
+
+    out = _persistent.stored(jax.jit(with_callback), None, "test")(jnp.arange(3.0))
+    np.testing.assert_allclose(out, 2.0 * np.sin(np.arange(3.0)))
+    assert not (tmp_path / "xla").exists() or not any((tmp_path / "xla").iterdir())
+
+
+def test_the_signing_key_is_made_once_readable_by_the_user_only(tmp_path, monkeypatch):
+    key_file = tmp_path / "config" / "cache-key"
+    monkeypatch.setenv("EFFPPL_CACHE_KEY_FILE", str(key_file))
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "xla"))
+    _persistent._signing_key_at.cache_clear()
+    assert _persistent.cache_dir() == str(tmp_path / "xla")
+    assert key_file.stat().st_mode & 0o077 == 0 and len(key_file.read_bytes()) == 32
+    # A key file others may read turns the cache off, with a warning naming it.
+    other = tmp_path / "shared-key"
+    other.write_bytes(b"k" * 32)
+    other.chmod(0o644)
+    monkeypatch.setenv("EFFPPL_CACHE_KEY_FILE", str(other))
+    with pytest.warns(_persistent.CacheDirWarning, match="shared-key"):
+        assert _persistent.cache_dir() is None
+    _persistent._signing_key_at.cache_clear()
+
+
 def _normal_model(prior_scale):
     def model(y):
         mu = sample("mu", dist.Normal(1.0, prior_scale))
@@ -109,7 +189,7 @@ def _posterior_mean(y, prior_scale):
 
 def _run(model, y):
     mcmc = MCMC(NUTS(model), num_warmup=100, num_samples=400, progress_bar=False)
-    with _events() as count:
+    with _events("chunk") as count:
         mcmc.run(jax.random.key(0), y)
     return float(np.mean(mcmc.get_samples()["mu"])), count["loads"]
 

@@ -11,7 +11,7 @@ from numpyro.distributions import constraints
 
 import effppl
 from effppl import distributions as dist
-from effppl.infer import (SVI, RenyiELBO, SVIError, SVIState, Trace_ELBO, TraceMeanField_ELBO)
+from effppl.infer import SVI, RenyiELBO, SVIError, SVIState, Trace_ELBO, TraceMeanField_ELBO
 
 from .test_recompile import count_compilations
 

@@ -15,8 +15,7 @@ from numpyro.ops.indexing import Vindex
 
 import effppl
 from effppl import distributions as dist
-from effppl.infer import SVI, ELBOError, Trace_ELBO, TraceEnum_ELBO, config_enumerate
-from effppl.infer import autoguide
+from effppl.infer import SVI, ELBOError, Trace_ELBO, TraceEnum_ELBO, autoguide, config_enumerate
 
 Y = np.array([-2.1, -1.5, 0.3, 2.0, 2.5, 1.7, -0.4])
 

@@ -12,10 +12,10 @@ import numpyro.infer
 import pytest
 
 import effppl
+from effppl import InvalidParameterError
 from effppl import distributions as dist
 from effppl.handlers import potential_energy, seed, trace
 from effppl.infer import MCMC, NUTS
-from effppl import InvalidParameterError
 
 NUMPYRO_MESSAGE = "Normal distribution got invalid scale parameter"
 

@@ -9,9 +9,18 @@ enclosing region's barrier, and the `cond` returns that region's answer.
 
 import jax
 
-from .._translate import (BARRIER, Cont, CrossesBarrier, Done, frame_params, register, run,
-                          try_in_place, with_params)
 from .. import _compat
+from .._translate import (
+    BARRIER,
+    Cont,
+    CrossesBarrier,
+    Done,
+    frame_params,
+    register,
+    run,
+    try_in_place,
+    with_params,
+)
 
 
 @register(_compat.cond_p)

@@ -20,10 +20,20 @@ import jax
 import jax.numpy as jnp
 
 from .. import _compat
+from .._core import ClauseKind, in_play
 from .._errors import UnsupportedHandlerError
-from .._primitives import ClauseKind, handle, in_play
-from .._translate import (BARRIER, CrossesBarrier, elimination_record, frame_params, inline,
-                          register, run, try_in_place, with_params)
+from .._handle import handle
+from .._translate import (
+    BARRIER,
+    CrossesBarrier,
+    elimination_record,
+    frame_params,
+    inline,
+    register,
+    run,
+    try_in_place,
+    with_params,
+)
 
 
 def _cast(xs, avals):

@@ -13,7 +13,9 @@ from ...primitives import SiteError
 
 
 def _funsor():
+    """funsor on JAX, imported when first needed (its backend is set then)."""
     import funsor
+    import funsor.optimizer  # noqa: F401  (`funsor.optimizer.apply_optimizer` below)
 
     if funsor.get_backend() != "jax":
         funsor.set_backend("jax")
@@ -135,7 +137,8 @@ def log_joint(tr, loops, scale_outside=False) -> ArrayLike:
         marginal = funsor.sum_product.sum_product(funsor.ops.logaddexp, funsor.ops.add, factors,
                                                   eliminate=eliminate, plates=frozenset(plates))
     marginal = funsor.optimizer.apply_optimizer(marginal)
-    return total + (marginal.data if scale is None else scale * marginal.data)
+    data = marginal.data  # pyright: ignore[reportAttributeAccessIssue]  (a funsor Tensor)
+    return total + (data if scale is None else scale * data)
 
 
 def sample(tr, loops, temperature, rng_key) -> dict:

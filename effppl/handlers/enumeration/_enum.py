@@ -26,10 +26,11 @@ import jax.numpy as jnp
 from ... import _runtime
 from ...effects import internal
 from ...primitives import SiteError, _plate_frames, configuring_sites
-from . import _forward_algorithm, _markov
 from .._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
 from .._sites import analyze, message_avals
 from .._trace import is_enumerated
+from . import _forward_algorithm, _markov
+
 
 def _active():
     return _runtime.state().enum_context
@@ -267,7 +268,7 @@ class enum:
     `[[0], [1], [2]]` for a `Categorical` of 3 values inside a plate at dim -1.
     """
 
-    discrete = None  # (temperature, rng_key) when `infer_discrete` draws the sites
+    discrete: tuple | None = None  # (temperature, rng_key) when `infer_discrete` draws them
 
     def __init__(self, fn, first_available_dim=None):
         if not callable(fn):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import warnings
 
 import jax
@@ -42,10 +43,10 @@ from jax.scipy.special import logsumexp
 from ...effects import internal
 from ...effects.internal import perform_p
 from ...primitives import SiteError, deterministic, deterministic_op, factor, sample_op
-from ._plated_chains import chains_of, reducer
-from ._recursions import _backward_chains, _forward, _order_tables
 from .._handler import call_unhandled, masked_log_prob, model_name
 from .._trace import is_enumerated
+from ._plated_chains import chains_of, reducer
+from ._recursions import backward_chains, forward_pass, order_tables
 
 
 def _name(eqn):
@@ -404,7 +405,8 @@ def forward_scan(eqn, ins, names, discrete=None):
             return [value]
 
         outs = body_fn(perform, merged(markov_values, carry_t), x_t)
-        return sum(chained), [o for o, m in zip(outs[:n_carry], markov) if m]
+        total = functools.reduce(operator.add, chained)  # the step's log densities
+        return total, [o for o, m in zip(outs[:n_carry], markov) if m]
 
     every_state = jnp.arange(num_states)
     over_states = jax.vmap(log_density, (None, None, 0))
@@ -416,17 +418,17 @@ def forward_scan(eqn, ins, names, discrete=None):
             later, after, every_state)[0]
         lp = jnp.concatenate([jnp.broadcast_to(lp0, (1, num_states, *lp0.shape)), lp])
     elif order:  # lp[t, p, i]: p the states of the `order` steps before t
-        lp = _order_tables(log_density, steps, markov_init, num_states, order)
+        lp = order_tables(log_density, steps, markov_init, num_states, order)
     else:  # no carry depends on the enumerated sites: lp[t, i], the same for every j
         lp = jax.vmap(jax.vmap(log_density, (None, None, 0)), (0, None, None))(
             steps, [], every_state)[0][:, None]
 
     viterbi = discrete is not None and discrete[0] == 0
     reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
-    alpha, alphas = _forward(lp, max(order, 1), num_states, reduce, discrete is not None)
+    alpha, alphas = forward_pass(lp, max(order, 1), num_states, reduce, discrete is not None)
     if discrete is not None:
         temperature, key = discrete
-        path = _backward_chains(alphas, lp, chains, temperature, key, num_states)
+        path = backward_chains(alphas, lp, chains, temperature, key, num_states)
         _record_states(discrete, body, enum_eqns, supports, shapes, states, length,
                        path[::-1] if reverse else path)
     factor(f"_enumerated_{names[0]}", jnp.sum(reduce(alpha, axis=0)))

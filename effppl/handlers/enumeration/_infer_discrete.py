@@ -12,11 +12,11 @@ import jax.numpy as jnp
 from ..._errors import EffpplError
 from ..._keys import key_data
 from .._basic import block, substitute
-from ._contract import sample as sample_plates
-from ._enum import enum
 from .._handler import model_name, run_outermost, trace_model
 from .._sites import analyze
 from .._trace import is_enumerated, trace
+from ._contract import sample as sample_plates
+from ._enum import enum
 
 
 class InferDiscreteError(EffpplError, ValueError):

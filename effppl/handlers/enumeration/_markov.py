@@ -20,6 +20,7 @@ import functools
 from ... import _runtime
 from ...primitives import SiteError
 
+
 def frames() -> list:
     """The frames open in this thread, outermost first."""
     return _runtime.state().markov_frames

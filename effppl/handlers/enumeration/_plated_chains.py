@@ -68,6 +68,9 @@ def chains_of(body, enum_eqns) -> Chains:
                 f"`lax.scan` with different batch shapes ({found[1].shape} and {chains.shape}); "
                 f"enumerated sites of one scan must sit in the same plates.")
         found = (name, chains)
+    if found is None:
+        raise SiteError("effppl.handlers.enum: a scan rewritten by the forward algorithm has no "
+                        "enumerated site (an internal error: please report it).")
     return found[1]
 
 

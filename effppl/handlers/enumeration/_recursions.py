@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 
-def _order_tables(log_density, steps, markov_init, num_states, order):
+def order_tables(log_density, steps, markov_init, num_states, order):
     """`lp[t, p, i, *chains]`: the log density of step t's dependent sites at state i, the
     Markov carry being the one after the states `p` (`num_states ** order` of them, the most
     significant first) of the `order` steps before t. That carry is computed by running the
@@ -27,7 +27,7 @@ def _order_tables(log_density, steps, markov_init, num_states, order):
     return at_steps(steps, carry_in, every_state)[0]
 
 
-def _forward(lp, order, num_states, reduce, keep):
+def forward_pass(lp, order, num_states, reduce, keep):
     """Pass 3: the forward recursion over the joint states of the last `order` steps,
     `alpha_t[q, i] = reduce_h(alpha_{t-1}[h, q] + lp_t[(h, q), i])`, from `lp` `(T, K^order,
     K, *chains)`. **Returns:** `(alpha_T, alphas)`: the last message `(K^order, *chains)`, and
@@ -48,7 +48,7 @@ def _forward(lp, order, num_states, reduce, keep):
     return alpha, (jnp.concatenate([alpha0[None], alphas]) if keep else None)
 
 
-def _backward_chains(alphas, lp, chains, temperature, key, num_states):
+def backward_chains(alphas, lp, chains, temperature, key, num_states):
     """`_backward` for every chain: `alphas` `(T, K^k, *chains)`, `lp` `(T, J, K, *chains)`;
     returns the states `(T, *chains)` (each of `num_states` K)."""
     num_steps, num_joint = alphas.shape[:2]

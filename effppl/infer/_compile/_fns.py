@@ -24,24 +24,24 @@ import numpy as np
 
 from ...effects import internal
 from .. import _model
-from ._arguments import model_arguments
 from .._arviz import plate_dims
+from .._init import ModelContext
+from ._arguments import model_arguments
 from ._cache import ArgsStructure, cached, has_static_arrays, split_cache_key, with_static_arrays
 from ._chains import over_chains
-from .._init import ModelContext
-from ._persistent import digest, with_persistent_cache
+from ._persistent import digest, stored
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
 
 def _compiled(fn: Callable, runs_few_times: bool = False) -> Callable:
-    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) serves. With
+    """`jax.jit(fn)`, whose XLA programs the persistent cache (`_persistent.py`) stores. With
     `runs_few_times` (initial points: a call or a few per run), XLA's backend does not optimise the
     program: it compiles in a fraction of the time and runs a little slower, which only pays
     where it runs once or twice. Such a function cannot be called inside another `jax.jit`
     (nor `jax.eval_shape`d): JAX takes compiler options only at the top level."""
     options = {"xla_backend_optimization_level": 0} if runs_few_times else None
-    return with_persistent_cache(jax.jit(fn, compiler_options=options))
+    return stored(jax.jit(fn, compiler_options=options), None, getattr(fn, "__name__", "fn"))
 
 
 EAGER_FROM_EQNS = 1000
@@ -546,7 +546,7 @@ def _culprits(err: Exception, model: Callable, structure: ArgsStructure, dynamic
     if named:
         return named
     for j, leaf in enumerate(dynamic):
-        def flat(*leaves, j=j):
+        def flat(*leaves, j=j, leaf=leaf):
             args, kwargs = structure.rebuild(leaves[:j] + (leaf,) + leaves[j:])
             return _model.run_unhandled(with_static_arrays(model), args, kwargs)
         rest = [internal.abstractify(x) for k, x in enumerate(dynamic) if k != j]

@@ -1,82 +1,86 @@
-"""The persistent compilation cache of effppl's compiled functions (JAX's, in a user folder).
+"""effppl's persistent cache of compiled programs: a second process loads them from disk.
 
-A second Python process that runs the same model on data of the same shapes loads the compiled
-XLA programs (MCMC's init, warmup/sampling chunk, `Predictive`, `log_likelihood`) from disk
-instead of compiling them again. This is JAX's persistent compilation cache, switched on only
-*while effppl's functions run*: JAX's global settings stay as the user left them.
+Every XLA program effppl compiles for inference (MCMC's initial points and warmup/sampling chunk,
+`Predictive`, `log_likelihood`, ...) is kept as a serialized executable in a user folder, and a
+later Python process that runs the same model on data of the same shapes loads it instead of
+compiling it again. JAX's own persistent compilation cache is not used and none of JAX's
+settings is touched: the process's JAX stays as the user set it.
 
 **Where.** `EFFPPL_CACHE_DIR`: a folder (default `$XDG_CACHE_HOME/effppl/xla`, else
 `~/.cache/effppl/xla`); `0`, `off`, `false`, `no` or empty turn it off. A folder that cannot
-be created or written to turns it off too, with one `CacheDirWarning` naming it. When the user has set
-JAX's own cache (`jax.config.update("jax_compilation_cache_dir", ...)`), effppl leaves that in
-charge and adds nothing.
+be created or written to turns it off too, with one `CacheDirWarning` naming it. When the user has
+set JAX's own cache (`jax.config.update("jax_compilation_cache_dir", ...)`), effppl leaves that in
+charge and stores nothing itself.
 
-**What a hit needs.** JAX keys an entry by the XLA program, the devices, the compile options
-and the JAX/jaxlib versions: the same JAX and jaxlib, the same backend and devices, arguments of
-the same shapes and dtypes (new values are fine), the same model code and settings (the same
-jaxpr; effppl's translation is deterministic), the same `jax_enable_x64`. Anything else is a
-miss: the program is compiled and stored, as without the cache.
+**Keys.** A program is stored under the digest of its key, its argument types and what else
+decides it (`_setup`: the Python, JAX, jaxlib, blackjax and NumPyro versions, effppl's source,
+the devices, JAX's settings, `XLA_FLAGS`). The key is the text of the lowered program, or, for
+the sampler's chunk, a key effppl computes without tracing it (`ModelFns.fingerprint`). Anything
+else than a hit compiles and stores, as without the cache.
+
+**Signed files.** A stored executable is loaded by unpickling (JAX's `deserialize_and_load`
+unpickles too), and unpickling a file someone else wrote can run any code. So each file is
+signed with HMAC-SHA256 under a key of the user's own (`EFFPPL_CACHE_KEY_FILE`, default
+`$XDG_CONFIG_HOME/effppl/cache-key`, else `~/.config/effppl/cache-key`: 32 random bytes, made on
+first use, readable by the user only), and the signature is checked before anything is
+unpickled: a file that is not signed with it (damaged, tampered with, written by another user,
+or a copy of another program's file) is a miss, never loaded. A key file that cannot be made or
+read turns the cache off, with a `CacheDirWarning` naming it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
+import hmac
 import os
 import pickle
+import secrets
+import stat
 import sys
 import tempfile
-import threading
 import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import blackjax
 import jax
+import jax.core
+import jaxlib.version
 import numpy as np
+import numpyro
 from jax.experimental import serialize_executable
 
-from jax.experimental.compilation_cache import compilation_cache as _jax_cache
-# `jax.config` sets these options process-wide only; their context managers, which scope the
-# folder to one entry point's compilations, are not exported.
-from jax._src import config as _jax_config
-
+from ..._cache_env import ENV, requested_cache_dir
 from ...effects import internal
 
-__all__ = ["CacheDirWarning", "cache_dir", "persistent_cache", "with_persistent_cache", "stored",
-           "digest", "HIT_EVENT"]
+__all__ = ["CacheDirWarning", "cache_dir", "stored", "digest", "HIT_EVENT"]
 
-ENV = "EFFPPL_CACHE_DIR"
-_OFF = ("0", "off", "false", "no", "")
-_state = threading.local()
-_lock = threading.Lock()
+KEY_ENV = "EFFPPL_CACHE_KEY_FILE"
 
 
 def cache_dir() -> str | None:
     """The folder effppl's compiled programs are stored in, or `None` when the cache is off
-    (`EFFPPL_CACHE_DIR`) or JAX's own persistent cache is configured (then that one serves)."""
-    if _jax_config.compilation_cache_dir.value is not None and not _inside():
+    (`EFFPPL_CACHE_DIR`, an unusable folder or key file) or JAX's own persistent cache is
+    configured (then that one serves)."""
+    if jax.config.read("jax_compilation_cache_dir") is not None:
         return None
-    value = os.environ.get(ENV)
-    if value is not None:
-        if value.strip().lower() in _OFF:
-            return None
-        path = os.path.expanduser(value)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-        path = os.path.join(base, "effppl", "xla")
-    return path if _usable(path, value is not None) else None
+    path, from_env = requested_cache_dir()
+    if path is None:
+        return None
+    return path if _usable(path, from_env) and _signing_key() is not None else None
 
 
 class CacheDirWarning(UserWarning):
-    """effppl's persistent compilation cache folder cannot be used: the cache is off."""
+    """effppl's persistent compilation cache folder (or its signing key) cannot be used: the
+    cache is off."""
 
 
 @functools.cache
 def _usable(path: str, from_env: bool) -> bool:
     """Whether `path` is (or can be made) a folder we can write to; if not, warn once (per
-    folder and process) that the cache is off, instead of JAX's warnings at every compile."""
+    folder and process) that the cache is off."""
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path):
@@ -87,59 +91,63 @@ def _usable(path: str, from_env: bool) -> bool:
         warnings.warn(f"effppl: the persistent compilation cache cannot use {where}: "
                       f"{type(err).__name__}: {err.strerror or err}. Compiled programs are not "
                       f"stored on disk in this process (the cache is off). Set `{ENV}` to a "
-                      f"writable folder, or to `off`.", CacheDirWarning, stacklevel=2)
+                      f"writable folder, or to `off`.", CacheDirWarning, stacklevel=3)
         return False
 
 
-def _inside() -> bool:
-    return getattr(_state, "depth", 0) > 0
+def _key_file() -> str:
+    value = os.environ.get(KEY_ENV)
+    if value:
+        return os.path.expanduser(value)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    return os.path.join(base, "effppl", "cache-key")
 
 
-@contextlib.contextmanager
-def persistent_cache():
-    """Within this block (this thread), XLA programs compiled by JAX are looked up in and stored
-    to effppl's cache folder (`cache_dir()`), whatever their compile time. Re-entrant; a no-op
-    when the cache is off or JAX's own is configured."""
-    if _inside():
-        _state.depth += 1
-        try:
-            yield
-        finally:
-            _state.depth -= 1
-        return
-    path = cache_dir()
-    if path is None:
-        yield
-        return
-    with _lock:
-        _jax_cache.reset_cache()  # JAX reads the folder once, when it first compiles
-    _state.depth = 1
+@functools.cache
+def _signing_key_at(path: str) -> bytes | None:
+    """The user's signing key in `path` (made, mode 0600, when absent), or None with one
+    `CacheDirWarning` when it cannot be made or read, or others may read it."""
     try:
-        with _jax_config.compilation_cache_dir(path), \
-                _jax_config.persistent_cache_min_compile_time_secs(0.0):
-            yield
-    finally:
-        _state.depth = 0
-        with _lock:
-            _jax_cache.reset_cache()  # outside, JAX's own settings apply again
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".key-")
+            with os.fdopen(fd, "wb") as f:  # mkstemp's file: 0600, the user's only
+                f.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)  # no overwrite: a process that made it first wins
+            except FileExistsError:
+                pass
+            finally:
+                os.remove(tmp)
+            fd = os.open(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            key = f.read()
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise PermissionError(f"others may read or write it (mode {oct(mode & 0o777)}); "
+                                  f"`chmod 600 {path}`")
+        if len(key) < 16:
+            raise ValueError("it holds fewer than 16 bytes")
+        return key
+    except (OSError, ValueError) as err:
+        warnings.warn(f"effppl: the persistent compilation cache's signing key {path} (set "
+                      f"`{KEY_ENV}` to choose another file) cannot be used: {err}. Compiled "
+                      f"programs are not stored on disk in this process (the cache is off).",
+                      CacheDirWarning, stacklevel=4)
+        return None
 
 
-def with_persistent_cache(fn):
-    """`fn` run inside `persistent_cache()` (for effppl's `jax.jit`-compiled functions), with
-    Python's cyclic garbage collector paused (`internal.paused_gc`: a first call traces the
-    sampler's or the guide's program, and collections walking the heap slowed that tracing)."""
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        with persistent_cache(), internal.paused_gc():
-            return fn(*args, **kwargs)
-    return wrapped
+def _signing_key() -> bytes | None:
+    return _signing_key_at(_key_file())
 
 
 HIT_EVENT = "/effppl/compilation_cache/cache_hits"
-"""The `jax.monitoring` event recorded when `stored` loads an executable from disk (JAX's own
-cache records `/jax/compilation_cache/cache_hits`)."""
+"""The `jax.monitoring` event recorded when `stored` loads an executable from disk, with the
+keyword `program` (the name given to `stored`: `"chunk"`, `"start"`, ...)."""
 
-_FORMAT = "effppl-executable-1"
+_FORMAT = "effppl-executable-2"
 
 
 def digest(*parts) -> str:
@@ -179,14 +187,9 @@ def _source_digest() -> str:
 
 def _setup() -> tuple:
     """What else decides an executable: versions, devices, JAX's settings, XLA's flags."""
-    import blackjax
-    import numpyro
-    from jax.version import _version as jax_version
-    from jaxlib.version import __version__ as jaxlib_version
-
     config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k))
     devices = tuple((d.platform, d.device_kind, d.id) for d in jax.devices())
-    return (_FORMAT, sys.version, jax_version, jaxlib_version, blackjax.__version__,
+    return (_FORMAT, sys.version, jax.__version__, jaxlib.version.__version__, blackjax.__version__,
             numpyro.__version__, _source_digest(), devices, config,
             os.environ.get("XLA_FLAGS", ""))
 
@@ -200,95 +203,117 @@ def _types(args) -> tuple:
 
 def _device(args):
     """The one device the arrays among `args` are on (`None`: no array on a device), or
-    `False` when they span several (such programs are left to JAX's cache)."""
+    `False` when they span several (such programs are not stored)."""
     devices = {d for x in jax.tree.leaves(args) if isinstance(x, jax.Array)
                for d in x.sharding.device_set}
     return False if len(devices) > 1 else next(iter(devices), None)
 
 
-def stored(jitted, program_key: Callable[..., str | None], name: str) -> Callable:
+def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
+           static_argnums: tuple[int, ...] = ()) -> Callable:
     """`jitted` (a `jax.jit` function), compiled once per argument types and kept; while the
-    persistent cache is on, its executable is stored on disk (serialized) under a key computed
-    without tracing `jitted`, from which a later process loads it.
+    persistent cache is on, its executable is stored on disk (serialized, signed) under a key, from
+    which a later process loads it.
 
     **Arguments:** `program_key(*args)`: a string that, with the argument types and `_setup()`,
-    determines the program `jitted` traces to (everything it closes over that can change), or
-    `None` for "do not store" (then JAX's cache serves, as for `with_persistent_cache`). `name`:
-    the files' prefix.
+    determines the program `jitted` traces to (everything it closes over that can change), computed
+    without tracing it; `None` from it means "do not store" (a program that calls back into
+    Python). `program_key=None`: the key is the text of the lowered program (`jitted` is traced
+    and lowered, not compiled, to look it up). `name`: the files' prefix. `static_argnums`:
+    `jitted`'s static arguments (hashable), which key the program by their values.
 
-    Arguments on several devices are left to JAX's cache. A file that cannot be read or loaded is
-    a miss (compiled and written anew); an executable that cannot be serialized is only kept in
-    memory. Each load records `HIT_EVENT`.
+    Called with tracers (inside another transformation), with the cache off, or with arrays on
+    several devices, it is `jitted` itself. A file that cannot be read, or is not signed with the
+    user's key (`_signing_key`), or does not hold this program, is a miss (compiled and written
+    anew); an executable that cannot be serialized is only kept in memory. Each load records
+    `HIT_EVENT` with `program=name`.
 
     **Returns:** a function of the same arguments and results as `jitted` (`__wrapped__` is
     `jitted`). **Raises:** what `jitted`'s tracing, compilation or execution raises; nothing
     about the cache (an unreadable folder or file is a miss, an unwritable one keeps the
-    executable in memory). **Method:** JAX's persistent compilation cache, keyed here without
-    tracing; executables (de)serialized with `jax.experimental.serialize_executable`.
+    executable in memory). **Method:** executables (de)serialized with
+    `jax.experimental.serialize_executable`, signed with HMAC-SHA256 (RFC 2104).
     """
     compiled: dict = {}
 
-    @functools.wraps(jitted)  # `call.__wrapped__` is `jitted`, as for `with_persistent_cache`
-    def call(*args):
-        types = _types(args)
+    @functools.wraps(jitted)  # `call.__wrapped__` is `jitted`
+    def call(*args, **kwargs):
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs))):
+            return jitted(*args, **kwargs)
+        static = tuple(args[i] for i in static_argnums)
+        dyn = tuple(a for i, a in enumerate(args) if i not in static_argnums)
+        types = (_types((dyn, kwargs)), repr(static))
         exe = compiled.get(types)
         if exe is not None:
-            return exe(*args)
-        path, device = cache_dir(), _device(args)
-        key = program_key(*args) if path is not None and device is not False else None
-        if path is None or key is None:
-            with persistent_cache(), internal.paused_gc():
-                return jitted(*args)
-        file = os.path.join(path, f"effppl_{name}-{digest(key, types, _setup())}")
-        exe = _load(file, args, device)
+            return exe(*dyn, **kwargs)
+        path, device = cache_dir(), _device((dyn, kwargs))
+        if path is None or device is False:
+            return jitted(*args, **kwargs)
+        lowered = None
+        if program_key is None:
+            with internal.paused_gc():
+                lowered = jitted.lower(*args, **kwargs)
+            key = lowered.as_text()
+            if "callback" in key:  # a Python function in the program: another process lacks it
+                return jitted(*args, **kwargs)
+        else:
+            key = program_key(*args, **kwargs)
+            if key is None:
+                return jitted(*args, **kwargs)
+        identity = digest(key, types, _setup())
+        file = os.path.join(path, f"effppl_{name}-{identity}")
+        exe = _load(file, identity, (dyn, kwargs), device, name)
         if exe is None:
-            with internal.paused_gc(), _without_jax_cache():
-                exe = jitted.lower(*args).compile()
-            _store(file, exe)
+            with internal.paused_gc():
+                if lowered is None:
+                    lowered = jitted.lower(*args, **kwargs)
+                exe = lowered.compile()
+            _store(file, identity, exe)
         compiled[types] = exe
-        return exe(*args)
+        return exe(*dyn, **kwargs)
 
     return call
 
 
-@contextlib.contextmanager
-def _without_jax_cache():
-    """JAX's persistent cache off in this block: `stored` compiles afresh and serializes the
-    result (an XLA:CPU executable that JAX loaded from its cache, serialized again, cannot run
-    once loaded), and each program is stored once, by effppl."""
-    with _lock:
-        _jax_cache.reset_cache()  # JAX decides whether its cache is used once, after a reset
-    try:
-        with _jax_config.enable_compilation_cache(False):
-            yield
-    finally:
-        with _lock:
-            _jax_cache.reset_cache()
+_MAGIC = b"effppl-signed-1\n"
 
 
-def _load(file: str, args, device):
+def _load(file: str, identity: str, args, device, name: str):
+    """The executable stored in `file` for the program `identity`, or None: absent, unreadable,
+    not signed with the user's key (checked before anything is unpickled), or of another
+    program."""
+    key = _signing_key()
     try:
         with open(file, "rb") as f:
-            fmt, serialized, in_tree, out_tree = pickle.loads(zlib.decompress(f.read()))
-        if fmt != _FORMAT or in_tree != jax.tree.structure((args, {})):
+            data = f.read()
+        if key is None or not data.startswith(_MAGIC):
             return None
+        mac, payload = data[len(_MAGIC):len(_MAGIC) + 32], data[len(_MAGIC) + 32:]
+        if not hmac.compare_digest(mac, hmac.new(key, payload, hashlib.sha256).digest()):
+            return None  # not ours: never unpickled
+        fmt, stored_identity, serialized, in_tree, out_tree = pickle.loads(zlib.decompress(payload))
+        if fmt != _FORMAT or stored_identity != identity or in_tree != jax.tree.structure(args):
+            return None  # a signed file of another program, copied to this one's name
         exe = serialize_executable.deserialize_and_load(
             serialized, in_tree, out_tree, execution_devices=None if device is None else [device])
     except Exception:  # noqa: BLE001  (absent, partly written, damaged or stale: a miss)
         return None
-    jax.monitoring.record_event(HIT_EVENT)
+    jax.monitoring.record_event(HIT_EVENT, program=name)
     return exe
 
 
-def _store(file: str, exe) -> None:
+def _store(file: str, identity: str, exe) -> None:
+    key = _signing_key()
     tmp = None
     try:
         serialized, in_tree, out_tree = serialize_executable.serialize(exe)
-        data = zlib.compress(pickle.dumps((_FORMAT, serialized, in_tree, out_tree)), 1)
+        payload = zlib.compress(pickle.dumps((_FORMAT, identity, serialized, in_tree, out_tree)),
+                                1)
+        mac = hmac.new(key, payload, hashlib.sha256).digest()
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(file), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # as JAX's entries (mkstemp's files are the owner's only)
+            f.write(_MAGIC + mac + payload)
+        os.chmod(tmp, 0o644)  # readable, as JAX's entries; only the key's owner can sign
         os.replace(tmp, file)  # atomic: a reader sees a whole file or none
     except Exception:  # noqa: BLE001  (cannot serialize or write: kept in memory only)
         if tmp is not None and os.path.exists(tmp):

@@ -5,7 +5,6 @@ structure and arrays, finds initial points, calls the compiled chunks under a tq
 and stores the draws. A second `run` with new data of the same shapes compiles nothing.
 """
 
-import functools
 import math
 import warnings
 from typing import Any, NamedTuple
@@ -21,10 +20,10 @@ from ..._keys import typed_key
 from ...handlers.internal import check_enumerable
 from .._compile._arguments import leaked_tracers
 from .._compile._fns import prepare
+from .._compile._persistent import stored
 from .._init import InitializationError, find_initial_params, given_initial_params
 from .._model import explained_by_parameters, site_errors
 from ._kernels import _HMCFamily
-from .._compile._persistent import persistent_cache
 from ._sampler import Span, sampler_for, warmup_schedule
 
 __all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
@@ -99,9 +98,15 @@ def _numpyro_fields(extra_fields, api):
     return tuple(f for f in extra_fields if f in _NUMPYRO_FIELDS)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _split_each(keys, shape):
-    return jax.vmap(lambda k: jax.random.split(k, shape))(keys)
+def _run_keys(key, num_chains, num_steps):
+    """`(init_key, its split per chain, the chains' keys per step)` of a run with key `key`:
+    one program (stored across processes, as the sampler's), not a few eager splits."""
+    init_key, run_key = jax.random.split(key)
+    steps = jax.vmap(lambda k: jax.random.split(k, num_steps))(jax.random.split(run_key, num_chains))
+    return init_key, jax.random.split(init_key, num_chains), steps
+
+
+_run_keys = stored(jax.jit(_run_keys, static_argnums=(1, 2)), None, "keys", static_argnums=(1, 2))
 
 
 def _advance(bar, num: int, postfix: str) -> None:
@@ -222,8 +227,9 @@ class MCMC:
         mesh = self._mesh() if self.chain_method == "sharded" else None
         return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
 
-    def _initial_state(self, sampler, fns, info, key, dynamic, mesh, api, pws, init_params):
-        """`(ChainState, num_warmup)` to start from."""
+    def _initial_state(self, sampler, fns, info, keys, dynamic, mesh, api, pws, init_params):
+        """`(ChainState, num_warmup)` to start from; `keys`: the initialisation's key and its
+        split per chain."""
         if pws is not None and init_params is not None:
             raise MCMCError(
                 f"`{api}` got `init_params` while `post_warmup_state` is set: a run continuing "
@@ -256,30 +262,25 @@ class MCMC:
         if init_params is not None:
             init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
         else:
-            init = find_initial_params(fns, self.kernel.init_strategy, key, self.num_chains,
-                                       dynamic, api=api)
+            init = find_initial_params(fns, self.kernel.init_strategy, keys[0], self.num_chains,
+                                       dynamic, api=api, chain_keys=keys[1])
         return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
-        with persistent_cache():  # every program compiled for the run, from disk when cached
-            self._execute_cached(rng_key, args, kwargs, api, sample=sample,
-                                 init_params=init_params)
-
-    def _execute_cached(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
-        init_key, run_key = jax.random.split(key)
-        pws = self.post_warmup_state if sample else None
-        chain, num_warmup = self._initial_state(
-            sampler, fns, info, init_key, dynamic, mesh, api, pws, init_params
-        )
         thinning = self.thinning
         num_draws = self.num_samples // thinning if sample else 0
+        pws = self.post_warmup_state if sample else None
+        num_steps = (0 if pws is not None else self.num_warmup) + num_draws * thinning
+        init_key, init_keys, keys = _run_keys(key, self.num_chains, num_steps)
+        chain, num_warmup = self._initial_state(
+            sampler, fns, info, (init_key, init_keys), dynamic, mesh, api, pws, init_params
+        )
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
         warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
-        keys = self._place(jax.random.split(run_key, self.num_chains), mesh, PartitionSpec("chain"))
-        keys = _split_each(keys, num_warmup + num_draws * thinning)
+        keys = self._place(keys, mesh, PartitionSpec("chain"))
         schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
 
         def call(chain, start, num, sampling):
@@ -305,7 +306,7 @@ class MCMC:
                 out, v, st, _ = call(chain, start, num, True)
                 chain = chain._replace(state=out.state)
                 if num < length:
-                    v, st = jax.tree.map(lambda x: x[:, :num], (v, st))
+                    v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
                 values.append(v)
                 stats.append(st)
                 if self.progress_bar:

@@ -14,11 +14,13 @@ import numpy as np
 
 from ..._errors import EffpplError
 from .._init import InitStrategy, init_to_uniform
-from .._model import model_name
 from .._init_site import as_strategy
+from .._model import model_name
 
 __all__ = ["NUTS", "HMC"]
 
+
+_UNIFORM = init_to_uniform()  # frozen: one default object serves every kernel
 
 class KernelSettingsError(EffpplError, ValueError):
     """A sampler setting is invalid."""
@@ -150,7 +152,7 @@ class HMC(_HMCFamily):
     def __init__(self, model: Callable, num_steps: int = 10, step_size: float = 1.0, *,
                  adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
                  dense_mass: bool = False, target_accept_prob: float = 0.8,
-                 init_strategy: InitStrategy = init_to_uniform(),
+                 init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0):
         _check("HMC", "num_steps", num_steps,
                isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
@@ -196,7 +198,7 @@ class NUTS(_HMCFamily):
     def __init__(self, model: Callable, *, step_size: float = 1.0, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
-                 init_strategy: InitStrategy = init_to_uniform(),
+                 init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0):
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)

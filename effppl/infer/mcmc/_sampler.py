@@ -7,10 +7,9 @@ kernel per run configuration, as in NumPyro), chunk after chunk (for the progres
 run (new data of the same shapes) without recompiling.
 
 **Window adaptation.** `blackjax.window_adaptation(...).run` runs the whole warmup in one call.
-To report progress in chunks we run the very step it scans — blackjax's kernel followed by the
-update of blackjax's staged-adaptation engine (`_make_engine`: the engine behind
-`window_adaptation`, with its `welford_diag`/`welford_dense` metric recipe) on Stan's schedule
-(`build_schedule`) — chunk by chunk. `tests/inference` checks that the result equals
+To report progress in chunks we run the very step it scans — blackjax's kernel followed by one
+step of Stan's window adaptation (`_window.py`, built from blackjax's public pieces) on Stan's
+schedule (`build_schedule`) — chunk by chunk. `tests/inference` checks that the result equals
 `blackjax.window_adaptation(...).run` for the same keys, so a change inside blackjax is caught.
 """
 
@@ -20,18 +19,17 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from blackjax.adaptation.window_adaptation import build_schedule
 from jax.flatten_util import ravel_pytree
-from blackjax.adaptation.metric_recipes import lookup_recipe
-from blackjax.adaptation.staged_adaptation import _make_engine, build_schedule
 
 from ...effects import internal
 from .._compile._cache import cached
 from .._compile._chains import over_chains
 from .._compile._fns import MANY_REDUCTIONS
-from .._compile._persistent import stored, with_persistent_cache
+from .._compile._persistent import stored
+from ._window import window_adaptation
 
-__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule",
-           "adaptation_engine"]
+__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule"]
 
 
 class ChainState(NamedTuple):
@@ -59,13 +57,6 @@ class Span(NamedTuple):
     sampling: Any
     thinning: Any
     offset: Any
-
-
-def adaptation_engine(dense_mass: bool, target_accept_prob: float):
-    """`(init, update, final)` of blackjax's window adaptation (Stan's), diagonal or dense."""
-    recipe = lookup_recipe("welford_dense" if dense_mass else "welford_diag")
-    core = recipe.build_core(imm_shrinkage_to_previous=0.0, initial_inverse_mass_matrix=None)
-    return _make_engine(core, target_acceptance_rate=target_accept_prob)
 
 
 @functools.lru_cache(maxsize=32)
@@ -102,10 +93,10 @@ class Sampler:
         self.kernel = kernel
         self._kernel = kernel.build_kernel()
         self._kwargs = kernel.kernel_kwargs()
-        self._adapt_init, self._adapt_update, self._adapt_final = adaptation_engine(
+        self._adapt_init, self._adapt_update, self._adapt_final = window_adaptation(
             kernel.dense_mass, kernel.target_accept_prob
         )
-        self.start = with_persistent_cache(jax.jit(over_chains(self._start, (0, 0, 0))))
+        self.start = stored(jax.jit(over_chains(self._start, (0, 0, 0))), None, "start")
         self._chunks: dict = {}
 
     def chunk(self, length: int):
@@ -194,7 +185,7 @@ class Sampler:
             stage = schedule[jnp.minimum(i, last)]
             adapted = self._adapt_update(
                 astate, (stage[0], stage[1]), new.position, new.logdensity_grad,
-                info.acceptance_rate, i,
+                info.acceptance_rate,
             )
             astate = _strong(_select(sampling, astate, adapted))
             stats = self.kernel.stats(info, dtype)

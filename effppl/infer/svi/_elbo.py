@@ -17,8 +17,14 @@ from numpyro.distributions.kl import kl_divergence
 
 from ... import handlers
 from ..._errors import EffpplError
-from ...handlers.internal import (analyze_model, is_enumerated, log_joint, marginal_log_joint,
-                                  model_name, with_site_configurator)
+from ...handlers.internal import (
+    analyze_model,
+    is_enumerated,
+    log_joint,
+    marginal_log_joint,
+    model_name,
+    with_site_configurator,
+)
 
 __all__ = ["Trace_ELBO", "TraceMeanField_ELBO", "RenyiELBO", "TraceEnum_ELBO", "ELBOError"]
 
@@ -129,6 +135,10 @@ class _ELBO:
     def __hash__(self):
         return hash(self._key())
 
+    def particle(self, rng_key, param_map, model, guide, args, kwargs):
+        """One particle's ELBO term (a subclass's)."""
+        raise NotImplementedError
+
     def particles(self, rng_key, param_map, model, guide, args, kwargs):
         def one(key):
             return self.particle(key, param_map, model, guide, args, kwargs)
@@ -218,6 +228,7 @@ class TraceMeanField_ELBO(Trace_ELBO):
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
         log_p, log_q, model_tr, guide_tr = run_guide_and_model(rng_key, param_map, model, guide,
                                                                args, kwargs)
+        assert model_tr is not None  # recorded: `model_trace=True`
         elbo = log_p - log_q
         for name, g in _latent(guide_tr).items():
             m = model_tr.get(name)

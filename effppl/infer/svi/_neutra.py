@@ -11,12 +11,11 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
 from numpyro.distributions.util import sum_rightmost
 
-from ...handlers.internal import SiteError, factor, get_mask, sample
+from ...handlers import reparam
+from ...handlers.internal import SiteError, analyze_model, factor, get_mask, model_name, sample
+from .._reparam import Reparam
 from .autoguide._continuous import AutoContinuous
 from .autoguide._errors import AutoGuideError
-from .._reparam import Reparam
-from ...handlers import reparam
-from ...handlers.internal import analyze_model, model_name
 
 
 class _FromShared(Reparam):

@@ -21,15 +21,15 @@ import numpy as np
 import tqdm.auto as tqdm
 from numpyro.distributions.transforms import biject_to
 
+from ... import handlers
 from ..._errors import EffpplError
 from ..._keys import key_data
 from ...effects.internal import describe_non_array
 from .._compile._arguments import model_arguments, names_leaks
-from .autoguide._prototype import first_run
 from .._compile._cache import cached, split_cache_key
 from ..mcmc._driver import _advance
 from ._optim import as_optimizer
-from ... import handlers
+from .autoguide._prototype import first_run
 
 __all__ = ["SVI", "SVIState", "SVIRunResult", "SVIError"]
 
@@ -38,7 +38,7 @@ class SVIError(EffpplError, FloatingPointError):
     """SVI was misused, or its loss became non-finite (the message names the step and params;
     `result` holds the `SVIRunResult` up to the last finite step, when `run` raised it)."""
 
-    result = None
+    result: SVIRunResult | None = None
 
 
 class SVIState(NamedTuple):
@@ -204,6 +204,7 @@ class _Compiled:
         def finite(key):
             _, _, model_tr, guide_tr = run_guide_and_model(key, params, self.model, self.guide,
                                                            args, kwargs)
+            assert model_tr is not None  # recorded: `model_trace=True`
             sites = {f"{which} site `{n}`": s
                      for which, tr in (("model", model_tr), ("guide", guide_tr))
                      for n, s in tr.items() if s["type"] == "sample"}

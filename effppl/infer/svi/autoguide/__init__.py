@@ -10,8 +10,12 @@ public as `effppl.infer.autoguide`.
 """
 
 from ._base import AutoGuide
-from ._continuous import (AutoContinuous, AutoDiagonalNormal, AutoLowRankMultivariateNormal,
-                          AutoMultivariateNormal)
+from ._continuous import (
+    AutoContinuous,
+    AutoDiagonalNormal,
+    AutoLowRankMultivariateNormal,
+    AutoMultivariateNormal,
+)
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._laplace import AutoLaplaceApproximation
 from ._per_site import AutoDelta, AutoNormal

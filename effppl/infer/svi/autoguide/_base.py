@@ -24,15 +24,15 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
+from .... import handlers
 from ....handlers import internal as ppl
+from ....handlers.internal import Unconstrain, analyze_model, concrete_arguments
+from ..._init import init_to_uniform
 from . import _plates as plates_
 from ._errors import AutoGuideError
 from ._postprocess import GuidePostprocess
 from ._prototype import in_first_run, init_strategy, initial_locs
 from ._sites import fixed_supports, latent_sites
-from ..._init import init_to_uniform
-from .... import handlers
-from ....handlers.internal import Unconstrain, analyze_model, concrete_arguments
 
 __all__ = ["AutoGuide", "GuideDelta"]
 

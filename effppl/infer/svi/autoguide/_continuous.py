@@ -12,9 +12,9 @@ from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
 from ....handlers import internal as ppl
+from ..._init import init_to_uniform
 from ._base import AutoGuide
 from ._errors import AutoGuideError
-from ..._init import init_to_uniform
 
 __all__ = ["AutoContinuous", "AutoDiagonalNormal", "AutoMultivariateNormal",
            "AutoLowRankMultivariateNormal"]
@@ -40,6 +40,14 @@ class AutoContinuous(AutoGuide):
             out[name] = flat[..., start:start + size].reshape(flat.shape[:-1] + shape)
             start += size
         return out
+
+    def _base(self, flat_init):
+        """The distribution of the flat unconstrained latent vector (its guide's own)."""
+        raise NotImplementedError
+
+    def get_posterior(self, params):
+        """The guide's distribution of the flat unconstrained latent vector at `params`."""
+        raise NotImplementedError
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)

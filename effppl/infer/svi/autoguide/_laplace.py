@@ -7,15 +7,16 @@ import math
 import warnings
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions.util import cholesky_of_inverse
 
 from ....handlers import internal as ppl
+from ....handlers import potential_energy
+from ..._init import init_to_uniform
 from ._continuous import AutoContinuous
 from ._errors import AutoGuideError
-from ..._init import init_to_uniform
-from ....handlers import potential_energy
 
 __all__ = ["AutoLaplaceApproximation"]
 

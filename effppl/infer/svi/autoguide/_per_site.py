@@ -15,11 +15,11 @@ from jax.scipy.special import ndtri
 from numpyro.distributions import constraints
 
 from ....handlers import internal as ppl
+from ..._init import init_to_median, init_to_uniform
 from ._base import AutoGuide
 from ._errors import AutoGuideError
 from ._plates import entered, full_shape, full_size
 from ._sites import fixed_supports
-from ..._init import init_to_median, init_to_uniform
 
 __all__ = ["AutoNormal", "AutoDelta"]
 
@@ -158,9 +158,11 @@ class AutoDelta(AutoGuide):
         values, _, fns = self._constrain(args, kwargs,
                                          self._init_locs(args, kwargs, sites, init_key),
                                          plates=plates)
+        assert fns is not None  # `_constrain` without `sites` runs the model: its distributions
         locs = {}
         for name, value in values.items():
-            if fns[name] is None:
+            fn = fns[name]
+            if fn is None:
                 raise AutoGuideError(f"effppl.infer.autoguide.AutoDelta: site `{name}` has "
                                      f"different distributions in different `cond` branches, "
                                      f"so it has no one support for its param; use AutoNormal.")
@@ -169,7 +171,7 @@ class AutoDelta(AutoGuide):
             with entered(plates, latent.frames):  # a full-size param, read at the indices
                 locs[name] = ppl.param(
                     f"{name}_{self.prefix}_loc", full_size(value, latent.frames, event_ndim),
-                    constraint=fns[name].support, event_dim=event_ndim)
+                    constraint=fn.support, event_dim=event_ndim)
         return self._emit(locs, sites)
 
     def _expected_params(self, sites):

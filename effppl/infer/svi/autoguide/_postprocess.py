@@ -7,18 +7,19 @@ shapes, supports), so a wrong dict is an error naming the param, not a wrong num
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
+from .... import handlers
 from ....effects.internal import describe_non_array
+from ....handlers.internal import analyze_model
 from ..._compile._cache import cached, split_cache_key
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._sites import fixed_supports
-from .... import handlers
-from ....handlers.internal import analyze_model
 
 __all__ = ["GuidePostprocess"]
 
@@ -29,6 +30,13 @@ class GuidePostprocess:
     (`_constrain`) they read). A subclass declares its params (`_expected_params`,
     `_param_support`) and may give `median`, `quantiles`, its own `sample_posterior`.
     """
+
+    # What `AutoGuide` gives the mixin (declared here for readers and type checkers):
+    model: Callable
+    prefix: str
+    _args: Callable[..., tuple]
+    _latent_sites: Callable[..., dict]
+    _constrain: Callable[..., tuple]
 
     def quantiles(self, params, quantiles) -> dict:
         """Marginal quantiles of the guide's posterior; a guide without a spread (`AutoDelta`)

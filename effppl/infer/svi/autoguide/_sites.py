@@ -13,10 +13,9 @@ from typing import NamedTuple
 import jax
 from numpyro.distributions import constraints
 
-from ....handlers.internal import SiteError
+from ....handlers.internal import SiteError, is_enumerated, unconstrained_type
 from . import _plates as plates_
 from ._errors import AutoGuideError
-from ....handlers.internal import is_enumerated, unconstrained_type
 
 __all__ = ["Latent", "fixed_supports", "latent_sites"]
 

@@ -1,5 +1,5 @@
 """Reads of a handler's packed buffer are forwarded to its writes when the program is translated
-(`effects._forward.forward_reads`): the buffer leaves the program, so its gradient moves no
+(`effects._buffer_reads.forward_reads`): the buffer leaves the program, so its gradient moves no
 buffer. Oracles: the same program without forwarding (`jax.make_jaxpr`, evaluated by JAX) for
 values and gradients; the equations left for the forwarding itself."""
 
@@ -9,7 +9,7 @@ import numpy as np
 from jax.extend.core import check_jaxpr, jaxpr_as_fun
 
 from effppl import effects as fx
-from effppl.effects._forward import forward_reads
+from effppl.effects._buffer_reads import forward_reads
 
 record = fx.Operation("record", out=lambda x, **static: jax.ShapeDtypeStruct(
     jnp.shape(x), jnp.result_type(x)))

@@ -24,7 +24,7 @@ after `max_iter` iterations whatever the condition says (the condition is still 
 Example: the state program of the paper's appendix (read the state 1, store it doubled, return
 42) evaluates to the final state and the result:
 
->>> from effppl.effects import _reference as R
+>>> from tests.effects import reference as R
 >>> state = R.Handler(
 ...     kind="state", param_names=("s",),
 ...     clauses=(R.Clause("get", (), R.Resume((R.Var("s"),), R.Var("s"))),
@@ -50,7 +50,7 @@ from typing import Any, NamedTuple, Union
 
 import numpy as np
 
-from .._errors import EffpplError
+from effppl import EffpplError
 
 __all__ = [
     "Binary", "Clause", "Compare", "Cond", "Convert", "Fori", "Handle", "Handler", "Jit", "Let",

@@ -1,0 +1,79 @@
+"""Stan's window adaptation, one warmup step at a time, from blackjax's public pieces.
+
+`blackjax.window_adaptation(...).run` runs the whole warmup in one call; effppl runs it in
+chunks (for a progress bar, and so that one executable serves warmup and sampling). This is the
+step it scans: Nesterov's dual averaging of the step size in every window
+(`blackjax.adaptation.step_size.dual_averaging_adaptation`), a mass-matrix estimator in the
+slow windows (a `MetricCore` from `blackjax.adaptation.metric_recipes`: Welford's diagonal or
+dense covariance), and at the end of each slow window the new inverse mass matrix with the step
+size restarted from the window's average, on Stan's schedule (`build_schedule`).
+`tests/inference/test_mcmc.py` checks that a warmup gives exactly what
+`blackjax.window_adaptation(...).run` gives for the same keys.
+
+**References:** Stan Reference Manual, "HMC algorithm parameters: automatic parameter tuning"
+(the windowed schedule); Hoffman and Gelman (2014), §3.2 (dual averaging).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from blackjax.adaptation.metric_recipes import lookup_recipe
+from blackjax.adaptation.step_size import dual_averaging_adaptation
+from jax.flatten_util import ravel_pytree
+
+__all__ = ["WindowState", "window_adaptation"]
+
+
+class WindowState(NamedTuple):
+    """The adaptation's state: `ss_state` (dual averaging), `imm_state` (the mass-matrix
+    estimator), and the `step_size` and `inverse_mass_matrix` the kernel uses now."""
+
+    ss_state: Any
+    imm_state: Any
+    step_size: Any
+    inverse_mass_matrix: Any
+
+
+def window_adaptation(dense_mass: bool, target_accept_prob: float):
+    """`(init, update, final)` of Stan's window adaptation, diagonal or dense.
+
+    - `init(position, step_size) -> WindowState`.
+    - `update(state, stage, position, grad, acceptance_rate) -> WindowState`: one warmup step,
+      `stage = (slow?, ends a slow window?)` a row of Stan's schedule.
+    - `final(state) -> (step_size, inverse_mass_matrix)`: the averaged step size of the last
+      window and the last inverse mass matrix.
+    """
+    recipe = lookup_recipe("welford_dense" if dense_mass else "welford_diag")
+    core = recipe.build_core(imm_shrinkage_to_previous=0.0, initial_inverse_mass_matrix=None)
+    da_init, da_update, da_final = dual_averaging_adaptation(target_accept_prob)
+
+    def init(position, step_size) -> WindowState:
+        imm_state = core.init(ravel_pytree(position)[0].size)
+        return WindowState(da_init(step_size), imm_state, step_size, imm_state.inverse_mass_matrix)
+
+    def fast(position, grad, acceptance_rate, state):
+        ss = da_update(state.ss_state, acceptance_rate)
+        return state._replace(ss_state=ss, step_size=jnp.exp(ss.log_step_size))
+
+    def slow(position, grad, acceptance_rate, state):
+        imm = core.update(state.imm_state, position, grad)
+        ss = da_update(state.ss_state, acceptance_rate)
+        return WindowState(ss, imm, jnp.exp(ss.log_step_size), imm.inverse_mass_matrix)
+
+    def end_of_slow_window(state):
+        imm = core.final(state.imm_state)
+        ss = da_init(da_final(state.ss_state))
+        return WindowState(ss, imm, jnp.exp(ss.log_step_size), imm.inverse_mass_matrix)
+
+    def update(state, stage, position, grad, acceptance_rate) -> WindowState:
+        is_slow, ends_window = stage
+        state = jax.lax.switch(is_slow, (fast, slow), position, grad, acceptance_rate, state)
+        return jax.lax.cond(ends_window, end_of_slow_window, lambda s: s, state)
+
+    def final(state):
+        return jnp.exp(state.ss_state.log_step_size_avg), state.imm_state.inverse_mass_matrix
+
+    return init, update, final
