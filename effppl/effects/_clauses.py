@@ -250,8 +250,8 @@ def _code_key(fn, types_, closure_ok=False):
     if not isinstance(fn, types.FunctionType) or (fn.__closure__ and not closure_ok) \
             or fn.__defaults__ or fn.__kwdefaults__:
         return None
-    return (fn.__code__, id(fn.__globals__), types_, jax.config.read("jax_enable_x64"),
-            jax.config.read("jax_numpy_dtype_promotion"))
+    return (fn.__code__, id(fn.__globals__), types_, _compat.config_value("jax_enable_x64"),
+            _compat.config_value("jax_numpy_dtype_promotion"))
 
 
 def trace_ret(ret, name, p_struct, r_struct):

@@ -59,6 +59,12 @@ __all__ = [  # re-exported for the rest of `effppl.effects`
 _source_info_util.register_exclusion(__file__.rsplit("/effects/", 1)[0])
 
 
+def config_value(name: str) -> Any:
+    """The value of JAX's setting `name` in force here (a context manager's too, e.g.
+    `jax.numpy_dtype_promotion(...)`, which `jax.config.read` refuses)."""
+    return getattr(jax.config, name)
+
+
 def register_effect_type(effect_type: type) -> None:
     """Allow `effect_type` inside control flow, custom derivatives, remat and lowering."""
     for type_set in (_effects.control_flow_allowed_effects,

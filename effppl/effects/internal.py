@@ -12,7 +12,8 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
   `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations` (no JAX
   transformation in progress), `vmap_index`, `paused_gc` (tracing a
-  large program without cyclic garbage collection); `recording_sources`, `source_values` (the
+  large program without cyclic garbage collection); `config_value` (a JAX setting in force,
+  a context manager's too); `recording_sources`, `source_values` (the
   concrete value a traced argument passed on unchanged stands for).
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
@@ -37,6 +38,7 @@ from ._compat import (
     abstractify,
     bind_eqn,
     check_no_leaked_tracers,
+    config_value,
     current_trace,
     dce,
     jaxpr_as_fun,
@@ -64,4 +66,5 @@ __all__ = [
     "current_trace", "outside_transformations", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
     "callable_name", "recording_sources", "source_values", "register", "Rule", "run", "inline",
+    "config_value",
 ]

@@ -64,7 +64,7 @@ def cache_dir() -> str | None:
     """The folder effppl's compiled programs are stored in, or `None` when the cache is off
     (`EFFPPL_CACHE_DIR`, an unusable folder or key file) or JAX's own persistent cache is
     configured (then that one serves)."""
-    if jax.config.read("jax_compilation_cache_dir") is not None:
+    if internal.config_value("jax_compilation_cache_dir") is not None:
         return None
     path, from_env = requested_cache_dir()
     if path is None:
