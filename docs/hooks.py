@@ -146,3 +146,10 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     print(f"docs: ran {page.file.src_uri} in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return markdown
+
+
+if __name__ == "__main__":  # `python docs/hooks.py docs/tutorials/x.md ...`: run pages, no site
+    for arg in sys.argv[1:]:
+        t0 = time.perf_counter()
+        run_markdown(Path(arg).read_text(), arg)
+        print(f"{arg}: ran in {time.perf_counter() - t0:.1f} s")
