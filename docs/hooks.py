@@ -99,7 +99,7 @@ def run_markdown(text: str, name: str) -> str:
                     f"{name}: python block {i + 1} (starting `{code.splitlines()[0]}`) raised:\n"
                     + "".join(traceback.format_exception(error))) from None
             seconds = time.perf_counter() - start
-            if seconds > 20:
+            if seconds > float(os.environ.get("EFFPPL_DOCS_SLOW", "20")):
                 print(f"docs: {name} block {i + 1} took {seconds:.0f} s", file=sys.stderr)
             pieces.append(text[end:match.end()])
             end = match.end()
