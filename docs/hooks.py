@@ -58,17 +58,20 @@ def _figures() -> list[str]:
 
 @contextlib.contextmanager
 def _page_settings():
-    """JAX's float32 default and a non-interactive matplotlib for one page; restored after."""
+    """JAX's float32 default and a non-interactive matplotlib for one page; those and the
+    environment variables are restored after it."""
     import jax
     import matplotlib
 
     matplotlib.use("Agg")
-    x64 = jax.config.jax_enable_x64
+    x64, environ = jax.config.jax_enable_x64, dict(os.environ)
     jax.config.update("jax_enable_x64", False)
     try:
         yield
     finally:
         jax.config.update("jax_enable_x64", x64)
+        os.environ.clear()
+        os.environ.update(environ)
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")
 
