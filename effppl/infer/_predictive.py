@@ -128,9 +128,25 @@ class Predictive:
 
     **Raises:** `PredictiveError` (a `ValueError`) for inconsistent batch shapes or unknown sites.
 
-    Example:
-        >>> prior = Predictive(model, num_samples=100)(jax.random.key(0), x)        # doctest: +SKIP
-        >>> post = Predictive(model, mcmc.get_samples())(jax.random.key(1), x)    # doctest: +SKIP
+    Example: prior draws, then predictions from given draws of the latent site (here made up;
+    usually `mcmc.get_samples()`): `y` is drawn because it is not passed.
+
+        >>> import jax, jax.numpy as jnp
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import Predictive
+        >>> def model(x, y=None):
+        ...     w = effppl.sample("w", dist.Normal(0.0, 1.0))
+        ...     with effppl.plate("data", x.shape[0]):
+        ...         effppl.sample("y", dist.Normal(w * x, 0.1), obs=y)
+        >>> x = jnp.arange(3.0)
+        >>> prior = Predictive(model, num_samples=100)(jax.random.key(0), x)
+        >>> prior["w"].shape, prior["y"].shape
+        ((100,), (100, 3))
+        >>> draws = {"w": jnp.array([1.0, 2.0])}
+        >>> post = Predictive(model, draws)(jax.random.key(1), x)
+        >>> list(post), jnp.round(post["y"]).astype(int).tolist()
+        (['y'], [[0, 1, 2], [0, 2, 4]])
     """
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,

@@ -150,11 +150,27 @@ class MCMC:
     **References:** Stan Reference Manual, "MCMC sampling" and "HMC algorithm parameters";
     Hoffman & Gelman (2014); blackjax `window_adaptation`.
 
-    Example:
-        >>> mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=1000, num_chains=4)  # doctest: +SKIP
-        >>> mcmc.run(jax.random.key(0), x, y=y)                                        # doctest: +SKIP
-        >>> mcmc.print_summary()                                                       # doctest: +SKIP
-        >>> idata = mcmc.to_arviz()                                                    # doctest: +SKIP
+    Example: the mean of a normal with known scale; its posterior mean is the data's mean.
+
+        >>> import jax
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import MCMC, NUTS
+        >>> def model(y):
+        ...     mu = effppl.sample("mu", dist.Normal(0.0, 10.0))
+        ...     with effppl.plate("data", y.shape[0]):
+        ...         effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        >>> y = 3.0 + jax.random.normal(jax.random.key(1), (20,))
+        >>> mcmc = MCMC(NUTS(model), num_warmup=200, num_samples=200, num_chains=2,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.key(0), y)
+        >>> mcmc.get_samples()["mu"].shape, mcmc.get_samples(group_by_chain=True)["mu"].shape
+        ((400,), (2, 200))
+        >>> bool(abs(mcmc.get_samples()["mu"].mean() - y.mean()) < 0.1)
+        True
+        >>> idata = mcmc.to_arviz()          # arviz.InferenceData; mcmc.print_summary() prints
+        >>> sorted(idata.groups())
+        ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
     """
 
     def __init__(self, kernel, *, num_warmup: int, num_samples: int, num_chains: int = 1,

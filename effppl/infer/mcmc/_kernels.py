@@ -141,9 +141,20 @@ class HMC(_HMCFamily):
     **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
     "HMC algorithm parameters"; blackjax `blackjax.hmc`.
 
-    Example:
-        >>> kernel = HMC(model, num_steps=16)            # doctest: +SKIP
-        >>> MCMC(kernel, num_warmup=500, num_samples=500).run(jax.random.key(0), data)  # doctest: +SKIP
+    Example: a standard normal, sampled with 8 leapfrog steps per transition.
+
+        >>> import jax
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import HMC, MCMC
+        >>> def model():
+        ...     effppl.sample("x", dist.Normal(0.0, 1.0))
+        >>> mcmc = MCMC(HMC(model, num_steps=8), num_warmup=200, num_samples=500,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.key(0))
+        >>> x = mcmc.get_samples()["x"]
+        >>> x.shape, bool(abs(x.mean()) < 0.2), bool(0.8 < x.std() < 1.2)
+        ((500,), True, True)
     """
 
     _api = "HMC"
@@ -187,9 +198,23 @@ class NUTS(_HMCFamily):
     "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; blackjax
     `blackjax.nuts`.
 
-    Example:
-        >>> mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=500)  # doctest: +SKIP
-        >>> mcmc.run(jax.random.key(0), x, y)                           # doctest: +SKIP
+    Example: a linear regression; `y` is given as a keyword, so `Predictive` can leave it out.
+
+        >>> import jax, jax.numpy as jnp
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import MCMC, NUTS
+        >>> def model(x, y=None):
+        ...     w = effppl.sample("w", dist.Normal(0.0, 1.0))
+        ...     sigma = effppl.sample("sigma", dist.HalfNormal(1.0))
+        ...     with effppl.plate("data", x.shape[0]):
+        ...         effppl.sample("y", dist.Normal(w * x, sigma), obs=y)
+        >>> x = jnp.linspace(-1.0, 1.0, 30)
+        >>> mcmc = MCMC(NUTS(model, target_accept_prob=0.9), num_warmup=200, num_samples=200,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.key(0), x, y=2.0 * x + 0.1 * jnp.sin(9.0 * x))
+        >>> round(float(mcmc.get_samples()["w"].mean()), 1)
+        2.0
     """
 
     _api = "NUTS"

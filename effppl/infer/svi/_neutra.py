@@ -64,11 +64,29 @@ class NeuTraReparam:
     **References:** Hoffman et al. (2019), "NeuTra-lizing Bad Geometry in Hamiltonian Monte Carlo
     Using Neural Transport"; NumPyro's `NeuTraReparam`.
 
-    Example:
-        >>> neutra = NeuTraReparam(guide, svi_result.params)            # doctest: +SKIP
-        >>> mcmc = MCMC(NUTS(neutra.reparam(model)), num_warmup=500, num_samples=500)  # doctest: +SKIP
-        >>> z = mcmc.get_samples()["auto_shared_latent"]              # doctest: +SKIP
-        >>> draws = neutra.transform_sample(z)                          # doctest: +SKIP
+    Example: fit a diagonal normal guide, then run NUTS on the model warped by it and map the
+    draws back to the model's sites.
+
+        >>> import jax, jax.numpy as jnp, optax
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import MCMC, NUTS, SVI, Trace_ELBO
+        >>> from effppl.infer.autoguide import AutoDiagonalNormal
+        >>> from effppl.infer.reparam import NeuTraReparam
+        >>> def model():
+        ...     a = effppl.sample("a", dist.Normal(0.0, 1.0))
+        ...     effppl.sample("b", dist.Normal(a, 0.5))
+        >>> guide = AutoDiagonalNormal(model)
+        >>> fit = SVI(model, guide, optax.adam(0.05), Trace_ELBO()).run(
+        ...     jax.random.key(0), 500, progress_bar=False)
+        >>> neutra = NeuTraReparam(guide, fit.params)
+        >>> mcmc = MCMC(NUTS(neutra.reparam(model)), num_warmup=200, num_samples=200,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.key(1))
+        >>> z = mcmc.get_samples()["auto_shared_latent"]       # (draws, latent size)
+        >>> draws = neutra.transform_sample(z)
+        >>> z.shape, draws["a"].shape, draws["b"].shape
+        ((200, 2), (200,), (200,))
     """
 
     def __init__(self, guide, params):

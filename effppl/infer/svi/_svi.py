@@ -271,10 +271,28 @@ class SVI:
     **References:** Hoffman et al. (2013), "Stochastic variational inference"; Ranganath et al.
     (2014); NumPyro's `numpyro.infer.SVI`.
 
-    Example:
-        >>> svi = SVI(model, AutoNormal(model), optax.adam(0.01), Trace_ELBO())  # doctest: +SKIP
-        >>> result = svi.run(jax.random.key(0), 2000, x, y)                      # doctest: +SKIP
-        >>> result.params, result.losses                                          # doctest: +SKIP
+    Example: the mean of a normal with known scale, fitted by a normal guide; its posterior is
+    Normal(sum(y) / (n + 0.01), 1 / sqrt(n + 0.01)) for n observations.
+
+        >>> import jax, jax.numpy as jnp, optax
+        >>> import effppl
+        >>> from effppl import distributions as dist
+        >>> from effppl.infer import SVI, Trace_ELBO
+        >>> from effppl.infer.autoguide import AutoNormal
+        >>> def model(y):
+        ...     mu = effppl.sample("mu", dist.Normal(0.0, 10.0))
+        ...     with effppl.plate("data", y.shape[0]):
+        ...         effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        >>> y = jnp.array([2.5, 3.5, 3.0, 2.0, 4.0])
+        >>> guide = AutoNormal(model)
+        >>> svi = SVI(model, guide, optax.adam(0.05), Trace_ELBO())
+        >>> result = svi.run(jax.random.key(0), 2000, y, progress_bar=False)
+        >>> sorted(result.params), result.losses.shape
+        (['mu_auto_loc', 'mu_auto_scale'], (2000,))
+        >>> bool(abs(result.params["mu_auto_loc"] - 3.0) < 0.1)
+        True
+        >>> bool(abs(result.params["mu_auto_scale"] - 0.447) < 0.1)
+        True
     """
 
     def __init__(self, model, guide, optim, loss, **static_kwargs):
