@@ -15,9 +15,14 @@ import griffe
 _DIRECTIVE = re.compile(r"\s*#\s*doctest:.*$")
 
 
+_SECTION = re.compile(r"^\s*[A-Z][\w ]*:\s*$")  # "Example:" alone: a google section/admonition
+
+
 def fence_doctests(text: str) -> str:
     """`text` with every run of doctest lines (from a `>>>` line to the next blank line, outside
-    an existing fence) wrapped in a `pycon` fence."""
+    an existing fence) wrapped in a `pycon` fence. A run indented under a paragraph (which
+    Markdown would take for an indented code block) is moved to the paragraph's indentation;
+    under a section header (`Example:` alone on its line) it keeps its indentation."""
     lines, out, i, in_fence = text.split("\n"), [], 0, False
     while i < len(lines):
         line = lines[i]
@@ -29,11 +34,17 @@ def fence_doctests(text: str) -> str:
             i += 1
             continue
         indent = line[: len(line) - len(stripped)]
-        out.append(f"{indent}```pycon")
+        before = next((b for b in reversed(out) if b.strip()), "")
+        target = indent if _SECTION.match(before) else before[: len(before) - len(before.lstrip())]
+        if len(target) > len(indent):
+            target = indent
+        if out and out[-1].strip() and not _SECTION.match(out[-1]):
+            out.append("")
+        out.append(f"{target}```pycon")
         while i < len(lines) and lines[i].strip():
-            out.append(_DIRECTIVE.sub("", lines[i]))
+            out.append(target + _DIRECTIVE.sub("", lines[i])[len(indent):])
             i += 1
-        out.append(f"{indent}```")
+        out.append(f"{target}```")
     return "\n".join(out)
 
 

@@ -5,7 +5,9 @@ order, in one namespace per page (as a reader runs them in one session), in JAX'
 float32. What a block prints goes into the page below it as a `text` block, and every matplotlib
 figure left open goes in as a PNG image (then closed). A block that raises stops the build with
 the page, the block's first line and the traceback. Blocks with any other info string
-(`python title="..."`, `pycon`, `bash`, ...) are shown, not run.
+(`python title="..."`, `pycon`, `bash`, ...) are shown, not run. A block whose info string is
+`python check` runs in the same namespace and is *not* shown: the page's assertions on its own
+results (the values its text states), so a build that passes has checked them.
 
 Pages under `tutorials/` run; any other page runs when its front matter says `execute: true`.
 A page under `tutorials/` that `mkdocs.yml`'s nav does not list is appended to the nav's
@@ -30,12 +32,12 @@ import traceback
 import types
 from pathlib import Path
 
-FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+FENCE = re.compile(r"^```python( check)?[ \t]*\n(.*?)^```[ \t]*\n?", re.S | re.M)
 
 
 def python_blocks(text: str) -> list[str]:
-    """The code of every block of `text` that runs (info string exactly `python`), in order."""
-    return [m.group(1) for m in FENCE.finditer(text)]
+    """The code of every block of `text` that runs (info string `python` or `python check`)."""
+    return [m.group(2) for m in FENCE.finditer(text)]
 
 
 def _figures() -> list[str]:
@@ -89,7 +91,7 @@ def run_markdown(text: str, name: str) -> str:
     pieces, end = [], 0
     with _page_settings():
         for i, match in enumerate(FENCE.finditer(text)):
-            code = match.group(1)
+            hidden, code = bool(match.group(1)), match.group(2)
             out = io.StringIO()
             start = time.perf_counter()
             filename = f"<{name}: block {i + 1}>"
@@ -104,7 +106,7 @@ def run_markdown(text: str, name: str) -> str:
             seconds = time.perf_counter() - start
             if seconds > float(os.environ.get("EFFPPL_DOCS_SLOW", "20")):
                 print(f"docs: {name} block {i + 1} took {seconds:.0f} s", file=sys.stderr)
-            pieces.append(text[end:match.end()])
+            pieces.append(text[end:match.start()] if hidden else text[end:match.end()])
             end = match.end()
             printed = out.getvalue().rstrip()
             if printed:
@@ -115,12 +117,23 @@ def run_markdown(text: str, name: str) -> str:
     return "".join(pieces)
 
 
-def _runs(page) -> bool:
-    return (page.file.src_uri.startswith("tutorials/") or bool(page.meta.get("execute"))) and \
-        os.environ.get("EFFPPL_DOCS_EXECUTE", "1") != "0"
+def _executable(page) -> bool:
+    return page.file.src_uri.startswith("tutorials/") or bool(page.meta.get("execute"))
 
 
 # --- MkDocs events ---------------------------------------------------------------------------
+
+def on_files(files, config, **kwargs):
+    """Serve the benchmarks' current charts (`benchmarks/results/*.png`, written by the
+    benchmarks) at `benchmarks/results/` of the site, so pages show them without a copy."""
+    from mkdocs.structure.files import File
+
+    root = Path(config["config_file_path"]).parent
+    for png in sorted((root / "benchmarks" / "results").glob("*.png")):
+        files.append(File(f"benchmarks/results/{png.name}", str(root), config["site_dir"],
+                          config["use_directory_urls"]))
+    return files
+
 
 def on_config(config, **kwargs):
     """Append every `tutorials/*.md` that the nav leaves out to its *Tutorials* section."""
@@ -137,8 +150,10 @@ def on_config(config, **kwargs):
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
-    if not _runs(page):
+    if not _executable(page):
         return markdown
+    if os.environ.get("EFFPPL_DOCS_EXECUTE", "1") == "0":  # shown, not run; checks left out
+        return FENCE.sub(lambda m: "" if m.group(1) else m.group(0), markdown)
     from mkdocs.exceptions import PluginError
 
     start = time.perf_counter()

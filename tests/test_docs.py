@@ -102,13 +102,16 @@ def test_the_runner_runs_python_blocks_only_and_inserts_output_and_figures():
     hooks = _hooks()
     page = ("# T\n\n```python\nx = 2\nprint(x + 1)\n```\n\n```bash\nexit 1\n```\n\n"
             "```python\nimport matplotlib.pyplot as plt\nplt.plot([x, 0])\n```\n\n"
-            '```python title="shown"\nraise SystemExit\n```\n')
-    assert len(hooks.python_blocks(page)) == 2
+            '```python title="shown"\nraise SystemExit\n```\n'
+            "```python check\nassert x == 2\n```\nend\n")
+    assert len(hooks.python_blocks(page)) == 3
     out = hooks.run_markdown(page, "t.md")
-    assert "```text\n3\n```" in out
+    assert "```text\n3\n```" in out and "assert x == 2" not in out and out.endswith("end\n")
     assert out.count('<img class="effppl-figure"') == 1 and "data:image/png;base64," in out
     with pytest.raises(hooks.ExecutionError, match=r"(?s)t\.md: python block 1 .*1 / 0.*ZeroDivisionError"):
         hooks.run_markdown("```python\n1 / 0\n```\n", "t.md")
+    with pytest.raises(hooks.ExecutionError, match="AssertionError"):
+        hooks.run_markdown("```python\nx = 1\n```\n```python check\nassert x == 2\n```\n", "t.md")
 
 
 def test_every_tutorial_is_in_the_nav_or_added_by_the_hook():
