@@ -2,8 +2,8 @@
 
 A tutorial is plain Markdown: every fenced block whose info string is exactly `python` runs, in
 order, in one namespace per page (as a reader runs them in one session), in JAX's default
-float32. What a block prints goes into the page below it as a `text` block, and every matplotlib
-figure left open goes in as a PNG image (then closed). A block that raises stops the build with
+float32. What a block prints (and the warnings effppl gives) goes into the page below it as a
+`text` block, and every matplotlib figure left open goes in as a PNG image (then closed). A block that raises stops the build with
 the page, the block's first line and the traceback. Blocks with any other info string
 (`python title="..."`, `pycon`, `bash`, ...) are shown, not run. A block whose info string is
 `python check` runs in the same namespace and is *not* shown: the page's assertions on its own
@@ -30,6 +30,7 @@ import sys
 import time
 import traceback
 import types
+import warnings
 from pathlib import Path
 
 FENCE = re.compile(r"^```python( check)?[ \t]*\n(.*?)^```[ \t]*\n?", re.S | re.M)
@@ -97,7 +98,8 @@ def run_markdown(text: str, name: str) -> str:
             filename = f"<{name}: block {i + 1}>"
             linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
             try:
-                with contextlib.redirect_stdout(out):
+                with contextlib.redirect_stdout(out), warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("default")
                     exec(compile(code, filename, "exec"), namespace)
             except BaseException as error:  # noqa: BLE001  (reported with the page and block)
                 raise ExecutionError(
@@ -108,6 +110,12 @@ def run_markdown(text: str, name: str) -> str:
                 print(f"docs: {name} block {i + 1} took {seconds:.0f} s", file=sys.stderr)
             pieces.append(text[end:match.start()] if hidden else text[end:match.end()])
             end = match.end()
+            for w in caught:  # effppl's warnings go into the page, as a notebook shows them
+                line = f"{w.category.__name__}: {w.message}"
+                if w.category.__module__.startswith("effppl"):
+                    out.write(line + "\n")
+                else:
+                    print(f"docs: {name} block {i + 1}: {line}", file=sys.stderr)
             printed = out.getvalue().rstrip()
             if printed:
                 pieces.append(f"\n\n```text\n{printed}\n```\n")
