@@ -527,6 +527,14 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         if fn.event_shape and obs.shape[obs.ndim - len(fn.event_shape):] != fn.event_shape:
             raise SiteError(f"Site `{name}`: obs has shape {obs.shape}, whose trailing dims do not "
                             f"match the event shape {fn.event_shape}.")
+        joint = jnp.broadcast_shapes(obs.shape, fn.shape())
+        if joint != obs.shape and joint != fn.shape():
+            raise SiteError(f"effppl.sample({name!r}, ..., obs=...) got an observation of shape "
+                            f"{obs.shape} for a distribution of shape {fn.shape()} (batch "
+                            f"{fn.batch_shape} + event {fn.event_shape}): the two broadcast to "
+                            f"{joint}, larger than either, which would sum the log density over "
+                            f"pairs of unrelated elements. Reshape the observation (e.g. drop a "
+                            f"trailing axis of size 1) or the distribution's parameters.")
         fn, obs = _broadcast_observation(fn, obs)
     msg = SampleMsg(fn=fn, value=obs, scale=_subsample_scale())
     for adjust in reversed(message_contexts()):

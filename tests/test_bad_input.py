@@ -327,6 +327,8 @@ PPL = [
                  id="sample-not-a-distribution"),
     pytest.param(_traced(plated, jnp.ones(4)), SiteError, ["'y'", "obs", "(4,)"],
                  id="obs-wrong-shape"),
+    pytest.param(_traced(plated, jnp.ones((3, 1))), SiteError,
+                 ["'y'", "obs", "(3, 1)", "(3,)", "(3, 3)"], id="obs-broadcasts-beyond-both"),
     pytest.param(_traced(model, "abc"), SiteError, ["'y'", "obs", "str"], id="obs-a-str"),
     pytest.param(_traced(lambda: model(np.array([object()]))), SiteError, ["'y'", "obs", "object"],
                  id="obs-object-dtype"),
