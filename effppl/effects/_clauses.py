@@ -244,14 +244,15 @@ _SHARED_RETS = _LRU(1024)
 
 
 def _code_key(fn, types_, closure_ok=False):
-    """`(code, globals, types_, dtype settings)`: what the jaxpr of `fn` at argument types
+    """`(code, globals, types_, dtype settings, mesh)`: what the jaxpr of `fn` at argument types
     `types_` depends on when `fn` is a plain function that closes over nothing (else None;
-    `closure_ok`: `fn` closes over values that do not change its program, `reads`)."""
+    `closure_ok`: `fn` closes over values that do not change its program, `reads`). The mesh in
+    force (inside a `shard_map`) counts: a jaxpr traced there has that mesh's types."""
     if not isinstance(fn, types.FunctionType) or (fn.__closure__ and not closure_ok) \
             or fn.__defaults__ or fn.__kwdefaults__:
         return None
     return (fn.__code__, id(fn.__globals__), types_, _compat.config_value("jax_enable_x64"),
-            _compat.config_value("jax_numpy_dtype_promotion"))
+            _compat.config_value("jax_numpy_dtype_promotion"), jax.sharding.get_abstract_mesh())
 
 
 def trace_ret(ret, name, p_struct, r_struct):

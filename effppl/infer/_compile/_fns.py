@@ -89,8 +89,11 @@ def _is_discrete(fn: Any) -> bool:
 
 
 def _types_key(params: dict, dynamic: tuple) -> tuple:
+    # With the mesh in force (a `shard_map`'s, for a sharded sampler): a jaxpr traced under one
+    # mesh has avals of that mesh, and another mesh's program cannot use it.
     return (jax.tree.structure((params, dynamic)),
-            tuple(internal.abstractify(x) for x in jax.tree.leaves((params, dynamic))))
+            tuple(internal.abstractify(x) for x in jax.tree.leaves((params, dynamic))),
+            jax.sharding.get_abstract_mesh())
 
 
 def _has_derivative_rules(jaxpr) -> bool:

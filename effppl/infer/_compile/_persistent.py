@@ -14,7 +14,8 @@ charge and stores nothing itself.
 
 **Keys.** A program is stored under the digest of its key, its argument types and what else
 decides it (`_setup`: the Python, JAX, jaxlib, blackjax and NumPyro versions, effppl's source,
-the devices, JAX's settings, `XLA_FLAGS`). The key is the text of the lowered program, or, for
+the devices, JAX's settings, `XLA_FLAGS`, and the mesh's devices, in order, for a program
+sharded over a mesh of one process's devices; programs spanning processes are not stored). The key is the text of the lowered program, or, for
 the sampler's chunk, a key effppl computes without tracing it (`ModelFns.fingerprint`). Anything
 else than a hit compiles and stores, as without the cache.
 
@@ -201,12 +202,35 @@ def _types(args) -> tuple:
         for x in leaves))
 
 
-def _device(args):
-    """The one device the arrays among `args` are on (`None`: no array on a device), or
-    `False` when they span several (such programs are not stored)."""
-    devices = {d for x in jax.tree.leaves(args) if isinstance(x, jax.Array)
-               for d in x.sharding.device_set}
-    return False if len(devices) > 1 else next(iter(devices), None)
+def _devices(args):
+    """The devices a program of arguments `args` runs on, in the order of its device assignment:
+    `None` when no argument is on a device; `(device,)` for one device; a mesh's devices (row
+    major) when the arrays on several devices all lie on one `NamedSharding` mesh of this
+    process's devices; `False` otherwise (another layout, or devices of other processes: such
+    programs are not stored)."""
+    arrays = [x for x in jax.tree.leaves(args) if isinstance(x, jax.Array)]
+    devices = {d for x in arrays for d in x.sharding.device_set}
+    if len(devices) <= 1:
+        return None if not devices else tuple(devices)
+    meshes = {x.sharding.mesh for x in arrays if len(x.sharding.device_set) > 1
+              and isinstance(x.sharding, jax.sharding.NamedSharding)}
+    if len(meshes) != 1 or any(len(x.sharding.device_set) > 1
+                               and not isinstance(x.sharding, jax.sharding.NamedSharding)
+                               for x in arrays):
+        return False
+    mesh_devices = getattr(meshes.pop(), "devices", None)  # (an abstract mesh has none)
+    if mesh_devices is None:
+        return False
+    order = tuple(mesh_devices.flat)
+    if not devices <= set(order) or any(d.process_index != jax.process_index() for d in order):
+        return False
+    return order
+
+
+def _layout(devices) -> tuple:
+    """What of `devices` (`_devices`) keys a program: the mesh's devices in order (a program
+    compiled for one mesh is never loaded for another)."""
+    return () if devices is None else tuple((d.platform, d.id) for d in devices)
 
 
 def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
@@ -223,7 +247,8 @@ def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
     `jitted`'s static arguments (hashable), which key the program by their values.
 
     Called with tracers (inside another transformation), with the cache off, or with arrays on
-    several devices, it is `jitted` itself. A file that cannot be read, or is not signed with the
+    several devices other than one mesh of this process's devices, it is `jitted` itself. A
+    program on a mesh is keyed by the mesh's devices in order (`_layout`). A file that cannot be read, or is not signed with the
     user's key (`_signing_key`), or does not hold this program, is a miss (compiled and written
     anew); an executable that cannot be serialized is only kept in memory. Each load records
     `HIT_EVENT` with `program=name`.
@@ -246,8 +271,8 @@ def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
         exe = compiled.get(types)
         if exe is not None:
             return exe(*dyn, **kwargs)
-        path, device = cache_dir(), _device((dyn, kwargs))
-        if path is None or device is False:
+        path, devices = cache_dir(), _devices((dyn, kwargs))
+        if path is None or devices is False:
             return jitted(*args, **kwargs)
         lowered = None
         if program_key is None:
@@ -260,9 +285,9 @@ def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
             key = program_key(*args, **kwargs)
             if key is None:
                 return jitted(*args, **kwargs)
-        identity = digest(key, types, _setup())
+        identity = digest(key, types, _setup(), _layout(devices))
         file = os.path.join(path, f"effppl_{name}-{identity}")
-        exe = _load(file, identity, (dyn, kwargs), device, name)
+        exe = _load(file, identity, (dyn, kwargs), devices, name)
         if exe is None:
             with internal.paused_gc():
                 if lowered is None:
@@ -278,7 +303,7 @@ def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
 _MAGIC = b"effppl-signed-1\n"
 
 
-def _load(file: str, identity: str, args, device, name: str):
+def _load(file: str, identity: str, args, devices, name: str):
     """The executable stored in `file` for the program `identity`, or None: absent, unreadable,
     not signed with the user's key (checked before anything is unpickled), or of another
     program."""
@@ -295,7 +320,8 @@ def _load(file: str, identity: str, args, device, name: str):
         if fmt != _FORMAT or stored_identity != identity or in_tree != jax.tree.structure(args):
             return None  # a signed file of another program, copied to this one's name
         exe = serialize_executable.deserialize_and_load(
-            serialized, in_tree, out_tree, execution_devices=None if device is None else [device])
+            serialized, in_tree, out_tree,
+            execution_devices=None if devices is None else list(devices))
     except Exception:  # noqa: BLE001  (absent, partly written, damaged or stale: a miss)
         return None
     jax.monitoring.record_event(HIT_EVENT, program=name)
