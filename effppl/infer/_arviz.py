@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._sharding import readable
+
 __all__ = ["plate_dims", "to_inference_data"]
 
 
@@ -28,10 +30,12 @@ def to_inference_data(results):
     latent = {n: samples[n] for n in info.latent}
     flat = jax.tree.map(lambda x: x.reshape((num_chains * num_draws,) + x.shape[2:]), latent)
     loglik = fns.log_likelihood(flat, dynamic) if not info.enumerated else {}
+    # Data sharded over several processes give process-spanning results: gathered once.
+    loglik, observed = readable((loglik, fns.observed_values(dynamic)))
     loglik = {
         n: np.asarray(v).reshape((num_chains, num_draws) + v.shape[1:]) for n, v in loglik.items()
     }
-    observed = {n: np.asarray(v) for n, v in fns.observed_values(dynamic).items()}
+    observed = {n: np.asarray(v) for n, v in observed.items()}
     posterior = {n: np.asarray(v) for n, v in samples.items()}
     shapes = {n: v.shape[2:] for n, v in posterior.items()}
     shapes.update({n: v.shape for n, v in observed.items()})

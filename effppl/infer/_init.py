@@ -21,6 +21,7 @@ from numpyro.distributions.transforms import biject_to
 from .._errors import EffpplError
 from ..effects.internal import describe_non_array
 from . import _model
+from ._sharding import readable
 
 __all__ = [
     "InitStrategy",
@@ -304,7 +305,9 @@ def _select_chains(ok, old, new):
 
 
 def _chains_ok(pe, param_ok, grad_ok):
-    """bool[chain]: the potential energy, every unconstrained value and gradient are finite."""
+    """bool[chain]: the potential energy, every unconstrained value and gradient are finite
+    (read to the host, also from chains split over processes)."""
+    pe, param_ok, grad_ok = readable((pe, param_ok, grad_ok))
     ok = np.isfinite(np.asarray(pe))
     for flags in (*param_ok.values(), *grad_ok.values()):
         ok &= np.asarray(flags)
@@ -359,6 +362,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
             keys = jax.random.split(jax.random.fold_in(rng_key, attempt), num_chains)
         params = _select_chains(ok, params, propose(keys, sdyn, dynamic))
     chain = int(np.flatnonzero(~ok)[0])
+    pe, param_ok, grad_ok = readable((pe, param_ok, grad_ok))
     problems = []
     bad_params = [n for n, f in param_ok.items() if not np.asarray(f)[chain]]
     if bad_params:
@@ -368,10 +372,10 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     bad_grads = [n for n, f in grad_ok.items() if not np.asarray(f)[chain]]
     if bad_grads:
         problems.append(f"the gradient was non-finite at sites {bad_grads}")
-    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(dynamic)
+    leaves = [x for x in jax.tree_util.tree_leaves(dynamic)
               if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    found = sorted({kind for x in leaves for kind, bad in (("NaN", np.isnan(x)), ("inf", np.isinf(x)))
-                    if bad.any()})
+    found = sorted({kind for x in leaves for kind, bad in (("NaN", jnp.isnan), ("inf", jnp.isinf))
+                    if bool(jnp.any(bad(x)))})  # (on the device: data may span processes)
     if found:
         problems.append(f"the model's data hold {' and '.join(found)} (in its array arguments): "
                         f"such a value among the observations or covariates makes the log density "
@@ -428,6 +432,7 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
         params[site] = value
     pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
     ok = _chains_ok(pe, param_ok, grad_ok)
+    pe = readable(pe)
     if not ok.all():
         raise InitializationError(
             f"`{api}(init_params=...)`: the log density of model `{name}` or its gradient is not "

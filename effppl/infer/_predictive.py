@@ -16,6 +16,7 @@ from ._compile._arguments import names_leaks
 from ._compile._cache import cached
 from ._compile._fns import model_fns, prepare
 from ._model import site_errors
+from ._sharding import check_mesh, place_data, readable, split_draws
 from .mcmc._driver import _as_key
 
 __all__ = ["Predictive", "log_likelihood"]
@@ -122,6 +123,10 @@ class Predictive:
     - `infer_discrete`: draw the sites marked for enumeration from their conditional given each
       posterior draw (`effppl.infer.infer_discrete`, temperature 1), as NumPyro's; by default
       they are drawn from their prior, like every latent site not in `posterior_samples`.
+    - `mesh`: a mesh from `effppl.distributed.make_mesh`: the draws are split over its chain
+      axis (when their number divides evenly), data sharded over its data axis
+      (`effppl.distributed.shard`) stay so, other data are replicated. Results that span
+      processes are gathered to every process. Without it, sharded data work too.
 
     **Returns:** calling `predictive(rng_key, *args, **kwargs)` returns dict site -> array
     `[*batch, ...]`.
@@ -154,7 +159,7 @@ class Predictive:
                  parallel: bool = False, batch_ndims: int = 1,
                  condition_deterministic: bool | None = None,
                  exclude_deterministic: bool | None = None, guide: Callable | None = None,
-                 params: dict | None = None, infer_discrete: bool = False):
+                 params: dict | None = None, infer_discrete: bool = False, mesh=None):
         api = "effppl.infer.Predictive"
         if not callable(model):
             raise PredictiveError(f"`{api}(model, ...)` expected a callable model, but got "
@@ -199,6 +204,7 @@ class Predictive:
         self.condition_deterministic = bool(condition_deterministic)
         self.parallel = bool(parallel)
         self.infer_discrete = bool(infer_discrete)
+        self.mesh = check_mesh(mesh, api)
         batch_shape = _batch_shape(api, self.posterior_samples, self.batch_ndims)
         if batch_shape is None and num_samples is None:
             raise PredictiveError(
@@ -250,11 +256,14 @@ class Predictive:
             keys = jax.random.split(key, self.num_samples)
             if self.return_sites is None:
                 sites -= set(samples)
+        if self.mesh is not None:
+            dynamic = place_data(dynamic, self.mesh)
+            keys, samples = split_draws((keys, samples), self.mesh)
         try:
             with site_errors():
-                out = jax.block_until_ready(fns.predictor(
+                out = readable(jax.block_until_ready(fns.predictor(
                     tuple(sorted(sites)), self.infer_discrete)(
-                    keys, samples, self.params, dynamic))
+                    keys, samples, self.params, dynamic)))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -270,11 +279,14 @@ class Predictive:
         info = guide_fns.site_info(dynamic)
         names = tuple(sorted(n for n in info.latent if n in model_sites))
         draw = guide_fns.predictor(names)
-        return draw(jax.random.split(key, self.num_samples), {}, self.params, dynamic)
+        keys = jax.random.split(key, self.num_samples)
+        if self.mesh is not None:
+            keys, dynamic = split_draws(keys, self.mesh), place_data(dynamic, self.mesh)
+        return draw(keys, {}, self.params, dynamic)
 
 
 def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims: int = 1,
-                   **kwargs) -> dict:
+                   mesh=None, **kwargs) -> dict:
     """Pointwise log likelihood `log p(y | theta)` of every observed site, per posterior draw.
 
     **Arguments:**
@@ -284,6 +296,10 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
       entries, such as deterministic sites, are ignored).
     - `*args`, `**kwargs`: the model's arguments, with the observations.
     - `batch_ndims`: leading batch dimensions of `posterior_samples` (0, 1 or 2).
+    - `mesh`: a mesh from `effppl.distributed.make_mesh` (a model keyword named `mesh` cannot
+      pass through): the draws are split over its chain axis when their number divides evenly;
+      data sharded over its data axis stay so, the others are replicated. Results spanning
+      processes are gathered to every process (also without `mesh`, for sharded data).
 
     **Returns:** dict observed site -> `log_prob` array `[*batch, *site_shape]` (elementwise,
     not summed; sites in loops stacked along their loop axes).
@@ -326,7 +342,9 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
         batch_shape = ()
     else:
         batch_shape = _batch_shape(api, samples, batch_ndims)
+    flat = _flatten(samples, max(batch_ndims, 1))
+    if check_mesh(mesh, api) is not None:
+        dynamic, flat = place_data(dynamic, mesh), split_draws(flat, mesh)
     with site_errors():
-        out = jax.block_until_ready(fns.log_likelihood(_flatten(samples, max(batch_ndims, 1)),
-                                                       dynamic))
+        out = readable(jax.block_until_ready(fns.log_likelihood(flat, dynamic)))
     return jax.tree.map(lambda x: x.reshape(tuple(batch_shape) + x.shape[1:]), out)

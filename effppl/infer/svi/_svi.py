@@ -27,6 +27,7 @@ from ..._keys import key_data
 from ...effects.internal import describe_non_array
 from .._compile._arguments import model_arguments, names_leaks
 from .._compile._cache import cached, split_cache_key
+from .._sharding import check_data, check_mesh, data_rows, place_data, readable
 from ..mcmc._driver import _advance
 from ._optim import as_optimizer
 from .autoguide._prototype import first_run
@@ -221,6 +222,13 @@ class _Compiled:
         return jnp.result_type(float)
 
 
+class _Sites(NamedTuple):
+    """What `check_data` reads of a model: the function and how its arguments are rebuilt."""
+
+    model: Any
+    args: Any
+
+
 def _with_mutable(params, mutable):
     """The param map with the mutable state's values (no gradient flows into them, as in
     NumPyro)."""
@@ -262,6 +270,11 @@ class SVI:
     - `optim`: an optax `GradientTransformation` (`optax.adam(1e-2)`), or an optimiser with
       NumPyro's interface: `effppl.optim.Adam(1e-2)` (NumPyro's names), NumPyro's own.
     - `loss`: an ELBO: `Trace_ELBO()`, `TraceMeanField_ELBO()`, `RenyiELBO()`.
+    - `mesh`: a mesh from `effppl.distributed.make_mesh`: data sharded over its data axis
+      (`effppl.distributed.shard`) stay so (one all-reduce of the loss and its gradient per
+      step), other data are replicated on it; every process must run the same calls. Sharded
+      data work without it too. A subsampled plate, or a latent site inside the sharded plate,
+      on sharded data is refused (`SiteError`).
     - `**static_kwargs`: keyword arguments passed to the model and guide on every call
       (hashable ones key the compiled update; arrays are passed to it as arguments).
 
@@ -295,7 +308,7 @@ class SVI:
         True
     """
 
-    def __init__(self, model, guide, optim, loss, **static_kwargs):
+    def __init__(self, model, guide, optim, loss, *, mesh=None, **static_kwargs):
         for arg, fn in (("model", model), ("guide", guide)):
             if not callable(fn):
                 raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected a "
@@ -316,6 +329,7 @@ class SVI:
         self._static = tuple(sorted((k, v) for k, v in static_kwargs.items()
                                     if k not in self._array_kwargs))
         self.static_kwargs = dict(static_kwargs)
+        self.mesh = check_mesh(mesh, "effppl.infer.SVI")
         self._constraints = None
 
     def _compiled(self, api, args, kwargs, forward_mode=False):
@@ -324,6 +338,12 @@ class SVI:
                bool(forward_mode))
         fns = cached(key, lambda: _Compiled(self.model, self.guide, self.loss, self._optimizer,
                                             structure, self._static, bool(forward_mode)))
+        if self.mesh is not None:
+            dynamic = place_data(dynamic, self.mesh)
+        if data_rows(dynamic) and not getattr(fns, "checked_data", False):
+            for fn in (self.model, self.guide):  # the guide's latent sites too
+                check_data(api, _Sites(fn, fns.args), dynamic)
+            fns.checked_data = True
         return fns, dynamic
 
     def init(self, rng_key, *args, init_params: dict | None = None, **kwargs) -> SVIState:
@@ -342,6 +362,7 @@ class SVI:
                 setup(*args, **{**kwargs, **self.static_kwargs})
             fns, dynamic = self._compiled(api, args, kwargs)
             params, constraints, key, mutable = fns.init(key, dynamic, init_params)
+            params, key, mutable = readable((params, key, mutable))
         unknown = sorted(set(init_params) - set(params))
         if unknown:
             raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
@@ -442,6 +463,8 @@ class SVI:
                 num = min(length, num_steps - start)
                 state, chunk_losses, grad_ok, applied, failed = chunk(
                     state, self._constraints, dynamic, np.int32(num))
+                chunk_losses, grad_ok, applied, failed = readable(
+                    (chunk_losses, grad_ok, applied, failed))
                 chunk_losses = np.asarray(chunk_losses[:num])
                 applied = np.asarray(applied[:num])
                 if bool(failed):
