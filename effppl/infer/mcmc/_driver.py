@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm.auto as tqdm
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ..._errors import EffpplError
 from ..._keys import typed_key
@@ -23,6 +23,8 @@ from .._compile._fns import prepare
 from .._compile._persistent import stored
 from .._init import InitializationError, find_initial_params, given_initial_params
 from .._model import explained_by_parameters, site_errors
+from .._sharding import place, place_data, readable
+from . import _sharded
 from ._kernels import _HMCFamily
 from ._sampler import Span, sampler_for, warmup_schedule
 
@@ -138,8 +140,13 @@ class MCMC:
     - `num_samples`: transitions per chain after warmup; `num_samples // thinning` are kept.
     - `num_chains`: number of chains.
     - `chain_method`: `"vectorized"` (one `jit(vmap)` over chains on one device) or `"sharded"`
-      (the same computation with the chain axis sharded over the local devices; the largest
-      number of devices that divides `num_chains` is used). Both give the same draws.
+      (a `shard_map` over the chain axis of `mesh`: each device runs its share of the chains,
+      vectorized, with no communication between devices). Both give the same draws.
+    - `mesh`: for `"sharded"`, a mesh from `effppl.distributed.make_mesh(chain=..., data=...)`
+      over the devices of every process; `num_chains` must be a multiple of its chain axis.
+      Data sharded over its data axis (`effppl.distributed.shard`) are summed by one
+      all-reduce per gradient. Default: as many of the devices as divide `num_chains` (all of
+      them, with several processes).
     - `thinning`: keep every `thinning`-th draw.
     - `progress_bar`: show a tqdm bar over warmup and sampling (run in ~20 chunks of one compiled
       function; with `False`, each phase is a single call). Its clock starts after the first
@@ -174,7 +181,8 @@ class MCMC:
     """
 
     def __init__(self, kernel, *, num_warmup: int, num_samples: int, num_chains: int = 1,
-                 chain_method: str = "vectorized", thinning: int = 1, progress_bar: bool = True):
+                 chain_method: str = "vectorized", thinning: int = 1, progress_bar: bool = True,
+                 mesh=None):
         def check(name, value, ok, expected):
             if not ok:
                 raise MCMCError(f"`effppl.infer.MCMC(..., {name}=...)` expected {expected}, but got {value!r}.")
@@ -191,24 +199,28 @@ class MCMC:
         check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
               f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
         check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")
+        check("mesh", mesh, mesh is None or chain_method == "sharded",
+              "None with chain_method='vectorized' (a mesh needs chain_method='sharded')")
         self.kernel = kernel
         self.num_warmup, self.num_samples = int(num_warmup), int(num_samples)
         self.num_chains, self.thinning = int(num_chains), int(thinning)
         self.chain_method, self.progress_bar = chain_method, bool(progress_bar)
+        self.mesh = mesh
         self.post_warmup_state: MCMCState | None = None
         self._results: MCMCResults | None = None
 
     # -- running ---------------------------------------------------------------------------
 
-    def _mesh(self):
-        devices = jax.local_devices()
-        n = max(d for d in range(1, len(devices) + 1) if self.num_chains % d == 0)
-        return Mesh(np.asarray(devices[:n]), ("chain",))
+    def _settings(self):
+        """The settings every process of a sharded run must share."""
+        return dict(kernel=(type(self.kernel).__name__, self.kernel.settings()),
+                    num_warmup=self.num_warmup, num_samples=self.num_samples,
+                    num_chains=self.num_chains, thinning=self.thinning)
 
     def _place(self, tree, mesh, spec):
         if mesh is None:
             return tree
-        return jax.device_put(tree, NamedSharding(mesh, spec))
+        return place(tree, NamedSharding(mesh, spec))
 
     def _chunk_plan(self, num_warmup: int, num_draws: int) -> tuple[int, int]:
         """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
@@ -240,8 +252,12 @@ class MCMC:
                 "Sum it out exactly: mark it with `infer={'enumerate': 'parallel'}`, or every "
                 "discrete site with `effppl.infer.config_enumerate(model)`; or observe it."
             )
-        mesh = self._mesh() if self.chain_method == "sharded" else None
-        return key, fns, info, self._place(dynamic, mesh, PartitionSpec()), mesh
+        if self.chain_method == "vectorized":
+            return key, fns, info, dynamic, None
+        mesh = _sharded.chain_mesh(self.num_chains, self.mesh, api)
+        dynamic = place_data(dynamic, mesh)
+        _sharded.check_run(api, fns, dynamic, key, self._settings())
+        return key, fns, info, dynamic, mesh
 
     def _initial_state(self, sampler, fns, info, keys, dynamic, mesh, api, pws, init_params):
         """`(ChainState, num_warmup)` to start from; `keys`: the initialisation's key and its
@@ -285,11 +301,16 @@ class MCMC:
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
+        if mesh is not None:
+            sampler = _sharded.sharded_sampler(sampler, mesh)
         thinning = self.thinning
         num_draws = self.num_samples // thinning if sample else 0
         pws = self.post_warmup_state if sample else None
         num_steps = (0 if pws is not None else self.num_warmup) + num_draws * thinning
-        init_key, init_keys, keys = _run_keys(key, self.num_chains, num_steps)
+        if mesh is None:
+            init_key, init_keys, keys = _run_keys(key, self.num_chains, num_steps)
+        else:
+            init_key, init_keys, keys = _sharded.run_keys(key, self.num_chains, num_steps, mesh)
         chain, num_warmup = self._initial_state(
             sampler, fns, info, (init_key, init_keys), dynamic, mesh, api, pws, init_params
         )
@@ -311,7 +332,7 @@ class MCMC:
                 num = min(warmup_length, num_warmup - start)
                 chain, _, _, nd = call(chain, start, num, False)
                 if self.progress_bar:
-                    n_div += int(np.sum(np.asarray(nd)))
+                    n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
                     _advance(bar, num, f"{n_div} divergences in warmup")
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
@@ -326,7 +347,7 @@ class MCMC:
                 values.append(v)
                 stats.append(st)
                 if self.progress_bar:
-                    n_div += int(np.sum(np.asarray(st["diverging"])))
+                    n_div += int(jnp.sum(st["diverging"]))
                     _advance(bar, num * thinning, f"{n_div} divergences")
         state = chain.state
         last = MCMCState(position=state.position, logdensity=state.logdensity,
@@ -335,7 +356,10 @@ class MCMC:
         if not sample:
             self.post_warmup_state = last
             return
-        self._results = MCMCResults(samples=_concat(values), stats=_concat(stats), fns=fns,
+        samples, stats = _concat(values), _concat(stats)
+        if mesh is not None:  # read to every host once, when the draws span processes
+            samples, stats = readable((samples, stats))
+        self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
 
