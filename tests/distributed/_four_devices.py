@@ -95,6 +95,15 @@ for name, call in {
     except Exception as err:  # noqa: BLE001  (the test checks the type and message)
         errors[name] = [type(err).__name__, [b.__name__ for b in type(err).__mro__], str(err)]
 out["errors"] = errors
+
+# The persistent cache keys a program on a mesh by the mesh's devices in order.
+from effppl.infer._compile import _persistent  # noqa: E402
+
+meshes = [ed.make_mesh(chain=1, data=4),
+          jax.sharding.Mesh(np.asarray(jax.devices()[::-1]).reshape(1, 4), ("chain", "data")),
+          ed.make_mesh(chain=1, data=2, devices=jax.devices()[:2])]
+out["layouts"] = [list(map(list, _persistent._layout(_persistent._devices(
+    ed.shard(np.arange(8.0), m))))) for m in meshes]
 assert MCMCError  # (imported for the reader: the mesh/vectorized error is one)
 print("RESULT" + json.dumps(out))
 sys.stdout.flush()

@@ -38,6 +38,11 @@ def test_results_of_sharded_data_are_read_whole(four):
     assert four["svi_diff"] <= 1e-9
 
 
+def test_persistent_cache_keys_a_program_by_its_mesh_devices_in_order(four):
+    ids = [[device_id for _, device_id in layout] for layout in four["layouts"]]
+    assert ids == [[0, 1, 2, 3], [3, 2, 1, 0], [0, 1]]
+
+
 def test_sharded_runs_refuse_what_they_cannot_do(four):
     errors = four["errors"]
     kind, bases, message = errors["local_latent"]
