@@ -35,6 +35,12 @@ class Runtime:
     - `masks`: the masks of the `mask` handlers and blocks being traced (`get_mask`).
     - `eager_handlers`: the handlers of `with` blocks entered outside any entry point (NumPyro's
       eager use), outermost first.
+    - `eager_traces`: the JAX trace each of them was entered in (a site reached in another one,
+      e.g. inside a `lax.scan` body traced within the block, cannot be handled one at a time).
+    - `value_hints`: functions `hint(kind, name) -> value or None` of the handlers being traced
+      that give sites their values (`substitute`, `replay`, `lift`), innermost last: a `param`
+      (`kind` "param") with no `init_value` takes its shape and dtype from them (NumPyro's
+      `param(name)` under `substitute`), and a plate (`kind` "plate") its subsample size.
     - `flags`: the names of the flags set (`flag`): `"in_clause"` (a handler's clause is being
       traced), `"validating"` (distribution parameters are checked as the program runs),
       `"initialising"` (inference draws initial points), `"guide_first_run"` (an autoguide
@@ -51,6 +57,8 @@ class Runtime:
     site_configurators: list = dataclasses.field(default_factory=list)
     masks: list = dataclasses.field(default_factory=list)
     eager_handlers: list = dataclasses.field(default_factory=list)
+    eager_traces: list = dataclasses.field(default_factory=list)
+    value_hints: list = dataclasses.field(default_factory=list)
     flags: set = dataclasses.field(default_factory=set)
     depth: int = 0
     handler_traces: list = dataclasses.field(default_factory=list)

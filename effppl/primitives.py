@@ -54,6 +54,8 @@ class SampleMsg(NamedTuple):
     - `rng_key`: the raw `uint32[2]` key to draw it with (from `seed`), or None.
     - `plates`: the element indices of the `jax.vmap`s inside the model around the site (one
       independent draw per element, like a plate), innermost last.
+    - `obs`: the observation an `uncondition` handler took away (the site is then latent), or
+      None; traces record it as `infer["obs"]`, as NumPyro's.
     """
 
     fn: Any
@@ -62,6 +64,7 @@ class SampleMsg(NamedTuple):
     mask: Any = None
     rng_key: Any = None
     plates: tuple = ()
+    obs: Any = None
 
 
 class ParamMsg(NamedTuple):
@@ -262,6 +265,11 @@ class plate(contextlib.ContextDecorator):
             raise SiteError(f"effppl.plate({name!r}, ..., dim={dim!r}) expected a negative int dim "
                             f"(or None to allocate one).")
         self.name, self.size, self.dim = name, _plate_size(name, size), dim
+        if subsample_size is None:  # indices given by a handler around (NumPyro's `replay` of a
+            given = given_value("plate", name)  # subsampled plate's trace): their number
+            if given is not None and len(jnp.shape(given)) == 1 and \
+                    0 < jnp.shape(given)[0] < self.size:
+                subsample_size = jnp.shape(given)[0]
         self.subsample_size = self.size if subsample_size is None else \
             _plate_size(name, subsample_size)
         if self.subsample_size > self.size:
@@ -411,10 +419,32 @@ def eager_blocks():
 
 
 def _perform(op, *args, **static):
-    """Perform `op`, through the eager `with` blocks' handlers when there are any."""
-    if eager_blocks():
+    """Perform `op`, through the eager `with` blocks' handlers when there are any and the code
+    runs outside every handler's body (else the handlers around the body handle it, and
+    `run_eager` put the blocks' handlers around it)."""
+    if eager_blocks() and not _runtime.state().depth:
+        name = static.get("name")
+        check_eager_trace(f"Site `{name}`" if name else "`effppl.prng_key()`")
         return _runtime.run_eager(lambda: op(*args, **static))
     return op(*args, **static)
+
+
+def check_eager_trace(what):
+    """Raise a `SiteError` when `what` (a site, described) is reached, under `with` blocks of
+    handlers entered outside any model, inside a JAX transformation begun within the blocks (a
+    plain `lax.scan`, `jit`, `vmap`, `cond`): the blocks handle one site at a time, so a loop's
+    occurrences would be recorded as one, with values that leak out of the loop's trace."""
+    traces = _runtime.state().eager_traces
+    if not traces or internal.current_trace() is traces[-1]:
+        return
+    raise SiteError(
+        f"{what} is reached inside a JAX transformation (a plain `jax.lax.scan`, `cond`, "
+        f"`jit` or `vmap`) that runs within `with` blocks of effppl handlers entered outside "
+        f"any model (e.g. `with seed(rng_seed=0), trace() as tr: model()`). Such blocks handle "
+        f"one site at a time as it runs, so they cannot stack a loop's occurrences. Run the "
+        f"model under the handlers instead (`trace(seed(model, rng_seed=0)).get_trace(*args)`), "
+        f"or write the loop with `effppl.contrib.control_flow.scan` (NumPyro's `scan`), which "
+        f"runs the whole loop under the blocks.")
 
 
 def site_contexts():
@@ -736,6 +766,13 @@ def prng_key():
     return jax.random.wrap_key_data(raw)
 
 
+def raw_key(name=None):
+    """A fresh raw `uint32[2]` key from the nearest enclosing `seed` (the `prng_key` operation,
+    through the eager `with` blocks when code runs under them outside any model); `name` names
+    the site asking, for the error when no `seed` gives one."""
+    return _perform(prng_key_op, name=name)
+
+
 def mask_scopes():
     """The masks of the `mask` handlers and `with mask(...)` blocks being traced, outermost
     first (for `get_mask`)."""
@@ -771,6 +808,39 @@ def _param_type(msg, *, name, init_fn, **static):
 param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
 
 
+def given_value(kind, name):
+    """The value (or anything with its `shape` and `dtype`) that a handler around the code will
+    give site `name` of type `kind` ("param" or "plate"), the innermost that gives one; None
+    when none does."""
+    for hint in reversed(_runtime.state().value_hints):
+        value = hint(kind, name)
+        if value is not None:
+            return value
+    return None
+
+
+def _param_hint(name):
+    """Zeros of the shape and dtype of the value a handler gives param site `name`, or None."""
+    value = given_value("param", name)
+    if value is None:
+        return None
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        value = jnp.asarray(value)
+    return jnp.zeros(value.shape, value.dtype)
+
+
+@contextlib.contextmanager
+def giving_values(hint):
+    """Within this block, `hint(kind, name)` tells what value (or its shape and dtype) a handler
+    gives a site (see `given_value`)."""
+    hints = _runtime.state().value_hints
+    hints.append(hint)
+    try:
+        yield
+    finally:
+        hints.remove(hint)
+
+
 def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
           event_dim: int | None = None):
     """A learnable parameter `name`, as `numpyro.param`: its value is `init_value` unless a
@@ -790,7 +860,9 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     **Returns:** the value, an array of `init_value`'s shape (subsampled as above).
 
     **Raises:** `SiteError` naming the site when `init_value` is None (effppl needs it to know the
-    value's shape while tracing) or `constraint` is not a constraint.
+    value's shape while tracing) and no handler around the model gives the param's value
+    (`substitute`, `lift`: then its shape is that value's), or `constraint` is not a
+    constraint.
     """
     check_name("param", name)
     if event_dim is not None and not (_is_int(event_dim) and event_dim >= 0):
@@ -799,9 +871,12 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     if init_value is not None and not callable(init_value):
         _numbers(f"effppl.param({name!r}, init_value)", init_value)
     if init_value is None:
+        init_value = _param_hint(name)
+    if init_value is None:
         raise SiteError(f"effppl.param({name!r}) expected an `init_value` (an array, or a function "
                         f"of a PRNG key giving one): effppl needs it to know the parameter's shape "
-                        f"while tracing, also when a handler substitutes the value.")
+                        f"while tracing, unless a handler around the model gives its value "
+                        f"(`substitute(model, data={{{name!r}: ...}})`, `lift`).")
     if not isinstance(constraint, dist.constraints.Constraint):
         raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
                         f"numpyro.distributions.constraints object, but got {constraint!r}.")

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._keys import key_data
 from .._mutable import mutable_op
+from .._runtime import is_set
 from .._site_fns import ask
 from ..effects.internal import describe_non_array, describe_non_bool, forwards_static, forwards_when
 from ..primitives import (
@@ -53,12 +54,9 @@ class seed(Handler):
         self.rng_key = params  # the next block's site draws a new value
 
     def clauses(self):
-        @forwards_static("name", "cond_indep_stack")
-        def sample(key, msg, *, resume, **static):
-            if msg.value is not None or msg.rng_key is not None:
-                return resume(key, forward(msg, **static))
-            key, sub = jax.random.split(key)
-            return resume(key, forward(msg._replace(rng_key=sub), **static))
+        # under `uncondition` (outside this handler) observed sites get a key too: it makes them
+        # latent and draws them, where NumPyro's asks this `seed` for a key at the same point
+        sample = _seed_any_site if is_set("keys_for_observed") else _seed_latent_site
 
         def prng_key(key, *, resume, **static):
             key, sub = jax.random.split(key)
@@ -71,6 +69,24 @@ class seed(Handler):
             msg = msg._replace(init=jnp.asarray(init_fn(sub)))
             return resume(key, forward_param(msg, init_fn=init_fn, **static))
         return {sample_op: sample, prng_key_op: prng_key, param_op: param}
+
+
+@forwards_static("name", "cond_indep_stack")
+def _seed_latent_site(key, msg, *, resume, **static):
+    """`seed`'s clause: a key for a site with neither a value nor a key yet."""
+    if msg.value is not None or msg.rng_key is not None:
+        return resume(key, forward(msg, **static))
+    key, sub = jax.random.split(key)
+    return resume(key, forward(msg._replace(rng_key=sub), **static))
+
+
+@forwards_static("name", "cond_indep_stack")
+def _seed_any_site(key, msg, *, resume, is_observed, **static):
+    """`seed`'s clause under `uncondition`: observed sites get a key too."""
+    if (msg.value is not None and not is_observed) or msg.rng_key is not None:
+        return resume(key, forward(msg, is_observed=is_observed, **static))
+    key, sub = jax.random.split(key)
+    return resume(key, forward(msg._replace(rng_key=sub), is_observed=is_observed, **static))
 
 
 def site_row(handler, name, values, site_shape, count, site):
@@ -191,6 +207,9 @@ class _SetValue(Handler):
         self._sites = self.analysis()
         check_values(self.entry_point or type(self).__name__, self.data, self._sites)
         return occurrence_counters(self.data, self._sites)
+
+    def value_hint(self, kind, name):
+        return self.data.get(name) if self.sets_deterministic else None
 
     def scope_params(self):  # a `with` block: which sites sit in loops is known only later
         return {name: jnp.int32(0) for name in self.data}
@@ -390,7 +409,9 @@ class do(_SetValue):
 
 
 def replay(fn=None, trace=None):
-    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`).
+    """Reuse the values of a trace's latent sample sites (`effppl.handlers.trace`), and the
+    indices of its subsampled plates, as NumPyro's `replay`: a plate of the same name takes them
+    (a full plate, `plate(name, size)`, becomes subsampled at those indices).
 
     **Raises:** `TypeError` when `trace` is not a trace (a dict site name -> site dict)."""
     if not isinstance(trace, Mapping) or not all(
@@ -398,8 +419,17 @@ def replay(fn=None, trace=None):
         raise TypeError(f"effppl.handlers.replay(fn, trace) expected a trace, the dict site name -> "
                         f"site that `effppl.handlers.trace(...).get_trace(...)` returns, but got "
                         f"{type(trace).__name__} {trace!r:.60}.")
-    return substitute(fn, data={name: site["value"] for name, site in trace.items()
-                                if site["type"] == "sample" and not site["is_observed"]})
+    data = {name: site["value"] for name, site in trace.items()
+            if site["type"] == "sample" and not site["is_observed"]}
+    # a subsampled plate's indices too, as NumPyro's (a full plate of that name then takes them)
+    data.update({name: site["value"] for name, site in trace.items() if _subsampled(site)})
+    return substitute(fn, data=data)
+
+
+def _subsampled(site) -> bool:
+    """Whether a trace entry is a subsampled plate's (`args`: `(size, subsample_size)`)."""
+    args = tuple(site.get("args", ()))
+    return site["type"] == "plate" and len(args) == 2 and args[1] < args[0]
 
 
 class block(Handler):

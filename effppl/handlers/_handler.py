@@ -27,8 +27,10 @@ from ..effects import internal
 from ..primitives import (
     SiteError,
     callback_site_errors,
+    check_eager_trace,
     deterministic_op,
     eager_blocks,
+    giving_values,
     message_contexts,
     param_op,
     sample_op,
@@ -65,15 +67,22 @@ def handler_traces() -> list:
 
 
 @contextlib.contextmanager
-def _inside():
+def _inside(handler=None):
     """The body of a handler, around the model: its traces are the model's top level, and the
-    mutable sites its model creates get their final values performed when the model returns."""
+    mutable sites its model creates get their final values performed when the model returns.
+    `handler`: the handler whose body it is: a `param` with no `init_value` reads its shape
+    from its `value_hint` (and a full plate its indices), and its `body_flag` is set."""
     runtime = _runtime.state()
     runtime.depth += 1
     runtime.handler_traces.append(internal.current_trace())
     frame = _mutable.open_frame()
     try:
-        with _NoNumPyroPrimitives():
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_NoNumPyroPrimitives())
+            if handler is not None:
+                stack.enter_context(giving_values(handler.value_hint))
+                if handler.body_flag is not None:
+                    stack.enter_context(_runtime.flag(handler.body_flag))
             yield
         _mutable.close_frame(frame)
     finally:
@@ -198,9 +207,10 @@ def run_eager(fn, *args, **kwargs):
     """Run `fn` under the handlers of the `with` blocks entered outside any entry point
     (innermost nearest to `fn`), which then keep their final parameters (NumPyro's eager
     handlers: a `seed` block's key moves on, a `trace` block records)."""
-    blocks = eager_blocks()
-    handlers = list(blocks)
+    blocks, traces = eager_blocks(), _runtime.state().eager_traces
+    handlers, entered = list(blocks), list(traces)
     blocks.clear()
+    traces.clear()
     try:
         def inner(*a, **kw):
             return fn(*a, **kw), ()
@@ -211,9 +221,23 @@ def run_eager(fn, *args, **kwargs):
         result, finals = run_outermost(run, *args, **kwargs)
     finally:
         blocks[:] = handlers
+        traces[:] = entered
     for h, handled, params in zip(reversed(handlers), copies, finals):
         h.absorb(handled, params)
     return result
+
+
+def run_in_blocks(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, run whole under the handlers of the `with` blocks entered outside
+    any model when there are some and the code runs outside every model (NumPyro's `scan` under
+    `with seed(...), trace() as tr:`: the translator then handles the sites inside `fn`'s loops,
+    and the blocks record them stacked); else called as it is.
+
+    **Raises:** `SiteError` when called inside a JAX transformation begun within the blocks."""
+    if eager_blocks() and not _nesting():
+        check_eager_trace(f"`{internal.callable_name(fn)}`")
+        return run_eager(fn, *args, **kwargs)
+    return fn(*args, **kwargs)
 
 
 _runtime.install(run_eager=run_eager)  # the primitives run a site under eager blocks with it
@@ -236,8 +260,9 @@ class Handler:
     """
 
     adjust_message: Callable | None = None
+    body_flag: str | None = None  # a runtime flag set while the model it wraps is traced
 
-    def __init__(self, fn):
+    def __init__(self, fn: Any = None):
         self.fn = fn
         self._scope: fx.scoped | None = None    # the `effects.scoped` of a `with` block in a model
         self._scope_info: Any = None            # what `scope_setup` found in that block
@@ -263,17 +288,30 @@ class Handler:
             self._scope.__enter__()
         else:
             eager_blocks().append(self)
+            _runtime.state().eager_traces.append(internal.current_trace())
+        _runtime.state().value_hints.append(self.value_hint)
         return self
 
     def __exit__(self, *exc):
+        hints = _runtime.state().value_hints
+        if self.value_hint in hints:
+            hints.remove(self.value_hint)
         if self.adjust_message is not None:
             message_contexts().remove(self.adjust_message)
         elif self._scope is not None:
             scope, self._scope = self._scope, None
             scope.__exit__(*exc)
         else:
-            eager_blocks().remove(self)
+            index = eager_blocks().index(self)
+            del eager_blocks()[index], _runtime.state().eager_traces[index]
         return False
+
+    def value_hint(self, kind, name):
+        """The value (or its shape and dtype) this handler gives site `name` of type `kind`
+        ("param", "plate"), or None: a `param(name)` with no `init_value` takes its shape from
+        it (NumPyro's `param(name)` under `substitute`), a full plate its indices (`replay` of
+        a subsampled plate's trace)."""
+        return None
 
     def scope_params(self):
         """The initial parameters of this handler scoping a block inside a model."""
@@ -305,7 +343,7 @@ class Handler:
         def run(*args, **kwargs):
             @_named_like(fn)
             def body(*a, **kw):
-                with _inside():
+                with _inside(h):
                     return fn(*a, **kw)
             return fx.handle(body, params=h._params_of(args, kwargs), clauses=h.clauses(),
                              ret=lambda p, r: (r[0], (*r[1], p)))(*args, **kwargs)
@@ -332,7 +370,7 @@ class Handler:
                             f"`{type(self).__name__}(model, ...)(*args)`.")
         @_named_like(self.fn)
         def body(*a, **kw):
-            with _inside():
+            with _inside(self):
                 return self.fn(*a, **kw)
         return fx.handle(body, params=self._params_of(args, kwargs), clauses=self.clauses(),
                          ret=self.ret)(*args, **kwargs)
@@ -350,8 +388,37 @@ class Handler:
         jaxpr its handler traced (inside `params`): the model is not traced again for it."""
         return analyze(self._body_jaxpr)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs) -> Any:
+        if self.fn is None:
+            return self.decorate(*args, **kwargs)
         return run_outermost(self.handled, *args, **kwargs)
+
+    def decorate(self, *args, **kwargs):
+        """A handler built without a model, called on one: it wraps that model and returns
+        itself, as NumPyro's handlers do (`seed(rng_seed=0)(model)`, `@scale(scale=2.0)`).
+
+        **Raises:** `TypeError` unless called with exactly one callable (the model)."""
+        self.set_model(model_to_wrap(type(self).__name__, args, kwargs))
+        return self
+
+    def set_model(self, fn):
+        """Wrap the model `fn` (a handler built without one, `decorate`)."""
+        self.fn = fn
+        functools.update_wrapper(self, fn, updated=())
+
+
+def model_to_wrap(name, args, kwargs) -> Callable:
+    """The model in `args`, those of a call of the handler `effppl.handlers.<name>` built
+    without one (NumPyro's decorator use, `seed(rng_seed=0)(model)`).
+
+    **Raises:** `TypeError` unless `args` is one callable and `kwargs` is empty."""
+    if len(args) != 1 or kwargs or not callable(args[0]):
+        got = ", ".join([*(type(a).__name__ for a in args), *kwargs])
+        raise TypeError(f"effppl.handlers.{name}(...) was built without a model, so calling it "
+                        f"wraps one: it expected one callable model (`{name}(...)(model)`, or "
+                        f"`@{name}(...)` above a model), but got ({got}). To run a model under "
+                        f"it, wrap a model: `{name}(model, ...)(*args)`.")
+    return args[0]
 
 
 def forward(msg, **static):

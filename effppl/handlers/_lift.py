@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from .._errors import EffpplError
@@ -68,6 +70,12 @@ class lift(Handler):
         super().__init__(fn)
         _check_prior(prior)
         self.prior = prior
+
+    def value_hint(self, kind, name):
+        prior = self._prior(name) if kind == "param" else None
+        if prior is None:
+            return None
+        return jax.eval_shape(prior.sample, jax.ShapeDtypeStruct((2,), jnp.uint32))
 
     def _prior(self, name):
         return self.prior.get(name) if isinstance(self.prior, dict) else self.prior

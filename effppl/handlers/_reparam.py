@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 
+import jax
 import jax.numpy as jnp
 
 from .._site_fns import ask
@@ -43,6 +45,9 @@ class reparam(Handler):
             raise TypeError("effppl.handlers.reparam(fn, config) needs `config`: a dict site "
                             "name -> reparameterizer, or a function of the site's message.")
         self.config = config
+
+    def set_model(self, fn):
+        super().set_model(self._marking(fn))
 
     def _marking(self, fn):
         """`fn` with its sites marked (`_mark`), the site configurators around it kept for the
@@ -92,12 +97,12 @@ class reparam(Handler):
                 self._strategy(name, msg, static)
             if strategy is None:
                 return resume(params, forward(msg, name=name, **static))
-            keep = lambda m: m._replace(scale=msg.scale, mask=msg.mask)  # noqa: E731
+            keep = _auxiliary_message(msg)
             message_contexts().append(keep)
             try:
                 with in_clause(), _configuring(self._contexts), \
                         _in_plates(static.get("cond_indep_stack", ())):
-                    new_fn, value = strategy(name, msg.fn, msg.value)
+                    new_fn, value = self._draw(strategy, name, msg)
             finally:
                 message_contexts().remove(keep)
             if value is None or new_fn is not None:
@@ -107,6 +112,36 @@ class reparam(Handler):
                 jnp.asarray(value), name=name,
                 cond_indep_stack=static.get("cond_indep_stack", ())))
         return {sample_op: sample}
+
+    def _draw(self, strategy, name, msg):
+        """`strategy(name, fn, obs)`, its auxiliary sites reparametrized too where `config`
+        names them (`{"x": TransformReparam(), "x_base": LocScaleReparam(0)}`): NumPyro sends
+        them through the whole stack, this handler included; here a clause's operations go to
+        the handlers outside, so a copy of this handler handles them first."""
+        def draw():
+            return strategy(name, msg.fn, msg.value)
+        if isinstance(self.config, dict) and set(self.config) <= {name}:
+            return draw()
+        nested = copy.copy(self)
+        nested.fn = draw
+        return nested.handled()
+
+
+def _auxiliary_message(msg):
+    """The adjustment of the messages of the auxiliary sites a reparameterizer draws for the
+    site of message `msg`: they keep its `scale` and `mask`, and, when a `seed` inside this
+    handler gave the site a key (`reparam(seed(model))`), each draws with a key folded from it
+    (NumPyro sends them through the whole handler stack, the inner `seed` included; here a
+    clause's operations go to the handlers outside only)."""
+    count = [0]
+
+    def adjust(m):
+        m = m._replace(scale=msg.scale, mask=msg.mask)
+        if msg.rng_key is not None and m.rng_key is None and m.value is None:
+            count[0] += 1
+            m = m._replace(rng_key=jax.random.fold_in(msg.rng_key, count[0]))
+        return m
+    return adjust
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -138,6 +138,8 @@ class trace(Handler):
                                     for a in jax.tree_util.tree_leaves(msg_avals.fn)]
                 lp = _log_prob_type(site.aval, msg_avals.fn)
                 fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
+            if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
+                fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
                 if msg_avals.scale is not None:
                     fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
             if site.type == "sample":
@@ -151,13 +153,16 @@ class trace(Handler):
         return self._layout.buffers()
 
     def clauses(self):
-        def record(bufs, name, value, fn=None, mask=None, scale=None, constraint=None):
+        def record(bufs, name, value, fn=None, mask=None, scale=None, constraint=None,
+                   obs=None):
             if name not in self._layout.fields:
                 return bufs
             fields, site = self._layout.fields[name], self._recorded[name]
             if site.in_loop and site.count == 0:
                 return bufs  # inside a loop of length 0 (or an empty vmap): no row to fill
             updates = [(fields["value"], value)] if "value" in fields else []
+            if obs is not None and "obs" in fields:
+                updates.append((fields["obs"], obs))
             if constraint is not None and "constraint" in fields:
                 updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
             if fn is not None and "log_prob" in fields:
@@ -187,7 +192,8 @@ class trace(Handler):
 
         def sample(bufs, msg, *, resume, name, **static):
             value = forward(msg, name=name, **static)
-            return resume(record(bufs, name, value, msg.fn, msg.mask, msg.scale), value)
+            return resume(record(bufs, name, value, msg.fn, msg.mask, msg.scale, obs=msg.obs),
+                          value)
 
         def param(bufs, msg, *, resume, name, **static):
             value = forward_param(msg, name=name, **static)
@@ -215,7 +221,9 @@ class trace(Handler):
     def ret(self, bufs, result):
         return result, bufs
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs) -> Any:
+        if self.fn is None:
+            return self.decorate(*args, **kwargs)
         return self._run(*args, **kwargs)[0]
 
     def handled(self, *args, **kwargs):
@@ -279,6 +287,8 @@ class trace(Handler):
                 rec["kwargs"] = {"constraint": constraint, "event_dim": msg_static["event_dim"]}
             if "unconstrained" in fields:
                 rec["unconstrained"] = read(fields["unconstrained"])
+            if "obs" in fields:  # taken away by `uncondition` (NumPyro's `infer["obs"]`)
+                rec["infer"]["obs"] = read(fields["obs"])
             # a plate's entry goes before its sites; a subsampled plate is a site itself, and a
             # `block` inside may have hidden the plate
             skip = set(out) | set(self._layout.fields) | set(msg_static.get("hidden_plates", ()))

@@ -10,12 +10,13 @@ the inference code that uses it.
   occurrence's unconstrained shape and dtype), `is_enumerated`, `model_name`, `call_unhandled`,
   `concrete_arguments`, `check_call`.
 - **Running handlers**: `run_outermost` (a handled model under the base handler, compiled),
+  `run_in_blocks` (a function run whole under the eager `with` blocks, NumPyro's `scan`),
   `log_joint` (a model's result and log joint), `traced` (its result and trace, recording only the
   sites `keep` selects), `Unconstrain` (the handler giving latent sites unconstrained values).
 - **Enumeration**: `enumerated_sites`, `check_enumerable`, `with_site_configurator`,
   `marginal_log_joint` (the log joint with the marked sites summed out).
 - **The primitives** a guide or reparameterizer is written with (`sample`, `param`, `plate`,
-  `factor`, `deterministic`, `get_mask`), and their machinery: `prng_key_op`,
+  `factor`, `deterministic`, `get_mask`), and their machinery: `prng_key_op`, `raw_key` (a key from `seed`, also under eager blocks),
   `callback_site_errors`, `SiteError`, `InvalidParameterError`, and the runtime flags (`flag`, `is_set`) inference sets while it
   draws initial points (`"initialising"`) or runs a guide for the first time
   (`"guide_first_run"`).
@@ -34,20 +35,27 @@ from ..primitives import (
     param,
     plate,
     prng_key_op,
+    raw_key,
     sample,
 )
 from ._basic import _analyzed as analyze_model
 from ._density import _LogJoint, check_call, marginal_log_joint
 from ._density import _Unconstrain as Unconstrain
-from ._handler import call_unhandled, concrete_arguments, model_name, run_outermost
+from ._handler import (
+    call_unhandled,
+    concrete_arguments,
+    model_name,
+    run_in_blocks,
+    run_outermost,
+)
 from ._sites import unconstrained_type
 from ._trace import is_enumerated, recorded, trace
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
 
 __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
-           "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "log_joint",
+           "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
-           "with_site_configurator", "marginal_log_joint", "prng_key_op", "callback_site_errors",
+           "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
            "SiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "plate",
            "factor", "deterministic", "get_mask"]
 

@@ -58,9 +58,10 @@ class LocScaleReparam(Reparam):
     broadcasting against the site's value), or None; `shape_params`: names of other
     parameters of the distribution passed through unchanged (e.g. `("df",)` for `StudentT`).
 
-    **Raises:** `ValueError` for another `centered`; `SiteError` naming the site and its
-    distribution (when the model runs) for an observed site, a distribution without `loc` and
-    `scale`, or one whose other parameters are not in `shape_params`.
+    **Raises:** `ValueError` for another `centered`; `SiteError` (a `ValueError`) naming the site
+    and its distribution (when the model runs) for an observed site, a distribution whose
+    support is not real (e.g. `LogNormal`, as NumPyro), without `loc` and `scale`, or one whose
+    other parameters are not in `shape_params`.
 
     **References:** Gorinova, Moore and Hoffman (2020), "Automatic Reparameterisation of
     Probabilistic Programs"; NumPyro's `LocScaleReparam`.
@@ -71,6 +72,17 @@ class LocScaleReparam(Reparam):
 
     def __call__(self, name, fn, obs):
         _latent_only("LocScaleReparam", name, obs)
+        support = fn.support
+        if isinstance(support, dist.constraints.independent):
+            support = support.base_constraint
+        if support is not dist.constraints.real:  # as NumPyro: e.g. a LogNormal is not loc-scale
+            raise SiteError(f"effppl.infer.reparam.LocScaleReparam: site `{name}` has a "
+                            f"{type(fn).__name__} with support {support}, but LocScaleReparam "
+                            f"applies to distributions with real support only (Normal, Cauchy, "
+                            f"StudentT, ...; NumPyro's ValueError). For a `LogNormal`, "
+                            f"reparametrize its log: `TransformReparam` on `TransformedDistribution"
+                            f"(Normal(loc, scale), ExpTransform())` with `LocScaleReparam` on its "
+                            f"`{name}_base`.")
         centered = self.centered
         if centered is not None and not isinstance(centered, jax.core.Tracer) \
                 and np.all(np.asarray(centered) == 1):

@@ -179,10 +179,17 @@ def test_reparam_of_a_family_it_cannot_rebuild_is_an_error_naming_site_and_famil
         effppl.sample("d", dist.StudentT(3.0, 0.0, 1.0))
 
     point = {"tau": 1.0, "d_decentered": 0.5}
-    with pytest.raises(effppl.primitives.SiteError, match="site `tau` has a HalfCauchy, which is "
-                                                          "not a location-scale"):
+    with pytest.raises(effppl.primitives.SiteError, match="site `tau` has a HalfCauchy with "
+                                                          "support"):
         effppl.log_density(handlers.reparam(model, config={"tau": LocScaleReparam(0)}), (), {},
                            point)
+
+    def walk():
+        effppl.sample("w", dist.GaussianRandomWalk(1.0, num_steps=3))
+    with pytest.raises(effppl.primitives.SiteError, match="site `w` has a GaussianRandomWalk, "
+                                                          "which is not a location-scale"):
+        effppl.log_density(handlers.reparam(walk, config={"w": LocScaleReparam(0)}), (), {},
+                           {"w_decentered": jnp.zeros(3)})
     with pytest.raises(effppl.primitives.SiteError, match=r"site `d` has a StudentT, which also "
                                                           r"needs `df`.*shape_params=\('df',\)"):
         effppl.log_density(handlers.reparam(model, config={"d": LocScaleReparam(0)}), (), {},

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import effppl
 from effppl import distributions as dist
 from effppl import sample
 from effppl.infer import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError, _model
@@ -275,9 +276,36 @@ def test_model_without_continuous_latent_sites_raises():
     mcmc = MCMC(NUTS(m.discrete_latent), num_warmup=1, num_samples=1, progress_bar=False)
     with pytest.raises(MCMCError, match="site `k`.*discrete"):
         mcmc.run(jax.random.key(0), jnp.asarray(0.5))
-    mcmc = MCMC(NUTS(m.no_latent), num_warmup=1, num_samples=1, progress_bar=False)
-    with pytest.raises(MCMCError, match="no latent sample site"):
-        mcmc.run(jax.random.key(0), jnp.asarray(0.5))
+
+
+def test_model_without_latent_sites_runs_as_numpyros():
+    # NumPyro runs such a model and returns its deterministic sites (constant) and no latent
+    import numpyro
+    from numpyro.infer import MCMC as NpMCMC
+    from numpyro.infer import NUTS as NpNUTS
+
+    def model(sample, deterministic):
+        def body(y):
+            deterministic("d", y * 2)
+            sample("y", dist.Normal(0.0, 1.0), obs=y)
+        return body
+    y = jnp.array([0.5, 1.0])
+    ours = MCMC(NUTS(model(effppl.sample, effppl.deterministic)), num_warmup=3, num_samples=4,
+                num_chains=2, chain_method="sequential", progress_bar=False)
+    ours.run(jax.random.key(0), y)
+    theirs = NpMCMC(NpNUTS(model(numpyro.sample, numpyro.deterministic)), num_warmup=3,
+                    num_samples=4, num_chains=2, chain_method="sequential", progress_bar=False)
+    theirs.run(jax.random.key(0), y)
+    got, expected = ours.get_samples(group_by_chain=True), theirs.get_samples(group_by_chain=True)
+    assert set(got) == set(expected) == {"d"}
+    np.testing.assert_allclose(got["d"], expected["d"])
+    assert ours.get_extra_fields(group_by_chain=True)["diverging"].shape == (2, 4)
+    for method in ("parallel", "vectorized"):
+        empty = MCMC(NUTS(lambda: None), num_warmup=2, num_samples=3, chain_method=method,
+                     progress_bar=False)
+        empty.run(jax.random.key(0))
+        assert empty.get_samples() == {}
+        empty.print_summary()
 
 
 def test_results_before_run_raise():

@@ -1,25 +1,36 @@
 """Run NumPyro's own handler and inference-utility tests against effppl, imports swapped.
 
-    python -m tests.numpyro_compat.port --numpyro PATH [--commit 0b935d48] [-n 2] [-k EXPR]
+    python -m tests.numpyro_compat.port --numpyro PATH [--set handlers|wide] [--commit 0b935d48]
+        [-n 2] [-k EXPR] [--timeout S] [--as-numpyro] [--json OUT] [--reference NUMPYRO.json]
 
 `PATH` is a clone of https://github.com/pyro-ppl/numpyro (a work tree, or a bare git directory).
-The script reads `test/test_handlers.py` and `test/infer/test_infer_util.py` at `--commit`,
-rewrites their imports to effppl's (below), writes them into a temporary folder (NumPyro's files
-are never copied into this repository), runs them with pytest, and prints the count of passing
-tests, leaving out the tests listed in `UNFAIR` (tests of NumPyro internals; see README.md).
+The script reads NumPyro's test files at `--commit` (`--set handlers`, the default:
+`test/test_handlers.py` and `test/infer/test_infer_util.py`; `--set wide`: the SVI, autoguide,
+reparameterisation, enumeration, control-flow and MCMC files in `SETS`), rewrites their imports
+to effppl's (below), writes them into a temporary folder (NumPyro's files are never copied into
+this repository), runs them with pytest, and prints the count of passing tests, leaving out the
+tests listed in `UNFAIR` (tests of NumPyro internals; see README.md).
+
+`--as-numpyro` runs the files unchanged, on NumPyro itself; with `--json` it writes which tests
+pass there, and `--reference` that file then counts effppl's passes among the tests that pass on
+NumPyro (a test NumPyro fails, skips or times out on is not counted). `--timeout` stops a test
+after that many seconds (a failure), on both sides.
 
 The rewrite: `import numpyro` becomes `import effppl as numpyro` (so `numpyro.optim.Adam` is
 `effppl.optim.Adam`); `numpyro.handlers`, `numpyro.infer[.sub]`, `numpyro.primitives` become
-effppl's; `numpyro.contrib.control_flow.scan` becomes plain `jax.lax.scan` (effppl's models use
-plain loops); `from numpyro.X import` for `numpyro.distributions`, `numpyro.optim`,
-`numpyro.util` and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses them). A name effppl lacks is bound to a placeholder that raises `NotImplementedError` when used,
-so only the tests that need it fail, not the whole file at import.
+effppl's; `numpyro.contrib.X` becomes `effppl.contrib.X` where effppl has that module
+(`control_flow`, `funsor`); `from numpyro.X import` for `numpyro.distributions`, `numpyro.util`
+and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses them). A name effppl lacks is
+bound to a placeholder that raises `NotImplementedError` when used, so only the tests that need
+it fail, not the whole file at import.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -28,7 +39,14 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-FILES = ("test/test_handlers.py", "test/infer/test_infer_util.py")
+SETS = {
+    "handlers": ("test/test_handlers.py", "test/infer/test_infer_util.py"),
+    "wide": ("test/infer/test_svi.py", "test/infer/test_autoguide.py", "test/infer/test_reparam.py",
+             "test/contrib/test_enum_elbo.py", "test/contrib/test_control_flow.py",
+             "test/contrib/test_funsor.py", "test/contrib/test_infer_discrete.py",
+             "test/infer/test_mcmc.py", "test/infer/test_hmc_gibbs.py"),
+}
+FILES = SETS["handlers"]
 COMMIT = "0b935d48"
 
 # test id prefix (file::name) -> why it is not a fair test of effppl
@@ -108,16 +126,22 @@ def _port_import(module, names):
     return out
 
 
-class _control_flow:  # numpyro.contrib.control_flow: effppl's models use plain loops
-    scan = staticmethod(_jax.lax.scan)
-    cond = staticmethod(_jax.lax.cond)
 '''
 
 
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
 def _target(module: str) -> str | None:
-    """effppl's module for a NumPyro module, or None to keep NumPyro's."""
-    if module == "numpyro.contrib.control_flow":
-        return "control_flow"
+    """effppl's module for a NumPyro module, or None to keep NumPyro's: `numpyro.contrib.X`
+    becomes `effppl.contrib.X` where effppl has that module (else NumPyro's stays)."""
+    if module.startswith("numpyro.contrib"):
+        ours = "effppl" + module[len("numpyro"):]
+        return ours if _has_module(ours) else None
     for theirs, ours in _OURS.items():
         if module == theirs:
             return ours
@@ -133,20 +157,12 @@ def rewrite(source: str) -> str:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("numpyro"):
             target = _target(node.module)
-            if node.module == "numpyro.contrib" and any(a.name == "control_flow"
-                                                        for a in node.names):
-                target = "contrib"
             if target is None:
                 continue
             pad = re.match(r"\s*", lines[node.lineno - 1]).group(0)
-            if target in ("control_flow", "contrib"):
-                new = [f"{pad}{a.asname or a.name} = _control_flow"
-                       if a.name == "control_flow" else
-                       f"{pad}{a.asname or a.name} = _control_flow.{a.name}" for a in node.names]
-            else:
-                names = [a.name for a in node.names]
-                new = [f"{pad}_got = _port_import({target!r}, {names!r})"]
-                new += [f"{pad}{a.asname or a.name} = _got[{a.name!r}]" for a in node.names]
+            names = [a.name for a in node.names]
+            new = [f"{pad}_got = _port_import({target!r}, {names!r})"]
+            new += [f"{pad}{a.asname or a.name} = _got[{a.name!r}]" for a in node.names]
             edits.append((node.lineno, node.end_lineno, "\n".join(new) + "\n"))
         elif isinstance(node, ast.Import):
             for a in node.names:
@@ -169,9 +185,32 @@ def read(numpyro: Path, commit: str, path: str) -> str:
 
 CONFTEST = '''
 import os
+import signal
 
 import jax
 import numpyro.util
+import pytest
+
+
+class PortTimeout(Exception):
+    pass
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    seconds = int(os.environ.get("NUMPYRO_PORT_TIMEOUT", "0"))
+    if not seconds:
+        return (yield)
+
+    def stop(signum, frame):
+        raise PortTimeout(f"more than {seconds} s")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        return (yield)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def pytest_runtest_setup(item):
@@ -193,42 +232,64 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--numpyro", required=True, type=Path, help="a clone of pyro-ppl/numpyro")
     parser.add_argument("--commit", default=COMMIT)
+    parser.add_argument("--set", default="handlers", choices=sorted(SETS), help="which files")
     parser.add_argument("-n", default="0", help="pytest-xdist workers")
     parser.add_argument("-k", default=None, help="pytest -k expression")
     parser.add_argument("--keep", type=Path, default=None, help="write the ported files here")
+    parser.add_argument("--timeout", type=int, default=0, help="seconds per test (0: none)")
+    parser.add_argument("--as-numpyro", action="store_true", help="run NumPyro's files unchanged")
+    parser.add_argument("--json", type=Path, default=None, help="write each test's outcome here")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="a --json file of an --as-numpyro run: count among its passes")
     args = parser.parse_args(argv)
+    files = SETS[args.set]
     out = args.keep or Path(tempfile.mkdtemp(prefix="numpyro_port_"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "conftest.py").write_text(CONFTEST)
-    for path in FILES:
-        (out / Path(path).name).write_text(rewrite(read(args.numpyro, args.commit, path)))
+    for path in files:
+        source = read(args.numpyro, args.commit, path)
+        (out / Path(path).name).write_text(source if args.as_numpyro else rewrite(source))
     report = out / "report.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
            "-o", "junit_family=xunit1", "--rootdir", str(out),
            *(["-n", args.n] if args.n != "0" else []), *(["-k", args.k] if args.k else []),
-           *[str(out / Path(p).name) for p in FILES]]
-    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR), PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
+           *[str(out / Path(p).name) for p in files]]
+    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR),
+               NUMPYRO_PORT_TIMEOUT=str(args.timeout), PYTHONPATH=os.pathsep.join(
+                   [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
     subprocess.run(cmd, env=env, cwd=out)
     counts = summarize(report)
-    print(f"\nNumPyro tests ported ({args.commit}): {counts['passed']} of {counts['total']} pass "
+    if args.json is not None:
+        args.json.write_text(json.dumps(counts["outcomes"], indent=0, sort_keys=True))
+    who = "NumPyro's own tests, unchanged" if args.as_numpyro else "NumPyro tests ported"
+    print(f"\n{who} ({args.set}, {args.commit}): {counts['passed']} of {counts['total']} pass "
           f"({counts['failed']} fail, {counts['skipped']} skipped; {len(UNFAIR)} left out as "
           f"unfair); files in {out}")
+    if args.reference is not None:
+        theirs = json.loads(args.reference.read_text())
+        fair = [t for t, outcome in theirs.items() if outcome == "passed"]
+        ours = sum(counts["outcomes"].get(t) == "passed" for t in fair)
+        print(f"Of the {len(fair)} tests passing on NumPyro: {ours} pass on effppl "
+              f"({100 * ours / max(len(fair), 1):.0f}%)")
     return counts
 
 
 def summarize(report: Path) -> dict:
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failures": []}
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failures": [], "outcomes": {}}
     for case in ET.parse(report).getroot().iter("testcase"):
+        test = f"{case.get('classname', '').split('.')[-1]}.py::{case.get('name')}"
         if case.find("skipped") is not None:
             counts["skipped"] += 1
+            counts["outcomes"][test] = "skipped"
             continue
         counts["total"] += 1
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
         if bad is None:
             counts["passed"] += 1
+            counts["outcomes"][test] = "passed"
         else:
             counts["failed"] += 1
+            counts["outcomes"][test] = "failed"
             counts["failures"].append((case.get("name"), (bad.get("message") or "")[:160]))
     return counts
 

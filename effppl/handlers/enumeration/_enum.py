@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import copy
 import functools
+from typing import Any
 
 import jax.numpy as jnp
 
 from ... import _runtime
 from ...effects import internal
 from ...primitives import SiteError, _plate_frames, configuring_sites
-from .._handler import Handler, _named_like, handler_traces, run_outermost, trace_model
+from .._handler import (
+    Handler,
+    _named_like,
+    handler_traces,
+    model_to_wrap,
+    run_outermost,
+    trace_model,
+)
 from .._sites import analyze, message_avals
 from .._trace import is_enumerated
 from . import _forward_algorithm, _markov
@@ -269,9 +277,10 @@ class enum:
     """
 
     discrete: tuple | None = None  # (temperature, rng_key) when `infer_discrete` draws them
+    fn: Any  # the model (None until a handler built without one is called on one)
 
-    def __init__(self, fn, first_available_dim=None):
-        if not callable(fn):
+    def __init__(self, fn: Any = None, first_available_dim=None):
+        if fn is not None and not callable(fn):
             raise TypeError(f"effppl.handlers.enum(fn, ...) expected a callable model, but got "
                             f"{fn!r}.")
         if first_available_dim is not None and (not isinstance(first_available_dim, int)
@@ -280,9 +289,14 @@ class enum:
                             f"{first_available_dim!r}) expected a negative int or None.")
         self.fn = fn
         self.first_available_dim = first_available_dim
-        functools.update_wrapper(self, fn, updated=())
+        if fn is not None:
+            functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
+        if self.fn is None:  # built without a model: wrap the one given (NumPyro's decorator use)
+            self.fn = model_to_wrap("enum", args, kwargs)
+            functools.update_wrapper(self, self.fn, updated=())
+            return self
         return run_outermost(self._enumerated, *args, **kwargs)
 
     def _enumerated(self, *args, **kwargs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 from ..._errors import EffpplError
 from ..._keys import key_data
 from .._basic import block, substitute
-from .._handler import model_name, run_outermost, trace_model
+from .._handler import model_name, model_to_wrap, run_outermost, trace_model
 from .._sites import analyze
 from .._trace import is_enumerated, trace
 from ._contract import sample as sample_plates
@@ -52,8 +53,8 @@ class infer_discrete:
     algorithm, Viterbi); Obermeyer et al. (2019) (adjoint of the sum-product for plates).
     """
 
-    def __init__(self, fn, first_available_dim=None, temperature=1, rng_key=None):
-        if not callable(fn):
+    def __init__(self, fn: Any = None, first_available_dim=None, temperature=1, rng_key=None):
+        if fn is not None and not callable(fn):
             raise TypeError(f"effppl.infer.infer_discrete(fn, ...) expected a callable model, but "
                             f"got {type(fn).__name__} {fn!r:.60}.")
         if temperature not in (0, 1):
@@ -67,9 +68,14 @@ class infer_discrete:
         self.temperature = temperature
         self.rng_key = None if rng_key is None else key_data(
             rng_key, "effppl.infer.infer_discrete(fn, rng_key=...)")
-        functools.update_wrapper(self, fn, updated=())
+        if fn is not None:
+            functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
+        if self.fn is None:  # built without a model: wrap the one given (NumPyro's decorator use)
+            self.fn = model_to_wrap("infer_discrete", args, kwargs)
+            functools.update_wrapper(self, self.fn, updated=())
+            return self
         return run_outermost(self._run, *args, **kwargs)
 
     def _run(self, *args, **kwargs):

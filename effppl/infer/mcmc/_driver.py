@@ -25,12 +25,16 @@ from .._init import InitializationError, find_initial_params, given_initial_para
 from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
+from ._empty import draws_without_latents
 from ._kernels import _HMCFamily
 from ._sampler import Span, sampler_for, warmup_schedule
 
 __all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
 
 _CHAIN_METHODS = ("vectorized", "sharded")
+# NumPyro's names: its chains run one after another ("sequential") or one per device under
+# `pmap` ("parallel"); effppl's "vectorized" and "sharded" give the same draws in one program
+_NUMPYRO_CHAIN_METHODS = {"sequential": "vectorized", "parallel": "sharded"}
 
 
 class MCMCError(EffpplError, ValueError):
@@ -141,12 +145,16 @@ class MCMC:
     - `num_chains`: number of chains.
     - `chain_method`: `"vectorized"` (one `jit(vmap)` over chains on one device) or `"sharded"`
       (a `shard_map` over the chain axis of `mesh`: each device runs its share of the chains,
-      vectorized, with no communication between devices). Both give the same draws.
+      vectorized, with no communication between devices). Both give the same draws. NumPyro's
+      `"sequential"` runs as `"vectorized"`, its `"parallel"` as `"sharded"`.
     - `mesh`: for `"sharded"`, a mesh from `effppl.distributed.make_mesh(chain=..., data=...)`
       over the devices of every process; `num_chains` must be a multiple of its chain axis.
       Data sharded over its data axis (`effppl.distributed.shard`) are summed by one
       all-reduce per gradient. Default: as many of the devices as divide `num_chains` (all of
       them, with several processes).
+    - `jit_model_args`: accepted for NumPyro's programs; effppl always passes the model's array
+      arguments to the compiled sampler as arguments (a new `run` on new data of the same shapes
+      compiles nothing), which is what NumPyro's `jit_model_args=True` asks for.
     - `thinning`: keep every `thinning`-th draw.
     - `progress_bar`: show a tqdm bar over warmup and sampling (run in ~20 chunks of one compiled
       function; with `False`, each phase is a single call). Its clock starts after the first
@@ -182,7 +190,7 @@ class MCMC:
 
     def __init__(self, kernel, *, num_warmup: int, num_samples: int, num_chains: int = 1,
                  chain_method: str = "vectorized", thinning: int = 1, progress_bar: bool = True,
-                 mesh=None):
+                 mesh=None, jit_model_args: bool = False):
         def check(name, value, ok, expected):
             if not ok:
                 raise MCMCError(f"`effppl.infer.MCMC(..., {name}=...)` expected {expected}, but got {value!r}.")
@@ -196,8 +204,12 @@ class MCMC:
         check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")
         check("thinning", thinning, is_int(thinning, 1) and thinning <= num_samples,
               f"an int in [1, num_samples={num_samples}]")
+        chain_method = _NUMPYRO_CHAIN_METHODS.get(chain_method, chain_method)
         check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
-              f"one of {_CHAIN_METHODS} (NumPyro's 'parallel' is 'sharded' here)")
+              f"one of {_CHAIN_METHODS}, or NumPyro's 'sequential' (run as 'vectorized') or "
+              f"'parallel' (run as 'sharded')")
+        check("jit_model_args", jit_model_args, isinstance(jit_model_args, (bool, np.bool_)),
+              "a bool")
         check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")
         check("mesh", mesh, mesh is None or chain_method == "sharded",
               "None with chain_method='vectorized' (a mesh needs chain_method='sharded')")
@@ -240,11 +252,6 @@ class MCMC:
         info = fns.site_info(dynamic)
         for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
             check_enumerable(name, fn)
-        if not info.latent:
-            raise MCMCError(
-                f"`{api}` found no latent sample site in model `{fns.name}`: there is nothing to "
-                "sample. Use effppl.infer.Predictive to draw from a model without latent sites."
-            )
         if info.discrete_latent:
             raise MCMCError(
                 f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
@@ -300,6 +307,8 @@ class MCMC:
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
+        if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
+            return self._without_latents(fns, info, dynamic, sample)
         sampler = sampler_for(fns, self.kernel)
         if mesh is not None:
             sampler = _sharded.sharded_sampler(sampler, mesh)
@@ -363,6 +372,19 @@ class MCMC:
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
 
+    def _without_latents(self, fns, info, dynamic, sample):
+        empty = {}
+        last = MCMCState(position=empty, logdensity=jnp.zeros((self.num_chains,)),
+                         logdensity_grad=empty, step_size=jnp.ones((self.num_chains,)),
+                         inverse_mass_matrix=empty)
+        if not sample:
+            self.post_warmup_state = last
+            return
+        samples, stats = draws_without_latents(fns, dynamic, self.num_chains,
+                                               self.num_samples // self.thinning)
+        self._results = MCMCResults(samples=samples, stats=stats, fns=fns, dynamic=dynamic,
+                                    info=info, last_state=last)
+
     def _warn_divergences(self, fns, num_draws):
         n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
         if n_div:
@@ -408,7 +430,9 @@ class MCMC:
 
         **Raises:** `InitializationError` when a chain finds no finite starting point, or
         `init_params` misses a site, has a wrong shape or a non-finite log density;
-        `MCMCError` for a model without continuous latent sites, or `init_params` given while
+        `MCMCError` for a model whose latent sites are discrete and not enumerated (a model
+        with no latent site runs no sampler: its draws hold its deterministic sites, as
+        NumPyro's), or `init_params` given while
         `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
         data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
         (`InvalidParameterError`, with validation on) whose distribution parameter is invalid

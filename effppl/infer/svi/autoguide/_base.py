@@ -157,7 +157,7 @@ class AutoGuide(GuidePostprocess):
             if concrete is not None:
                 self._latent_names = tuple(sites)
                 self._prototype_args = concrete
-        return ppl.prng_key_op(name=f"_{self.prefix}_init") if first else None
+        return ppl.raw_key(f"_{self.prefix}_init") if first else None
 
     def _init_locs(self, args, kwargs, sites, key=None) -> dict:
         """Initial unconstrained values of `sites` (`_prototype.initial_locs`)."""

@@ -63,7 +63,7 @@ class AutoNormal(AutoGuide):
         plates = self._plates(args, kwargs, sites)
         # a key from `seed` per site, in the model's order after the plates' (NumPyro's draws
         # at the same key)
-        keys = [ppl.prng_key_op(name=f"_{self.prefix}_draw") for _ in sites]
+        keys = [ppl.raw_key(f"_{self.prefix}_draw") for _ in sites]
         locs, scales = self._params(sites, self._init_locs(args, kwargs, sites, init_key), plates)
         u, log_q = {}, {}
         for key, (name, latent) in zip(keys, sites.items()):
