@@ -32,6 +32,9 @@ class Runtime:
       blocks being traced, outermost first; each sample site's message passes through them.
     - `site_configurators`: functions `configure(name, msg, infer, is_observed) -> (msg, infer)`
       of the `config_enumerate`/`enum`/`reparam` wrappers being traced, outermost first.
+    - `site_rewriters`: functions `rewrite(name, fn, obs, infer)` of the `reparam` handlers and
+      blocks around the code, outermost first: a reparameterizer replaces a site by auxiliary
+      sites as the model makes it, so every handler sees them (NumPyro's order).
     - `masks`: the masks of the `mask` handlers and blocks being traced (`get_mask`).
     - `eager_handlers`: the handlers of `with` blocks entered outside any entry point (NumPyro's
       eager use), outermost first.
@@ -55,6 +58,7 @@ class Runtime:
     plates: list = dataclasses.field(default_factory=list)
     message_adjusters: list = dataclasses.field(default_factory=list)
     site_configurators: list = dataclasses.field(default_factory=list)
+    site_rewriters: list = dataclasses.field(default_factory=list)
     masks: list = dataclasses.field(default_factory=list)
     eager_handlers: list = dataclasses.field(default_factory=list)
     eager_traces: list = dataclasses.field(default_factory=list)

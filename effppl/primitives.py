@@ -566,6 +566,11 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
                             f"pairs of unrelated elements. Reshape the observation (e.g. drop a "
                             f"trailing axis of size 1) or the distribution's parameters.")
         fn, obs = _broadcast_observation(fn, obs)
+    if site_rewriters():  # `reparam`: the site is drawn from auxiliary sites instead
+        rewritten = _rewrite_site(name, fn, obs, infer)
+        if not isinstance(rewritten, tuple):
+            return rewritten
+        fn, obs = rewritten
     msg = SampleMsg(fn=fn, value=obs, scale=_subsample_scale())
     for adjust in reversed(message_contexts()):
         msg = adjust(msg)
@@ -574,6 +579,48 @@ def sample(name: str, fn: dist.Distribution, obs: Any = None, infer: dict | None
         msg, hints = configure(name, msg, hints, obs is not None)
     return _perform(sample_op, _with_vmap_index(msg), name=name, is_observed=obs is not None,
                     infer=_static_infer(name, hints), cond_indep_stack=_plate_frames())
+
+
+def site_rewriters():
+    """The site rewriters of the `reparam` handlers and blocks around the code, outermost
+    first: `rewrite(name, fn, obs, infer) -> None` (leave the site) or `(new_fn, value)`
+    (NumPyro's reparameterizer protocol)."""
+    return _runtime.state().site_rewriters
+
+
+@contextlib.contextmanager
+def rewriting_sites(rewrite):
+    """Within this block, `rewrite` sees every sample site before it is made (see
+    `site_rewriters`); entered again while active (an eager block's handler around an entry
+    point), it is not added twice."""
+    rewriters = site_rewriters()
+    if any(r is rewrite for r in rewriters):
+        yield
+        return
+    rewriters.append(rewrite)
+    try:
+        yield
+    finally:
+        rewriters.remove(rewrite)
+
+
+def _rewrite_site(name, fn, obs, infer):
+    """Site `name` passed through the rewriters (`reparam`), innermost first, as NumPyro's
+    reparam handlers process its message: `(fn, obs)` to sample it with, or the value of the
+    deterministic site it became (`(None, value)` from a reparameterizer, whose auxiliary sites
+    it drew, through every handler and rewriter, while it ran)."""
+    for rewrite in reversed(list(site_rewriters())):
+        out = rewrite(name, fn, obs, _infer_dict(name, infer))
+        if out is None:
+            continue
+        new_fn, value = out
+        if new_fn is None:  # (marked: enumeration refuses one that depends on enumerated sites)
+            check_name("deterministic", name)
+            value = _numbers(f"effppl.deterministic({name!r}, value)", value, real=False)
+            return _perform(deterministic_op, value, name=name, cond_indep_stack=_plate_frames(),
+                            reparametrized=True)
+        fn, obs = new_fn, (None if value is None else jnp.asarray(value))
+    return fn, obs
 
 
 def _numbers(what, value, real=True):

@@ -603,10 +603,6 @@ def guide(y):
     effppl.sample("mu", dist.Normal(loc, 1.0))
 
 
-def guide_without_params(y):
-    effppl.sample("mu", dist.Normal(0.0, 1.0))
-
-
 def _svi(g=guide, loss=None, **kw):
     import optax
     return SVI(plated, g, optax.adam(0.1), Trace_ELBO() if loss is None else loss, **kw)
@@ -699,8 +695,6 @@ SVI_CASES = [
                  ["init_params", "dict", "list"], id="SVI-init_params-not-a-dict"),
     pytest.param(lambda: _svi().update(None, Y3), SVIError, ["update", "init"],
                  id="SVI-update-before-init"),
-    pytest.param(lambda: _svi(g=guide_without_params).run(KEY, 2, Y3, progress_bar=False),
-                 SVIError, ["no param site"], id="SVI-guide-without-params"),
     pytest.param(lambda: Trace_ELBO(num_particles=0), ELBOError, ["Trace_ELBO", "num_particles"],
                  id="Trace_ELBO-num_particles-0"),
     pytest.param(lambda: RenyiELBO(alpha="a"), ELBOError, ["RenyiELBO", "alpha", "'a'"],

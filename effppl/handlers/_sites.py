@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 
 from .._mutable import mutable_op
@@ -87,13 +88,26 @@ def bijector(name, fn):
     """`biject_to(fn.support)`: unconstrained space -> the support of latent site `name`.
 
     **Raises:** `SiteError` naming the site when its support is discrete (no bijection), e.g. a
-    `Bernoulli` in one `cond` branch of a site that HMC would have to move."""
+    `Bernoulli` in one `cond` branch of a site that HMC would have to move, or has no bijection
+    from the reals (a `ProjectedNormal`'s sphere: the error names `ProjectedNormalReparam`)."""
     if getattr(fn.support, "is_discrete", False):
         raise SiteError(f"The latent site `{name}` has a discrete support ({type(fn).__name__}, "
                         f"{type(fn.support).__name__}), so it has no unconstrained space: HMC/NUTS "
                         f"and `potential_energy` need continuous latent sites. Marginalise it out "
                         f"of the model or observe it.")
-    return biject_to(fn.support)
+    try:
+        return biject_to(fn.support)
+    except NotImplementedError:
+        support = fn.support
+        if isinstance(support, constraints.independent):
+            support = support.base_constraint
+        hint = (f" Reparametrize it: `effppl.handlers.reparam(model, config={{{name!r}: "
+                f"effppl.infer.reparam.ProjectedNormalReparam()}})` (as NumPyro says)."
+                if support is constraints.sphere else "")
+        raise SiteError(f"The latent site `{name}` has a {type(fn).__name__} with support "
+                        f"{type(support).__name__}, which has no bijection from unconstrained "
+                        f"space: HMC/NUTS, autoguides and `potential_energy` cannot move it "
+                        f"(continuous inference cannot handle it).{hint}") from None
 
 
 def analyze(jaxpr) -> dict:

@@ -67,11 +67,13 @@ def recorded(sites: dict) -> dict:
 class trace(Handler):
     """Record the sites of `fn`: `trace(fn).get_trace(*args, **kwargs)` returns
     `{name: {"type", "name", "value", "is_observed", "fn", "log_prob", "scale", "infer",
-    "cond_indep_stack"}}`; `log_prob` is the elementwise log density of each occurrence's value
-    under that occurrence's distribution, zero where an enclosing `mask` is false (NumPyro's masked
-    `fn`), not scaled; `scale` the factor an enclosing `scale` handler puts on it (broadcast to
-    `log_prob`'s shape; None outside any); a `param` site (`type: "param"`) records its value and
-    `kwargs` `{"constraint", "event_dim"}`, as NumPyro's; `cond_indep_stack` lists the enclosing `plate`s as NumPyro's
+    "cond_indep_stack", "intermediates"}}` (`intermediates`: NumPyro's field, always empty);
+    `log_prob` is the elementwise log density of each occurrence's value under that occurrence's
+    distribution, zero where an enclosing `mask` is false (NumPyro's masked `fn`), not scaled;
+    `scale` the factor an enclosing `scale` handler puts on it (broadcast to `log_prob`'s shape;
+    None outside any); a `param` site (`type: "param"`) records its value and `kwargs`
+    `{"constraint", "event_dim"}`, as NumPyro's; `cond_indep_stack` lists the enclosing `plate`s
+    as NumPyro's
     `CondIndepStackFrame(name, dim, size)`, innermost first (as NumPyro lists them; empty for a
     site that different `cond` branches put in different plates).
 
@@ -271,6 +273,7 @@ class trace(Handler):
                    "cond_indep_stack": list(stacks.pop()) if len(stacks) == 1 else []}
             if site.type == "sample":
                 rec["fn"] = rec["log_prob"] = rec["scale"] = None
+                rec["intermediates"] = []  # NumPyro's field: effppl's sites keep none
                 if "fn" in fields:
                     fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
                                                       [read(f) for f in fields["fn"]])

@@ -25,9 +25,21 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
+from .mcmc._unsupported import (
+    AIES,
+    ESS,
+    HMCECS,
+    SA,
+    BarkerMH,
+    DiscreteHMCGibbs,
+    HMCGibbs,
+    MixedHMC,
+    UnsupportedKernelError,
+)
 from .svi._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from .svi._optim import OptimizerError
 from .svi._svi import SVI, SVIError, SVIRunResult, SVIState
+from .svi._tracegraph import TraceGraph_ELBO
 
 __all__ = [
     "MCMC",
@@ -41,6 +53,7 @@ __all__ = [
     "Trace_ELBO",
     "TraceMeanField_ELBO",
     "TraceEnum_ELBO",
+    "TraceGraph_ELBO",
     "RenyiELBO",
     "SVIError",
     "ELBOError",
@@ -67,4 +80,13 @@ __all__ = [
     "config_enumerate",
     "infer_discrete",
     "InferDiscreteError",
+    "SA",
+    "HMCECS",
+    "HMCGibbs",
+    "DiscreteHMCGibbs",
+    "MixedHMC",
+    "BarkerMH",
+    "AIES",
+    "ESS",
+    "UnsupportedKernelError",
 ]

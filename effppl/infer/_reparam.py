@@ -146,7 +146,8 @@ def _centering(centered):
                                                                        & (values <= 1))
     if bad:
         raise ValueError(f"effppl.infer.reparam.LocScaleReparam(centered={centered!r:.60}) "
-                         f"expected a number in [0, 1], an array of them, or None.")
+                         f"does not satisfy the constraint: it expected a number in [0, 1] "
+                         f"(the unit interval), an array of them, or None.")
     return centered
 
 

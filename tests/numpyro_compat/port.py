@@ -17,7 +17,7 @@ NumPyro (a test NumPyro fails, skips or times out on is not counted). `--timeout
 after that many seconds (a failure), on both sides.
 
 The rewrite: `import numpyro` becomes `import effppl as numpyro` (so `numpyro.optim.Adam` is
-`effppl.optim.Adam`); `numpyro.handlers`, `numpyro.infer[.sub]`, `numpyro.primitives` become
+`effppl.optim.Adam`), and `import numpyro.handlers as handlers` effppl's; `numpyro.handlers`, `numpyro.infer[.sub]`, `numpyro.primitives` become
 effppl's; `numpyro.contrib.X` becomes `effppl.contrib.X` where effppl has that module
 (`control_flow`, `funsor`); `from numpyro.X import` for `numpyro.distributions`, `numpyro.util`
 and the rest of `numpyro.contrib` stay NumPyro's (effppl re-uses them). A name effppl lacks is
@@ -109,6 +109,14 @@ class _Missing:
         raise NotImplementedError(f"effppl has no `{self._where}`")
 
 
+def _port_attr(get, where):
+    # a module-level `x = numpyro.a.b` (a private NumPyro name effppl lacks): fail when used
+    try:
+        return get()
+    except AttributeError:
+        return _Missing(where)
+
+
 def _port_import(module, names):
     try:
         mod = _importlib.import_module(module)
@@ -150,11 +158,19 @@ def _target(module: str) -> str | None:
     return None
 
 
+def _numpyro_attr(node) -> bool:
+    """Whether `node` is an attribute chain `numpyro.a.b...`."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "numpyro"
+
+
 def rewrite(source: str) -> str:
     """NumPyro's test source with its imports swapped for effppl's (see the module docstring)."""
     lines = source.splitlines(keepends=True)
     edits = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("numpyro"):
             target = _target(node.module)
             if target is None:
@@ -164,12 +180,23 @@ def rewrite(source: str) -> str:
             new = [f"{pad}_got = _port_import({target!r}, {names!r})"]
             new += [f"{pad}{a.asname or a.name} = _got[{a.name!r}]" for a in node.names]
             edits.append((node.lineno, node.end_lineno, "\n".join(new) + "\n"))
+        elif isinstance(node, ast.Assign) and node in tree.body and _numpyro_attr(node.value):
+            expr = ast.get_source_segment(source, node.value)
+            start = lines[node.value.lineno - 1]
+            if node.value.lineno == node.value.end_lineno:
+                col, end = node.value.col_offset, node.value.end_col_offset
+                edits.append((node.value.lineno, node.value.lineno,
+                              start[:col] + f"_port_attr(lambda: {expr}, {expr!r})" + start[end:]))
         elif isinstance(node, ast.Import):
             for a in node.names:
+                pad = re.match(r"\s*", lines[node.lineno - 1]).group(0)
                 if a.name == "numpyro":
-                    pad = re.match(r"\s*", lines[node.lineno - 1]).group(0)
                     edits.append((node.lineno, node.end_lineno,
                                   f"{pad}import effppl as {a.asname or 'numpyro'}\n"))
+                elif a.name.startswith("numpyro.") and a.asname and _target(a.name):
+                    # `import numpyro.handlers as handlers`
+                    edits.append((node.lineno, node.end_lineno,
+                                  f"{pad}import {_target(a.name)} as {a.asname}\n"))
     for start, end, text in sorted(edits, reverse=True):
         lines[start - 1:end] = [text]
     body = "".join(lines)
@@ -233,6 +260,8 @@ def main(argv=None):
     parser.add_argument("--numpyro", required=True, type=Path, help="a clone of pyro-ppl/numpyro")
     parser.add_argument("--commit", default=COMMIT)
     parser.add_argument("--set", default="handlers", choices=sorted(SETS), help="which files")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated file names of the set to run (e.g. test_reparam.py)")
     parser.add_argument("-n", default="0", help="pytest-xdist workers")
     parser.add_argument("-k", default=None, help="pytest -k expression")
     parser.add_argument("--keep", type=Path, default=None, help="write the ported files here")
@@ -243,6 +272,8 @@ def main(argv=None):
                         help="a --json file of an --as-numpyro run: count among its passes")
     args = parser.parse_args(argv)
     files = SETS[args.set]
+    if args.only:
+        files = tuple(f for f in files if Path(f).name in args.only.split(","))
     out = args.keep or Path(tempfile.mkdtemp(prefix="numpyro_port_"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "conftest.py").write_text(CONFTEST)

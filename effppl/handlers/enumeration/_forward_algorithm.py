@@ -289,15 +289,15 @@ def _orders(carry_sources, names):
 
 def _no_reparam_of_dependent(body, dependent, names):
     """Raise for a site that depends on the enumerated sites and is reparametrized (`reparam`
-    around the model or a `with reparam(...)` block in the body: either marks the site
-    `_reparametrized` as it is performed): pass 2 computes such a site's log density from its own
-    distribution, not from the auxiliary sites the reparameterizer draws instead. (Other
-    handlers change a site's value, which pass 2 reads from pass 1, or its mask and scale, which
-    the message carries.)"""
+    around the model or a `with reparam(...)` block in the body replaces it by auxiliary sites
+    and a deterministic site marked `reparametrized`): the forward algorithm cannot give the
+    deterministic site's value a density over the enumerated values. (Other handlers change a
+    site's value, which pass 2 reads from pass 1, or its mask and scale, which the message
+    carries.)"""
     for index in sorted(dependent):
         eqn = body.eqns[index]
-        infer = dict(dict(eqn.params.get("static", ())).get("infer", ()))
-        if infer.get("_reparametrized"):
+        static = dict(eqn.params.get("static", ()))
+        if static.get("reparametrized") or dict(static.get("infer", ())).get("_reparametrized"):
             raise SiteError(
                 f"effppl.handlers.enum: site `{_name(eqn)}` in the `lax.scan` holding enumerated "
                 f"site `{names[0]}` depends on it and is reparametrized (by `reparam`); the "
@@ -330,9 +330,9 @@ def forward_scan(eqn, ins, names, discrete=None):
              if e.primitive is perform_p and e.params["op"] is sample_op]
     markov, poisoned_ys, fixed, dependent, undefined, order = _markov_structure(
         body, n_consts, n_carry, enum_eqns, names)
+    _no_reparam_of_dependent(body, dependent | undefined, names)
     if discrete is None:  # (`infer_discrete` substitutes its draws and runs the model again)
         _warn_undefined(body, undefined, names)
-    _no_reparam_of_dependent(body, dependent, names)
     chains = chains_of(body, enum_eqns)
     reducers = {i: reducer(body.eqns[i], chains, names[0]) for i in sorted(dependent)}
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]

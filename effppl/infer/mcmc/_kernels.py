@@ -48,17 +48,60 @@ def _positive(value: Any) -> bool:
     return _real(value) and float(value) > 0
 
 
+_NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has no other value)
+    "inverse_mass_matrix": (None, "effppl's warmup starts from the identity and adapts it "
+                                  "(blackjax's window adaptation takes no initial matrix); to "
+                                  "fix a matrix, there is no option yet"),
+    "forward_mode_differentiation": (False, "effppl differentiates the log density in reverse "
+                                            "mode; a `while_loop` in the model with latent "
+                                            "sites is an error anyway (no static number of "
+                                            "occurrences), and observed sites in one are "
+                                            "differentiable in reverse mode"),
+    "regularize_mass_matrix": (True, "blackjax's window adaptation always regularises the "
+                                     "mass matrix as Stan does"),
+    "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
+                                        "given one"),
+    "trajectory_length": (None, "give `HMC(num_steps=...)` (the number of leapfrog steps) "
+                                "instead"),
+    "kinetic_fn": (None, "blackjax's Euclidean kinetic energy is the only one"),
+    "potential_fn": (None, "effppl builds the potential from the model"),
+}
+
+
+def _unsupported_options(api, options):
+    """A `KernelSettingsError` for a NumPyro kernel option effppl accepts only at its default
+    (NumPyro's programs pass them by keyword), naming why."""
+    for name, value in options.items():
+        default, why = _NUMPYRO_OPTIONS[name]
+        if value is not default and not (default is not None and value == default):
+            raise KernelSettingsError(f"`effppl.infer.{api}(..., {name}={value!r:.60})`: only "
+                                      f"{name}={default!r} (NumPyro's default) is supported: "
+                                      f"{why}.")
+
+
+def _known_options(api, options):
+    """A `TypeError` for a keyword argument that is neither effppl's nor NumPyro's."""
+    unknown = sorted(set(options) - set(_NUMPYRO_OPTIONS))
+    if unknown:
+        raise TypeError(f"effppl.infer.{api}() got an unexpected keyword argument "
+                        f"{unknown[0]!r}.")
+
+
 class _HMCFamily:
     _api = "HMC"
     _algorithm = blackjax.hmc
 
     def __init__(self, model: Callable, *, step_size, adapt_step_size, adapt_mass_matrix,
-                 dense_mass, target_accept_prob, init_strategy, divergence_threshold):
+                 dense_mass, target_accept_prob, init_strategy, divergence_threshold,
+                 numpyro_options=None):
         api = self._api
         _check(api, "model", model, callable(model), "a callable model")
         _check(api, "step_size", step_size, _positive(step_size), "a positive float")
         _check(api, "dense_mass", dense_mass, isinstance(dense_mass, bool),
-               "a bool (block-structured mass matrices are not supported)")
+               "a bool: block-structured mass matrices (NumPyro's list of site groups) are not "
+               "supported, as blackjax's window adaptation estimates one diagonal or one dense "
+               "matrix; use dense_mass=True for a dense matrix over all sites")
+        _unsupported_options(api, numpyro_options or {})
         _check(api, "target_accept_prob", target_accept_prob,
                _real(target_accept_prob) and 0 < float(target_accept_prob) < 1,
                "a float in (0, 1)")
@@ -135,8 +178,12 @@ class HMC(_HMCFamily):
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
+    - NumPyro's `inverse_mass_matrix`, `forward_mode_differentiation`, `regularize_mass_matrix`,
+      `find_heuristic_step_size`, `trajectory_length`, `kinetic_fn`, `potential_fn`: accepted at
+      NumPyro's defaults only (another value raises, naming why).
 
-    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
+    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings, and for a NumPyro
+    option at another value than its default.
 
     **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
     "HMC algorithm parameters"; blackjax `blackjax.hmc`.
@@ -164,15 +211,17 @@ class HMC(_HMCFamily):
                  adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
                  dense_mass: bool = False, target_accept_prob: float = 0.8,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0):
+                 divergence_threshold: float = 1000.0, **numpyro_options):
         _check("HMC", "num_steps", num_steps,
                isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
                "an int >= 1")
+        _known_options("HMC", numpyro_options)
         self.num_steps = num_steps
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
-                         divergence_threshold=divergence_threshold)
+                         divergence_threshold=divergence_threshold,
+                         numpyro_options=numpyro_options)
 
     def kernel_kwargs(self) -> dict:
         return {"num_integration_steps": self.num_steps}
@@ -224,15 +273,17 @@ class NUTS(_HMCFamily):
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0):
+                 divergence_threshold: float = 1000.0, **numpyro_options):
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
                and max_tree_depth >= 1, "an int >= 1")
+        _known_options("NUTS", numpyro_options)
         self.max_tree_depth = max_tree_depth
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
-                         divergence_threshold=divergence_threshold)
+                         divergence_threshold=divergence_threshold,
+                         numpyro_options=numpyro_options)
 
     def build_kernel(self) -> Callable:
         return blackjax.nuts.build_kernel(divergence_threshold=self.divergence_threshold)

@@ -119,6 +119,8 @@ class _ELBO:
     """Shared by the ELBOs: `num_particles` draws of `z ~ q`, vectorised (`jax.vmap`) or in a
     sequential `lax.map`; subclasses give one particle's ELBO and how particles combine."""
 
+    can_infer_discrete = False  # NumPyro's flag: guide sites without a reparametrized sampler
+
     def __init__(self, num_particles: int = 1, vectorize_particles: bool = True):
         if not isinstance(num_particles, int) or num_particles < 1:
             raise ELBOError(f"effppl.infer.{type(self).__name__}(num_particles={num_particles!r}) "
@@ -144,16 +146,18 @@ class _ELBO:
             return self.particle(key, param_map, model, guide, args, kwargs)
 
         if self.num_particles == 1:  # the key itself, as NumPyro: no split, no batch axis
-            return one(_raw_key(rng_key))[None]
+            return jax.tree.map(lambda x: x[None], one(_raw_key(rng_key)))
         keys = jax.random.split(_raw_key(rng_key), self.num_particles)
         return jax.vmap(one)(keys) if self.vectorize_particles else jax.lax.map(one, keys)
 
     def loss(self, rng_key, param_map, model, guide, *args, **kwargs):
-        """The loss (a scalar, to minimise) at the constrained params `param_map`."""
+        """The loss (a scalar, to minimise) at the constrained params `param_map`; with
+        `sum_sites=False` (`Trace_ELBO`, `TraceMeanField_ELBO`), a dict site name -> its term,
+        whose values sum to the loss (NumPyro's)."""
         return self.combine(self.particles(rng_key, param_map, model, guide, args, kwargs))
 
     def combine(self, elbos):
-        return -jnp.mean(elbos)
+        return jax.tree.map(lambda x: -jnp.mean(x), elbos)
 
     def mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
         """The values the guide and the model leave at their `effppl.mutable` sites when the loss
@@ -201,19 +205,43 @@ def _mutable_sites(rng_key, param_map, model, guide, args, kwargs):
 class Trace_ELBO(_ELBO):
     """The ELBO `E_q[log p(x, z) - log q(z)]`, averaged over `num_particles` draws of the guide.
 
-    Guide sites that cannot be reparameterised get NumPyro's score-function surrogate.
+    Guide sites that cannot be reparameterised get NumPyro's score-function surrogate (so,
+    unlike NumPyro's, discrete guide sites are supported: `can_infer_discrete`).
 
     **Arguments:** `num_particles` (int), `vectorize_particles` (bool: `jax.vmap` over particles,
-    else a sequential `lax.map`).
+    else a sequential `lax.map`), `sum_sites` (bool: False gives the loss per site, a dict site
+    name -> `-(log p - log q)` of that site's draws, NumPyro's; without the score surrogate).
 
     **References:** Ranganath et al. (2014), "Black box variational inference"; Kingma & Welling
     (2014); NumPyro's `Trace_ELBO`.
     """
 
+    can_infer_discrete = True
+
+    def __init__(self, num_particles: int = 1, vectorize_particles: bool = True,
+                 sum_sites: bool = True):
+        super().__init__(num_particles, vectorize_particles)
+        self.sum_sites = bool(sum_sites)
+
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
+        if not self.sum_sites:
+            _, _, model_tr, guide_tr = run_guide_and_model(rng_key, param_map, model, guide,
+                                                           args, kwargs)
+            return by_site(model_tr, guide_tr)
         log_p, log_q, _, guide_tr = run_guide_and_model(rng_key, param_map, model, guide, args,
                                                         kwargs, model_trace=False)
         return _score_surrogate(log_p - log_q, guide_tr)
+
+
+def by_site(model_tr, guide_tr) -> dict:
+    """`{site: log p - log q}`: each sample site's scaled log density in the model trace minus
+    that in the guide trace (0 where a trace lacks the site), as NumPyro's per-site ELBO."""
+    terms: dict = {}
+    for tr, sign in ((model_tr, 1.0), (guide_tr, -1.0)):
+        for name, site in tr.items():
+            if site["type"] == "sample" and site.get("log_prob") is not None:
+                terms[name] = terms.get(name, 0.0) + sign * _scaled_sum(site)
+    return {name: jnp.asarray(term) for name, term in terms.items()}
 
 
 class TraceMeanField_ELBO(Trace_ELBO):
@@ -230,6 +258,7 @@ class TraceMeanField_ELBO(Trace_ELBO):
                                                                args, kwargs)
         assert model_tr is not None  # recorded: `model_trace=True`
         elbo = log_p - log_q
+        terms = by_site(model_tr, guide_tr) if not self.sum_sites else {}
         for name, g in _latent(guide_tr).items():
             m = model_tr.get(name)
             if m is None or m["type"] != "sample" or g["fn"] is None or m["fn"] is None:
@@ -240,6 +269,9 @@ class TraceMeanField_ELBO(Trace_ELBO):
             if m.get("scale") is not None:
                 kl = kl * m["scale"]
             elbo = elbo - (_scaled_sum(m) - _scaled_sum(g)) - jnp.sum(kl)
+            terms[name] = -jnp.sum(kl)
+        if not self.sum_sites:
+            return terms
         return _score_surrogate(elbo, guide_tr)
 
 
@@ -318,6 +350,8 @@ class TraceEnum_ELBO(_ELBO):
     **References:** Obermeyer et al. (2019), "Tensor Variable Elimination for Plated Factor
     Graphs"; Rabiner (1989) (forward algorithm); NumPyro's `TraceEnum_ELBO`.
     """
+
+    can_infer_discrete = True
 
     def __init__(self, num_particles: int = 1, max_plate_nesting=float("inf"),
                  vectorize_particles: bool = True):

@@ -367,10 +367,6 @@ class SVI:
         if unknown:
             raise SVIError(f"`{api}(..., init_params=...)` names {unknown}, which are not param "
                            f"sites of the model or guide; those are {sorted(params)}.")
-        if not params:
-            raise SVIError(f"`{api}` found no param site in the model or the guide: there is "
-                           f"nothing to optimise. Give the guide `effppl.param` sites, or use an "
-                           f"autoguide (`effppl.infer.autoguide.AutoNormal(model)`).")
         bad = [n for n, v in params.items() if not np.all(np.isfinite(np.asarray(v)))]
         if bad:
             raise SVIError(

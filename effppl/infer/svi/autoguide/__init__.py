@@ -7,6 +7,7 @@ public as `effppl.infer.autoguide`.
 - `_per_site.py`: one param set per latent site (`AutoNormal`, `AutoDelta`).
 - `_continuous.py`, `_laplace.py`: one flat vector of every latent site (`AutoContinuous` and its
   normal guides, `AutoLaplaceApproximation`).
+- `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
 from ._base import AutoGuide
@@ -18,9 +19,10 @@ from ._continuous import (
 )
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._laplace import AutoLaplaceApproximation
+from ._list import AutoGuideList
 from ._per_site import AutoDelta, AutoNormal
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideError", "MissingParamError",
+           "AutoLaplaceApproximation", "AutoGuideList", "AutoGuideError", "MissingParamError",
            "ParamTypeError"]

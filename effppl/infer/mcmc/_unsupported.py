@@ -1,0 +1,65 @@
+"""NumPyro's other MCMC kernels, by name: importing them works (a NumPyro program's imports do
+not break), building one raises an error naming what effppl offers instead.
+
+effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
+enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
+subsampling HMC (`HMCECS`), no HMC-within-Gibbs over discrete sites (`HMCGibbs`,
+`DiscreteHMCGibbs`, `MixedHMC`) and no affine-invariant ensemble sampler (`AIES`); its
+elliptical slice sampler and Barker proposal need a driver for gradient-free and non-HMC
+kernels, which effppl's `MCMC` does not have.
+"""
+
+from __future__ import annotations
+
+from ..._errors import EffpplError
+
+__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "HMCGibbs", "DiscreteHMCGibbs", "MixedHMC",
+           "BarkerMH", "AIES", "ESS"]
+
+
+class UnsupportedKernelError(EffpplError, NotImplementedError):
+    """A NumPyro MCMC kernel effppl does not provide (the message names the alternative)."""
+
+
+_DISCRETE = ("effppl sums discrete latent sites out exactly instead: mark them "
+             "`infer={'enumerate': 'parallel'}` (or wrap the model in "
+             "`effppl.infer.config_enumerate`) and run `NUTS`; `Predictive(..., "
+             "infer_discrete=True)` or `effppl.infer.infer_discrete` then draws them.")
+_GRADIENT = ("effppl's models are differentiable JAX programs, so use `NUTS` (or `HMC`), "
+             "whose adaptation tunes the step size and mass matrix.")
+
+_WHY = {
+    "SA": ("NumPyro's sample adaptive MCMC (a gradient-free sampler) has no blackjax kernel. "
+           + _GRADIENT),
+    "HMCECS": ("energy-conserving subsampling HMC has no blackjax kernel. Run `NUTS` on the "
+               "full data (effppl compiles the whole log density into one program), or fit "
+               "with `SVI` and subsampled plates."),
+    "HMCGibbs": ("HMC-within-Gibbs with a user's Gibbs step has no blackjax kernel. "
+                 + _DISCRETE),
+    "DiscreteHMCGibbs": "Gibbs updates of discrete sites have no blackjax kernel. " + _DISCRETE,
+    "MixedHMC": "mixed discrete-continuous HMC has no blackjax kernel. " + _DISCRETE,
+    "BarkerMH": ("effppl's `MCMC` drives HMC-family kernels only (blackjax's Barker proposal "
+                 "needs its own driver). " + _GRADIENT),
+    "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
+    "ESS": ("effppl's `MCMC` drives HMC-family kernels only (blackjax's elliptical slice "
+            "sampler needs a Gaussian prior split out and its own driver). " + _GRADIENT),
+}
+
+
+def _unsupported(name: str) -> type:
+    def __init__(self, *args, **kwargs):
+        raise UnsupportedKernelError(f"`effppl.infer.{name}` is not available: {_WHY[name]}")
+
+    doc = (f"NumPyro's `{name}`: not available in effppl (building one raises "
+           f"`UnsupportedKernelError`). {_WHY[name]}")
+    return type(name, (), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+
+
+SA = _unsupported("SA")
+HMCECS = _unsupported("HMCECS")
+HMCGibbs = _unsupported("HMCGibbs")
+DiscreteHMCGibbs = _unsupported("DiscreteHMCGibbs")
+MixedHMC = _unsupported("MixedHMC")
+BarkerMH = _unsupported("BarkerMH")
+AIES = _unsupported("AIES")
+ESS = _unsupported("ESS")

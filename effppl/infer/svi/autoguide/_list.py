@@ -1,0 +1,112 @@
+"""`AutoGuideList`: a guide made of parts, each guiding some of the model's latent sites
+(NumPyro's `AutoGuideList`), e.g. an `AutoNormal` of the model with a site hidden by `block`
+beside a hand-written guide of that site."""
+
+from __future__ import annotations
+
+import jax
+
+from ._errors import AutoGuideError
+
+__all__ = ["AutoGuideList"]
+
+
+class AutoGuideList:
+    """A guide whose parts (autoguides or hand-written guides, each a function of the model's
+    arguments) together guide the model's latent sites: calling it runs every part and returns
+    their sites' values together; `sample_posterior`, `median` and `quantiles` merge the parts'
+    (NumPyro's `AutoGuideList`).
+
+    **Arguments:** `model`: the model the parts guide (kept for NumPyro's signature; each part
+    reads its own model, typically `block(model, hide=[...])`); `prefix`, `init_loc_fn`,
+    `create_plates`: accepted as NumPyro's (its parts have their own).
+
+    **Raises:** `AutoGuideError` when a part is not callable, or when a method a part lacks
+    (`median` of a hand-written guide) is asked.
+
+    **Example:**
+
+    >>> import effppl
+    >>> from effppl import distributions as dist, handlers
+    >>> from effppl.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
+    >>> def model():
+    ...     effppl.sample("a", dist.Normal(0.0, 1.0))
+    ...     effppl.sample("b", dist.Normal(0.0, 1.0))
+    >>> guide = AutoGuideList(model)
+    >>> guide.append(AutoNormal(handlers.block(model, hide=["b"])))
+    >>> guide.append(AutoDelta(handlers.block(model, expose=["b"])))
+    >>> sorted(handlers.seed(guide, 0)())
+    ['a', 'b']
+
+    **References:** NumPyro's `numpyro.infer.autoguide.AutoGuideList`.
+    """
+
+    def __init__(self, model, *, prefix="auto", init_loc_fn=None, create_plates=None):
+        if not callable(model):
+            raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList(model) expected a "
+                                 f"callable model, but got {type(model).__name__}.")
+        self.model, self.prefix = model, prefix
+        self.init_loc_fn, self.create_plates = init_loc_fn, create_plates
+        self._guides: list = []
+        self.__name__ = "AutoGuideList"
+
+    def append(self, part) -> None:
+        """Add a part: an autoguide, or a function of the model's arguments with sample sites."""
+        if not callable(part):
+            raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList.append(part) expected a "
+                                 f"guide (callable), but got {type(part).__name__}.")
+        self._guides.append(part)
+
+    def __getitem__(self, index):
+        return self._guides[index]
+
+    def __len__(self):
+        return len(self._guides)
+
+    def __call__(self, *args, **kwargs) -> dict:
+        result = {}
+        for part in self._guides:
+            out = part(*args, **kwargs)
+            if isinstance(out, dict):
+                result.update(out)
+        return result
+
+    def _setup_prototype(self, *args, **kwargs):
+        """Set up each autoguide part at the model's arguments (`SVI.init` calls it)."""
+        for part in self._guides:
+            setup = getattr(part, "_setup_prototype", None)
+            if setup is not None:
+                setup(*args, **kwargs)
+
+    def _each(self, api, *call):
+        """`{site: value}` merged over the parts' `api(*call)`."""
+        result = {}
+        for part in self._guides:
+            method = getattr(part, api, None)
+            if method is None:
+                raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList.{api}: part "
+                                     f"{type(part).__name__} has no `{api}` (a hand-written "
+                                     f"guide); use `Predictive(model, guide=...)` for draws.")
+            result.update(method(*call))
+        return result
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs) -> dict:
+        """Draws of every part's latent sites (each part from its own key), as NumPyro's."""
+        keys = jax.random.split(rng_key, max(len(self._guides), 1))
+        result = {}
+        for part, key in zip(self._guides, keys):
+            method = getattr(part, "sample_posterior", None)
+            if method is None:
+                raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList.sample_posterior: "
+                                     f"part {type(part).__name__} has no `sample_posterior` (a "
+                                     f"hand-written guide); use `Predictive(model, guide=...)`.")
+            result.update(method(key, params, *args, sample_shape=sample_shape, **kwargs))
+        return result
+
+    def median(self, params) -> dict:
+        """Every part's posterior median (`median` of each part)."""
+        return self._each("median", params)
+
+    def quantiles(self, params, quantiles) -> dict:
+        """Every part's marginal quantiles (`quantiles` of each part)."""
+        return self._each("quantiles", params, quantiles)
