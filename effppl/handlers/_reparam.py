@@ -33,6 +33,8 @@ class reparam(Handler):
     (`effppl.infer.reparam`).
     """
 
+    _block = None  # the site rewriter scoped by a `with` block
+
     def __init__(self, fn=None, config=None):
         super().__init__(fn)
         if config is None:
@@ -74,4 +76,6 @@ class reparam(Handler):
 
     def __exit__(self, *exc):
         block, self._block = self._block, None
+        if block is None:  # entered as a model wrapper (`super().__enter__` raised)
+            return super().__exit__(*exc)
         return block.__exit__(*exc)

@@ -127,7 +127,7 @@ class ProjectedNormalReparam(Reparam):
         if not isinstance(fn, dist.ProjectedNormal):
             raise SiteError(f"effppl.infer.reparam.ProjectedNormalReparam: site `{name}` has a "
                             f"{type(fn).__name__}, not a ProjectedNormal.")
-        noise = dist.Normal(jnp.zeros(fn.concentration.shape), 1.0).to_event(1)
+        noise = dist.Normal(jnp.zeros(jnp.shape(fn.concentration)), 1.0).to_event(1)
         x = sample(f"{name}_normal", self._wrap(noise, expand_shape, event_dim))
         return None, safe_normalize(x + fn.concentration)
 

@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.infer.reparam as np_reparam
+import numpyro.infer.util
 import pytest
 from numpyro import handlers as nh
-from numpyro.infer import TraceGraph_ELBO as NpTraceGraph
 from numpyro.infer import Trace_ELBO as NpTrace
+from numpyro.infer import TraceGraph_ELBO as NpTraceGraph
 from numpyro.infer import TraceMeanField_ELBO as NpMeanField
 
 import effppl
@@ -179,3 +180,56 @@ def test_autoguide_on_a_projected_normal_names_the_reparameterizer():
     svi = SVI(model, AutoNormal(model), effppl.optim.Adam(0.01), Trace_ELBO())
     with pytest.raises(ValueError, match="ProjectedNormalReparam"):
         svi.init(jax.random.PRNGKey(0))
+
+
+def test_autoguide_list_loss_equals_numpyros():
+    from numpyro.infer.autoguide import AutoDelta as NpDelta
+    from numpyro.infer.autoguide import AutoGuideList as NpList
+    from numpyro.infer.autoguide import AutoNormal as NpNormal
+
+    from effppl.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
+
+    def make(sample):
+        def model(y):
+            a = sample("a", dist.Normal(0.0, 1.0))
+            b = sample("b", dist.HalfNormal(1.0))
+            sample("y", dist.Normal(a, b), obs=y)
+        return model
+    y = jnp.array([0.4, -0.3, 1.1])
+    ours_m, np_m = make(effppl.sample), make(numpyro.sample)
+    ours = AutoGuideList(ours_m)
+    ours.append(AutoNormal(handlers.block(ours_m, hide=["b"])))
+    ours.append(AutoDelta(handlers.block(ours_m, expose=["b"])))
+    theirs = NpList(np_m)
+    theirs.append(NpNormal(nh.block(np_m, hide=["b"])))
+    theirs.append(NpDelta(nh.block(np_m, expose=["b"])))
+    key = jax.random.PRNGKey(4)
+    svi = SVI(ours_m, ours, effppl.optim.Adam(0.05), Trace_ELBO())
+    state = svi.init(key, y)
+    np_svi = numpyro.infer.SVI(np_m, theirs, numpyro.optim.Adam(0.05), NpTrace())
+    np_state = np_svi.init(key, y)
+    params = np_svi.get_params(np_state)
+    ours_params = svi.get_params(state)
+    assert set(ours_params) == set(params)
+    for seed in range(2):
+        k = jax.random.PRNGKey(seed)
+        _close(Trace_ELBO().loss(k, params, ours_m, ours, y),
+               NpTrace().loss(k, params, np_m, theirs, y), tol=1e-5)
+    _close(ours.median(params)["b"], theirs.median(params)["b"], tol=1e-6)
+
+
+def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
+    from effppl.infer import HMCECS, NUTS, SA, KernelSettingsError, UnsupportedKernelError
+
+    def model():
+        effppl.sample("x", dist.Normal(0, 1))
+    for kernel in (SA, HMCECS):
+        with pytest.raises(UnsupportedKernelError, match="NUTS"):
+            kernel(model)
+    with pytest.raises(KernelSettingsError, match="inverse_mass_matrix"):
+        NUTS(model, inverse_mass_matrix=jnp.ones(1))
+    with pytest.raises(KernelSettingsError, match="dense_mass"):
+        NUTS(model, dense_mass=[("x",)])
+    with pytest.raises(TypeError, match="not_an_option"):
+        NUTS(model, not_an_option=1)
+    NUTS(model, forward_mode_differentiation=False, regularize_mass_matrix=True)  # defaults
