@@ -16,6 +16,7 @@ from ..._errors import EffpplError
 from .._init import InitStrategy, init_to_uniform
 from .._init_site import as_strategy
 from .._model import model_name
+from ._mass import normalize_dense_mass, normalize_inverse_mass_matrix, settings_key
 
 __all__ = ["NUTS", "HMC"]
 
@@ -49,9 +50,6 @@ def _positive(value: Any) -> bool:
 
 
 _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has no other value)
-    "inverse_mass_matrix": (None, "effppl's warmup starts from the identity and adapts it "
-                                  "(blackjax's window adaptation takes no initial matrix); to "
-                                  "fix a matrix, there is no option yet"),
     "forward_mode_differentiation": (False, "effppl differentiates the log density in reverse "
                                             "mode; a `while_loop` in the model with latent "
                                             "sites is an error anyway (no static number of "
@@ -93,14 +91,12 @@ class _HMCFamily:
 
     def __init__(self, model: Callable, *, step_size, adapt_step_size, adapt_mass_matrix,
                  dense_mass, target_accept_prob, init_strategy, divergence_threshold,
-                 numpyro_options=None):
+                 inverse_mass_matrix=None, numpyro_options=None):
         api = self._api
         _check(api, "model", model, callable(model), "a callable model")
         _check(api, "step_size", step_size, _positive(step_size), "a positive float")
-        _check(api, "dense_mass", dense_mass, isinstance(dense_mass, bool),
-               "a bool: block-structured mass matrices (NumPyro's list of site groups) are not "
-               "supported, as blackjax's window adaptation estimates one diagonal or one dense "
-               "matrix; use dense_mass=True for a dense matrix over all sites")
+        dense_mass = normalize_dense_mass(api, dense_mass)
+        self.inverse_mass_matrix = normalize_inverse_mass_matrix(api, inverse_mass_matrix)
         _unsupported_options(api, numpyro_options or {})
         _check(api, "target_accept_prob", target_accept_prob,
                _real(target_accept_prob) and 0 < float(target_accept_prob) < 1,
@@ -124,7 +120,7 @@ class _HMCFamily:
         return (
             type(self).__name__, self.step_size, self.adapt_step_size, self.adapt_mass_matrix,
             self.dense_mass, self.target_accept_prob, self.divergence_threshold,
-            tuple(sorted(self.kernel_kwargs().items())),
+            tuple(sorted(self.kernel_kwargs().items())), settings_key(self.inverse_mass_matrix),
         )
 
     def init_state(self, position, logdensity, logdensity_grad):
@@ -174,11 +170,16 @@ class HMC(_HMCFamily):
       `adapt_step_size=False`.
     - `adapt_step_size`: tune the step size by dual averaging during warmup.
     - `adapt_mass_matrix`: estimate the inverse mass matrix during warmup.
-    - `dense_mass`: a dense (`True`) or diagonal (`False`) mass matrix.
+    - `dense_mass`: a dense (`True`) or diagonal (`False`) mass matrix, or NumPyro's list of
+      site groups (`[("x", "y"), ("z",)]`): a dense block per group, diagonal elsewhere.
+    - `inverse_mass_matrix`: NumPyro's initial inverse mass matrix (kept fixed with
+      `adapt_mass_matrix=False`): an array over every latent site's unconstrained coordinates
+      (sites sorted by name), or a dict site group -> array (a vector, or with a dense block a
+      square matrix); other sites start at the identity.
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
-    - NumPyro's `inverse_mass_matrix`, `forward_mode_differentiation`, `regularize_mass_matrix`,
+    - NumPyro's `forward_mode_differentiation`, `regularize_mass_matrix`,
       `find_heuristic_step_size`, `trajectory_length`, `kinetic_fn`, `potential_fn`: accepted at
       NumPyro's defaults only (another value raises, naming why).
 
@@ -209,9 +210,10 @@ class HMC(_HMCFamily):
 
     def __init__(self, model: Callable, num_steps: int = 10, step_size: float = 1.0, *,
                  adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
-                 dense_mass: bool = False, target_accept_prob: float = 0.8,
+                 dense_mass: Any = False, target_accept_prob: float = 0.8,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0, **numpyro_options):
+                 divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
+                 **numpyro_options):
         _check("HMC", "num_steps", num_steps,
                isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
                "an int >= 1")
@@ -221,6 +223,7 @@ class HMC(_HMCFamily):
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
                          divergence_threshold=divergence_threshold,
+                         inverse_mass_matrix=inverse_mass_matrix,
                          numpyro_options=numpyro_options)
 
     def kernel_kwargs(self) -> dict:
@@ -273,7 +276,8 @@ class NUTS(_HMCFamily):
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0, **numpyro_options):
+                 divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
+                 **numpyro_options):
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
                and max_tree_depth >= 1, "an int >= 1")
@@ -283,6 +287,7 @@ class NUTS(_HMCFamily):
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
                          divergence_threshold=divergence_threshold,
+                         inverse_mass_matrix=inverse_mass_matrix,
                          numpyro_options=numpyro_options)
 
     def build_kernel(self) -> Callable:

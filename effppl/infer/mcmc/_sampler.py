@@ -27,6 +27,7 @@ from .._compile._cache import cached
 from .._compile._chains import over_chains
 from .._compile._fns import MANY_REDUCTIONS
 from .._compile._persistent import stored
+from ._mass import structure
 from ._window import window_adaptation
 
 __all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule"]
@@ -94,8 +95,8 @@ class Sampler:
         self._kernel = kernel.build_kernel()
         self._kwargs = kernel.kernel_kwargs()
         self._adapt_init, self._adapt_update, self._adapt_final = window_adaptation(
-            kernel.dense_mass, kernel.target_accept_prob
-        )
+            kernel.dense_mass, kernel.target_accept_prob, kernel.adapt_mass_matrix,
+            functools.partial(_mass_structure, kernel))
         self.start = stored(jax.jit(over_chains(self._start, (0, 0, 0))), None, "start")
         self._chunks: dict = {}
 
@@ -127,9 +128,7 @@ class Sampler:
         step_size, imm = astate.step_size, astate.inverse_mass_matrix
         if not self.kernel.adapt_step_size:
             step_size = jnp.asarray(self.kernel.step_size, jnp.result_type(float))
-        if not self.kernel.adapt_mass_matrix:
-            imm = jnp.eye(imm.shape[0], dtype=imm.dtype) if imm.ndim == 2 else jnp.ones_like(imm)
-        return step_size, imm
+        return step_size, imm  # (`adapt_mass_matrix=False`: the window keeps the initial one)
 
     def final(self, astate):
         """Step size and inverse mass matrix after warmup."""
@@ -251,3 +250,13 @@ def sampler_for(fns, kernel) -> Sampler:
     """The cached `Sampler` of `fns` (model + argument structure) and `kernel`'s settings."""
     key = ("sampler", fns, kernel.settings())
     return cached(key, lambda: Sampler(fns, kernel))
+
+
+def _mass_structure(kernel, position):
+    """`_mass.structure` of the latent sites of `position` (a dict site -> unconstrained value)
+    for `kernel`'s `dense_mass` and `inverse_mass_matrix`."""
+    if kernel.dense_mass in (True, False) and getattr(kernel, "inverse_mass_matrix", None) is None:
+        return None, None
+    sizes = {name: int(np.prod(jnp.shape(value))) for name, value in position.items()}
+    dtype = ravel_pytree(position)[0].dtype
+    return structure(kernel._api, sizes, kernel.dense_mass, kernel.inverse_mass_matrix, dtype)

@@ -37,7 +37,8 @@ class WindowState(NamedTuple):
     inverse_mass_matrix: Any
 
 
-def window_adaptation(dense_mass: bool, target_accept_prob: float):
+def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: bool = True,
+                      structure=None):
     """`(init, update, final)` of Stan's window adaptation, diagonal or dense.
 
     - `init(position, step_size) -> WindowState`.
@@ -45,13 +46,25 @@ def window_adaptation(dense_mass: bool, target_accept_prob: float):
       `stage = (slow?, ends a slow window?)` a row of Stan's schedule.
     - `final(state) -> (step_size, inverse_mass_matrix)`: the averaged step size of the last
       window and the last inverse mass matrix.
+
+    `dense_mass`: a bool, or NumPyro's site groups (a dense matrix whose entries outside the
+    groups' blocks are zeroed after each slow window, `_mass.py`); `adapt_mass_matrix=False`
+    keeps the initial matrix; `structure(position) -> (mask, initial)` (`_mass.structure` of
+    the position's sites) gives the block mask and the initial inverse mass matrix (None: the
+    identity).
     """
-    recipe = lookup_recipe("welford_dense" if dense_mass else "welford_diag")
+    recipe = lookup_recipe("welford_diag" if dense_mass is False else "welford_dense")
     core = recipe.build_core(imm_shrinkage_to_previous=0.0, initial_inverse_mass_matrix=None)
     da_init, da_update, da_final = dual_averaging_adaptation(target_accept_prob)
+    mask_of: dict = {}  # the block mask, found by `init` from the position's sites
 
     def init(position, step_size) -> WindowState:
         imm_state = core.init(ravel_pytree(position)[0].size)
+        mask, initial = (None, None) if structure is None else structure(position)
+        mask_of["mask"] = mask
+        if initial is not None:
+            imm_state = imm_state._replace(inverse_mass_matrix=jnp.asarray(
+                initial, imm_state.inverse_mass_matrix.dtype))
         return WindowState(da_init(step_size), imm_state, step_size, imm_state.inverse_mass_matrix)
 
     def fast(position, grad, acceptance_rate, state):
@@ -59,12 +72,18 @@ def window_adaptation(dense_mass: bool, target_accept_prob: float):
         return state._replace(ss_state=ss, step_size=jnp.exp(ss.log_step_size))
 
     def slow(position, grad, acceptance_rate, state):
+        if not adapt_mass_matrix:
+            return fast(position, grad, acceptance_rate, state)
         imm = core.update(state.imm_state, position, grad)
         ss = da_update(state.ss_state, acceptance_rate)
         return WindowState(ss, imm, jnp.exp(ss.log_step_size), imm.inverse_mass_matrix)
 
     def end_of_slow_window(state):
-        imm = core.final(state.imm_state)
+        imm = core.final(state.imm_state) if adapt_mass_matrix else state.imm_state
+        mask = mask_of.get("mask")
+        if mask is not None and adapt_mass_matrix:
+            imm = imm._replace(inverse_mass_matrix=imm.inverse_mass_matrix * jnp.asarray(
+                mask, imm.inverse_mass_matrix.dtype))
         ss = da_init(da_final(state.ss_state))
         return WindowState(ss, imm, jnp.exp(ss.log_step_size), imm.inverse_mass_matrix)
 
