@@ -226,10 +226,8 @@ def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
     for kernel in (SA, HMCECS):
         with pytest.raises(UnsupportedKernelError, match="NUTS"):
             kernel(model)
-    with pytest.raises(KernelSettingsError, match="inverse_mass_matrix"):
-        NUTS(model, inverse_mass_matrix=jnp.ones(1))
-    with pytest.raises(KernelSettingsError, match="dense_mass"):
-        NUTS(model, dense_mass=[("x",)])
+    with pytest.raises(KernelSettingsError, match="forward_mode_differentiation"):
+        NUTS(model, forward_mode_differentiation=True)
     with pytest.raises(TypeError, match="not_an_option"):
         NUTS(model, not_an_option=1)
     NUTS(model, forward_mode_differentiation=False, regularize_mass_matrix=True)  # defaults
