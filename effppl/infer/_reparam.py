@@ -41,10 +41,16 @@ class Reparam:
         return fn.to_event(event_dim - fn.event_dim) if fn.event_dim < event_dim else fn
 
 
+class _ObservedSiteError(SiteError, AssertionError):
+    """A reparameterizer given an observed site: a `SiteError`, and an `AssertionError` as
+    NumPyro's reparameterizers raise (programs that catch it keep working)."""
+
+
 def _latent_only(kind, name, obs):
     if obs is not None:
-        raise SiteError(f"effppl.infer.reparam.{kind}: site `{name}` is observed; only latent "
-                        f"sites can be reparametrized (as in NumPyro).")
+        raise _ObservedSiteError(f"effppl.infer.reparam.{kind}: site `{name}` is observed; "
+                                 f"{kind} does not support observe statements (only latent "
+                                 f"sites can be reparametrized, as in NumPyro).")
 
 
 class LocScaleReparam(Reparam):
