@@ -140,10 +140,10 @@ class trace(Handler):
                                     for a in jax.tree_util.tree_leaves(msg_avals.fn)]
                 lp = _log_prob_type(site.aval, msg_avals.fn)
                 fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
-            if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
-                fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
                 if msg_avals.scale is not None:
                     fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+            if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
+                fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
             if site.type == "sample":
                 if self.record_unconstrained and not site.is_observed and not is_enumerated(
                         dict(site.key.static).get("infer", ())):
