@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _compat
+from .._bounded import bounded_while_p, while_loop
 from .._core import ClauseKind, in_play
 from .._errors import UnsupportedHandlerError
 from .._handle import handle
@@ -176,24 +177,34 @@ def _perform_again(key, flag, args, outs):
 
 
 class _WhileLoop(NamedTuple):
-    """A `while_loop` equation's parameters, by name."""
+    """A `while_loop` equation's parameters, by name (a `lax.while_loop`, or an
+    `effects.while_loop`, bounded, whose rewrites and translation stay bounded loops)."""
 
     cond: Any  # ClosedJaxpr of the condition
     body: Any  # ClosedJaxpr of the body
     n_cond_consts: int
     n_body_consts: int
+    bound: tuple = ()  # `(max_steps, checkpoints)` of a bounded loop
 
     @classmethod
     def of(cls, eqn):
         p = eqn.params
-        return cls(p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"])
+        bound = (p["max_steps"], p["checkpoints"]) if eqn.primitive is bounded_while_p else ()
+        return cls(p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"], bound)
 
     def split(self, ins):
         """`(condition constants, body constants, initial carry)` from the equation's inputs."""
         return _compat.split_list(list(ins), [self.n_cond_consts, self.n_body_consts])
 
+    def loop(self, cond, body, init):
+        """A new loop of the same kind: `lax.while_loop`, or `while_loop` with the same bound."""
+        if not self.bound:
+            return jax.lax.while_loop(cond, body, init)
+        max_steps, checkpoints = self.bound
+        return while_loop(cond, body, init, max_steps=max_steps, checkpoints=checkpoints)
 
-@register(_compat.while_p)
+
+@register(_compat.while_p, bounded_while_p)
 def _while_translate_rule(eqn, ins, H, K, resume, rest):
     loop = _WhileLoop.of(eqn)
     if in_play(loop.cond.effects):
@@ -211,7 +222,7 @@ def _while_translate_rule(eqn, ins, H, K, resume, rest):
         return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
 
     try:
-        c, params = try_in_place(loop.body.jaxpr, H, lambda: jax.lax.while_loop(
+        c, params = try_in_place(loop.body.jaxpr, H, lambda: loop.loop(
             cond, body, (list(init), frame_params(H))))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
@@ -233,7 +244,7 @@ def _effectful_cond_rewrite(eqn):
             c = list(_compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c))
             return test(c), c
 
-        _, c = jax.lax.while_loop(lambda s: s[0], step, (test(list(init)), list(init)))
+        _, c = loop.loop(lambda s: s[0], step, (test(list(init)), list(init)))
         return c
 
     return program
@@ -256,7 +267,7 @@ def _abortive_rewrite(eqn, key):
             return _intercepted(key, lambda: _compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c),
                                 c, args)
 
-        c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
+        c, flag, args = loop.loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
         return _perform_again(key, flag, args, c)
 
     return program
