@@ -165,7 +165,39 @@ def _run(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_steps, c
     return jax.lax.while_loop(cond, body, (jnp.int32(0), list(init)))[1]
 
 
+def _dce(used_outputs, eqn):
+    """Dead code elimination (JAX's rule for `while_loop`, restated): keep the carry leaves
+    that are outputs used after the loop, or read by the condition or by kept leaves, prune the
+    body and condition to them, and drop the constants nothing kept reads."""
+    p = eqn.params
+    cond, body, ncc, nbc = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
+    if not any(used_outputs) and not _compat.pe.has_effects(eqn):
+        return [False] * len(eqn.invars), None
+    _, cond_used = _compat.pe.dce_jaxpr(cond.jaxpr, [True])
+    used = [a or b for a, b in zip(used_outputs, cond_used[ncc:])]
+    while True:
+        _, body_used = _compat.pe.dce_jaxpr(body.jaxpr, used)
+        grown = [a or b for a, b in zip(used, body_used[nbc:])]
+        if grown == used:
+            break
+        used = grown
+    new_body, body_used = _compat.pe.dce_jaxpr(body.jaxpr, used, instantiate=[False] * nbc + used)
+    new_cond, cond_used = _compat.pe.dce_jaxpr(cond.jaxpr, [True],
+                                               instantiate=[False] * ncc + used)
+    new_cond = _compat.ClosedJaxpr(new_cond, cond.consts)
+    new_body = _compat.ClosedJaxpr(new_body, body.consts)
+    used_ins = cond_used[:ncc] + body_used[:nbc] + used
+    params = dict(p, cond_jaxpr=new_cond, body_jaxpr=new_body, cond_nconsts=sum(cond_used[:ncc]),
+                  body_nconsts=sum(body_used[:nbc]))
+    new = _compat.new_jaxpr_eqn(
+        [v for v, u in zip(eqn.invars, used_ins) if u],
+        [v for v, u in zip(eqn.outvars, used) if u], bounded_while_p, params,
+        set(new_cond.effects) | set(new_body.effects), eqn.source_info, eqn.ctx)
+    return used_ins, new
+
+
 bounded_while_p.def_effectful_abstract_eval(_abstract_eval)
+_compat.pe.dce_rules[bounded_while_p] = _dce
 bounded_while_p.def_impl(_run)
 mlir.register_lowering(bounded_while_p, mlir.lower_fun(_run, multiple_results=True))
 

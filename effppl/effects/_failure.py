@@ -9,11 +9,18 @@ failure means, and the code that fails need not know who that is:
 * a handler whose clause resumes notes the failure and lets the code go on with whatever it
   computed (a resumable failure: a log density handler makes the density `-inf`);
 * with no handler at all, `fail_op`'s default raises `FailureError` naming the message: at once
-  when run eagerly, else when the compiled program runs (a `jax.debug.callback`).
+  when run eagerly, else when the compiled program runs (a host callback).
 
-A clause of `fail_op` is called as `clause(params, when, *values, resume, message)`: `message`
-is the static message, `values` the arrays it formats (`message.format(*values)`), and `when`
-a bool array that is true where the failure happened (always true, except in a `cond` JAX
+`fail_if(pred, message, *values, carry=x)` returns `x`: a value the check is attached to. Where
+no handler can be around (outside the body of every handler being traced), the check then
+compiles to a `jax.pure_callback` on `x`'s path, which costs nothing unless it fails (without a
+`carry`, to a `jax.debug.callback`, a side effect that makes JAX dispatch the compiled program
+more slowly); use the returned `x`, or the check is dead code.
+
+A clause of `fail_op` is called as `clause(params, when, carry, values, *, resume, message)`:
+`message` is the static message, `values` the tuple of arrays it formats
+(`message.format(*values)`), `carry` the tuple passed through (resume with it), and `when` a
+bool array that is true where the failure happened (always true, except in a `cond` that JAX
 batched into a `select`, where it tells the elements that failed from those that did not).
 """
 
@@ -36,17 +43,29 @@ class FailureError(EffectError, RuntimeError):
     """A failure (`effppl.effects.fail`) that no handler handled."""
 
 
-def _raise(when, *values, message):
-    """`fail_op`'s default: raise `FailureError` now (concrete values), or when the compiled
-    program runs (a callback that checks `when`, so that a `select` stays right)."""
-    if not any(isinstance(x, _compat.Tracer) for x in (when, *values)):
-        _raise_now(when, *values, message=message)
-    else:
-        jax.debug.callback(lambda w, *v: _raise_now(w, *v, message=message), when, *values)
-    return ()
+def _concrete(*trees) -> bool:
+    return not any(isinstance(x, _compat.Tracer) for x in jax.tree_util.tree_leaves(trees))
 
 
-def _raise_now(when, *values, message):
+def _default(when, carry, values, *, message):
+    """`fail_op` where no handler handles it: raise `FailureError` now (concrete values), or when
+    the compiled program runs (a callback that checks `when`, so that a `select` stays right)."""
+    if _concrete(when, carry, values):
+        _raise_now(when, values, message)
+        return carry
+    if not jax.tree_util.tree_leaves(carry):
+        jax.debug.callback(lambda w, v: _raise_now(w, v, message), when, values)
+        return carry
+
+    def check(w, v, c):
+        _raise_now(w, v, message)
+        return c
+
+    structs = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), carry)
+    return jax.pure_callback(check, structs, when, values, carry, vmap_method="broadcast_all")
+
+
+def _raise_now(when, values, message):
     when = np.asarray(when)
     if not when.any():
         return
@@ -59,23 +78,25 @@ def _raise_now(when, *values, message):
 
 def _batch_rule(args, dims, *, in_tree, static):
     """Under `jax.vmap` inside a handled region: one failure if any element failed, with the
-    values of the first that did."""
-    when, *values = args
-    when_dim, *value_dims = dims
-    if when_dim is None:
-        index = 0
-    else:
-        when = jnp.moveaxis(when, when_dim, 0)
+    values of the first that did; the carry keeps its batch."""
+    when, carry, values = jax.tree_util.tree_unflatten(in_tree, args)
+    w_dim, c_dims, v_dims = jax.tree_util.tree_unflatten(in_tree, dims)
+    index = 0
+    if w_dim is not None:
+        when = jnp.moveaxis(when, w_dim, 0)
         index, when = jnp.argmax(when), jnp.any(when)
-    values = [v if d is None else jnp.moveaxis(v, d, 0)[index] for v, d in zip(values, value_dims)]
-    fail_op(when, *values, **dict(static))
-    return [], []
+    values = tuple(v if d is None else jnp.moveaxis(v, d, 0)[index]
+                   for v, d in zip(values, v_dims))
+    carry = tuple(c if d is None else jnp.moveaxis(c, d, 0) for c, d in zip(carry, c_dims))
+    out = fail_op(when, carry, values, **dict(static))
+    return list(out), [None if d is None else 0 for d in c_dims]
 
 
 fail_op = Operation(
-    "fail", out=lambda when, *values, message: (), default=_raise, batch_rule=_batch_rule,
-    unhandled=lambda message: "Handle it with `effppl.effects.catch`.")
-"""The operation `fail` performs (clauses: `clause(params, when, *values, resume, message)`)."""
+    "fail", out=lambda when, carry, values, *, message: carry, default=_default,
+    batch_rule=_batch_rule, unhandled=lambda message: "Handle it with `effppl.effects.catch`.")
+"""The operation `fail` performs (clauses: `clause(params, when, carry, values, *, resume,
+message)`)."""
 
 
 def _check_message(api, message):
@@ -85,8 +106,12 @@ def _check_message(api, message):
                         f"{message!r:.60}.")
 
 
-def _values(values):
-    return [jax.lax.stop_gradient(jnp.asarray(v)) for v in values]
+def _signal(when, carry, values, message):
+    """Perform `fail_op`, or, where no handler can be around, run its default directly (so the
+    traced program holds no operation, whose effect would slow JAX's dispatch of it)."""
+    if _compat.in_handled_region():
+        return fail_op(when, carry, values, message=message)
+    return _default(when, carry, values, message=message)
 
 
 def fail(message: str, *values) -> None:
@@ -117,17 +142,19 @@ def fail(message: str, *values) -> None:
     log of -2.0
     """
     _check_message("fail", message)
-    fail_op(jnp.bool_(True), *_values(values), message=message)
+    _signal(jnp.bool_(True), (), _values(values), message)
 
 
-def fail_if(pred, message: str, *values) -> None:
+def fail_if(pred, message: str, *values, carry: Any = None) -> Any:
     """`fail(message, *values)` where the bool scalar `pred` is true; nothing otherwise.
 
-    Outside every JAX transformation, with a concrete `pred`, raises `FailureError` at once
-    when it is true (no handler can be around); else performs `fail_op` in a `lax.cond`.
+    **Arguments:** as `fail`; `pred`, a bool scalar; `carry`, an optional pytree of arrays the
+    check is attached to (module docstring).
 
-    **Raises:** `FailureError`, `TypeError` as `fail`; `TypeError` for a `pred` that is not a
-    bool scalar.
+    **Returns:** `carry`.
+
+    **Raises:** `FailureError` at once, outside every JAX transformation with a concrete true
+    `pred`; else as `fail`. `TypeError` for a `pred` that is not a bool scalar.
     """
     _check_message("fail_if", message)
     pred = pred if isinstance(pred, _compat.Tracer) else jnp.asarray(pred)
@@ -135,11 +162,18 @@ def fail_if(pred, message: str, *values) -> None:
         raise TypeError(f"effppl.effects.fail_if(pred, ...) expected a bool scalar, but got "
                         f"{_compat.typeof(pred).str_short()}.")
     values = _values(values)
-    if _compat.outside_transformations() and not isinstance(pred, _compat.Tracer):
-        _raise_now(pred, *values, message=message)
-        return
-    jax.lax.cond(pred, lambda p, *v: fail_op(p, *v, message=message), lambda p, *v: (),
-                 pred, *values)
+    leaves, tree = jax.tree_util.tree_flatten(carry)
+    leaves = tuple(x if isinstance(x, _compat.Tracer) else jnp.asarray(x) for x in leaves)
+    if _compat.outside_transformations() and _concrete(pred):
+        _raise_now(pred, values, message)
+        return carry
+    out = jax.lax.cond(pred, lambda p, c, v: _signal(p, c, v, message), lambda p, c, v: c,
+                       pred, leaves, values)
+    return tree.unflatten(list(out))
+
+
+def _values(values):
+    return tuple(jax.lax.stop_gradient(jnp.asarray(v)) for v in values)
 
 
 def catch(fn: Callable, on_failure: Callable[..., Any]) -> Callable:
@@ -152,8 +186,8 @@ def catch(fn: Callable, on_failure: Callable[..., Any]) -> Callable:
 
     **Raises:** `TypeError` when `on_failure` returns another type than `fn`.
     """
-    def clause(params, when, *values, resume, message):
-        del params, when, resume
+    def clause(params, when, carry, values, *, resume, message):
+        del params, when, carry, resume
         return on_failure(message, *values)
 
     return handle(fn, clauses={fail_op: clause})

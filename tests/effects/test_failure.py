@@ -21,8 +21,8 @@ def safe_log(x):
 
 def flagged(fn):
     """A resuming handler: notes whether `fn` failed, and lets it go on."""
-    def clause(failed, when, *values, resume, message):
-        return resume(jnp.logical_or(failed, when), ())
+    def clause(failed, when, carry, values, *, resume, message):
+        return resume(jnp.logical_or(failed, when), carry)
     return fx.handle(fn, params=jnp.bool_(False), clauses={fx.fail_op: clause},
                      ret=lambda failed, r: (r, failed))
 
@@ -55,10 +55,44 @@ def test_unhandled_failure_raises_when_the_compiled_program_runs():
         jax.block_until_ready(run(-3.0))
 
 
+def checked_log(x):
+    return jnp.log(fx.fail_if(x <= 0, "log of {}", x, carry=x))
+
+
+def test_check_with_a_carry_outside_handlers_is_a_pure_callback():
+    """No handler can be around: the check rides on the carry (no side effect in the program,
+    so JAX dispatches it as a pure one), and still raises when it fails."""
+    closed = jax.make_jaxpr(checked_log)(1.0)
+    assert not closed.effects
+    assert "pure_callback" in str(closed)
+    run = jax.jit(checked_log)
+    assert float(run(np.e)) == pytest.approx(1.0)
+    # JAX reports an error in a pure callback as a ValueError naming it
+    with pytest.raises((ValueError, RuntimeError), match=r"FailureError: log of -3.0"):
+        jax.block_until_ready(run(-3.0))
+    with pytest.raises((ValueError, RuntimeError), match=r"log of -1.0"):
+        jax.block_until_ready(jax.jit(jax.vmap(checked_log))(jnp.array([1.0, -1.0])))
+
+
+def test_check_with_a_carry_inside_a_handler_performs():
+    _, failed = flagged(checked_log)(-1.0)
+    assert bool(failed)
+    n = []
+
+    @jax.jit
+    def traced(x):  # traced outside any handler first, then again inside one
+        n.append(1)
+        return checked_log(x)
+
+    traced(1.0)
+    _, failed = flagged(traced)(-1.0)
+    assert bool(failed) and len(n) == 2
+
+
 def test_unhandled_failure_under_vmap_names_the_element_that_failed():
     xs = jnp.array([1.0, 2.0, -5.0, 3.0])
     np.testing.assert_allclose(jax.vmap(safe_log)(jnp.abs(xs)), np.log(np.abs(xs)))
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"log of -5.0"):
+    with pytest.raises((jax.errors.JaxRuntimeError, fx.FailureError), match=r"log of -5.0"):
         jax.block_until_ready(jax.vmap(safe_log)(xs))
 
 
