@@ -57,12 +57,27 @@ def _default(when, carry, values, *, message):
         jax.debug.callback(lambda w, v: _raise_now(w, v, message), when, values)
         return carry
 
+    return _checked(message)(carry, when, values)
+
+
+def _checked(message):
+    """`carry`, passed through a pure callback that raises where `when` (an identity for
+    differentiation: JAX cannot differentiate a callback)."""
     def check(w, v, c):
         _raise_now(w, v, message)
         return c
 
-    structs = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), carry)
-    return jax.pure_callback(check, structs, when, values, carry, vmap_method="broadcast_all")
+    @jax.custom_jvp
+    def checked(carry, when, values):
+        structs = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), carry)
+        return jax.pure_callback(check, structs, when, values, carry, vmap_method="broadcast_all")
+
+    @checked.defjvp
+    def _jvp(primals, tangents):
+        return checked(*primals), tangents[0]
+
+    return checked
 
 
 def _raise_now(when, values, message):

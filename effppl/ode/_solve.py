@@ -42,9 +42,9 @@ class Solution(NamedTuple):
 
 
 _MESSAGES = {
-    MAX_STEPS: "effppl.ode.solve: max_steps={max_steps} steps were taken and the solution "
-               "reached only t = {{}} (t1 = {{}}). Raise max_steps or loosen rtol/atol; a "
-               "problem this stiff may need an implicit solver.",
+    MAX_STEPS: "effppl.ode.solve: max_steps={max_steps} reached at t = {{}} (t1 = {{}}): "
+               "raise max_steps or loosen rtol/atol (the solution may blow up there, or the "
+               "problem be stiff: an explicit solver then needs very small steps).",
     UNDERFLOW: "effppl.ode.solve: the step size underflowed at t = {{}}: the vector field or "
                "the solution is probably not finite there (a singularity, or a blow-up).",
     NONFINITE: "effppl.ode.solve: y0 or f(t0, y0, args) is not finite (t0 = {{}}).",
