@@ -5,8 +5,8 @@ Both solvers run in one process, each workload jitted once per side, then timed 
 the median over rounds). Each side uses its defaults where the benchmark does not fix a value
 (effppl chooses the first step by Hairer's rule; Diffrax 0.7.2 starts ODEs at `dt0 = 0.01`).
 
-* (a) reaction-diffusion: Gray-Scott on an N x N periodic grid (Tsit5, rtol = atol = 1e-4),
-  sweeping N; the final state only.
+* (a) reaction-diffusion: Gray-Scott on an N x N periodic grid (Tsit5, rtol = atol = 1e-4,
+  t in [0, 200]), sweeping N; the final state only.
 * (b) neural ODE: a 4-32-4 MLP vector field (softplus, tanh) on a batch of 1024 states
   (Dopri5, rtol = atol = 1e-6), sweeping the integration length.
 * (c) the jump-step SDE is not run: `effppl.ode` solves ODEs only (no Brownian paths, SDE
@@ -16,7 +16,7 @@ the median over rounds). Each side uses its defaults where the benchmark does no
   side's checkpointing, `jax.grad` of the final state's sum with respect to the 4 parameters).
 * compile time: Diffrax's compile-time benchmark (a vector field written as Python scalar
   arithmetic, to make a large jaxpr; Tsit5 here, rtol 1e-3, atol 1e-6, dt0 0.01, 256 steps):
-  the first call of the jitted solve, and of its jitted gradient.
+  the first call of the jitted solve, and of its jitted gradient (not in `--quick`).
 * lines of code of the integration loop (`benchmarks.ode_loc`).
 
 Run: `python -m benchmarks.ode_bench [--quick] [--out benchmarks/results/ode_cpu]`, writing
@@ -106,7 +106,7 @@ def gray_scott_init(n):
             jnp.asarray(v + 0.01 * rng.normal(size=v.shape)))
 
 
-def bench_reaction_diffusion(sizes, rounds, calls):
+def bench_reaction_diffusion(sizes, rounds, calls, t1=200.0):
     import diffrax
     args = jnp.array([2e-5, 1e-5, 0.04, 0.06])
     out = []
@@ -115,15 +115,16 @@ def bench_reaction_diffusion(sizes, rounds, calls):
 
         @jax.jit
         def ours(y0, args):
-            sol = ode.solve(gray_scott, y0, 0.0, 50.0, args=args, rtol=1e-4, atol=1e-4)
+            sol = ode.solve(gray_scott, y0, 0.0, t1, args=args, rtol=1e-4, atol=1e-4)
             return sol.ys, sol.stats["num_steps"]
 
         @jax.jit
         def theirs(y0, args):
-            sol = diffrax_solve(gray_scott, y0, 50.0, args, diffrax.Tsit5, 1e-4, 1e-4)
+            sol = diffrax_solve(gray_scott, y0, t1, args, diffrax.Tsit5, 1e-4, 1e-4)
             return sol.ys, sol.stats["num_steps"]
 
-        t_ours, t_theirs = side_by_side(ours, theirs, (y0, args), rounds, calls)
+        t_ours, t_theirs = side_by_side(ours, theirs, (y0, args), rounds,
+                                        max(3, calls * 16 // n))
         (yo, so), (yt, st) = ours(y0, args), theirs(y0, args)
         diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(yo, yt))
         out.append(_record("reaction_diffusion", n, t_ours, t_theirs, so, st, max_abs_diff=diff))
@@ -253,11 +254,11 @@ def scalar_field(key=0, width=16, depth=2):
     return field
 
 
-def bench_compile(repeats):
+def bench_compile(repeats, grads=(False, True)):
     import diffrax
     y0 = jnp.array([1.0])
     out = []
-    for grad in (False, True):
+    for grad in grads:
         t_ours, t_theirs = [], []
         for _ in range(repeats):
             for side in ("effppl", "diffrax"):
@@ -334,9 +335,9 @@ def main(argv=None):
     tolerances = [(10.0 ** -k, 10.0 ** -(k + 3)) for k in ((4, 7) if quick else range(3, 11))]
     start = time.perf_counter()
     results = (bench_reaction_diffusion((16, 32) if quick else (16, 32, 64, 128), rounds, calls)
-               + bench_neural_ode((1.0, 4.0) if quick else (1.0, 2.0, 4.0, 8.0), rounds, calls)
+               + bench_neural_ode((2.0, 8.0) if quick else (2.0, 4.0, 8.0, 16.0), rounds, calls)
                + bench_lotka_volterra(tolerances, rounds, calls * 4)
-               + bench_compile(1 if quick else 3))
+               + bench_compile(1 if quick else 2, (False,) if quick else (False, True)))
     loc = ode_loc.counts()
     print(f"loop lines of code: effppl {loc['effppl']} / Diffrax {loc['diffrax']} "
           f"({loc['effppl'] / loc['diffrax'] - 1:+.0%})")

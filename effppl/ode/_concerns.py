@@ -103,9 +103,14 @@ count = fx.Operation("count", out=lambda accepted: jax.ShapeDtypeStruct((), jnp.
 # Taking a step: the tableau's stages.
 
 
-def rk_step(tableau, f, args, t, t_next, y, f0):
+def rk_step(tableau, f, args, t, t_next, y, f0, unroll=True):
     """One step of the explicit Runge-Kutta pair `tableau` (FSAL): `(y_next, f(t_next, y_next),
-    error estimate, stacked stages)`."""
+    error estimate, stacked stages)`. With `unroll`, each stage is its own code (XLA fuses
+    across them: fastest for a small vector field); else the stages are a `lax.scan` over the
+    tableau's rows, so that the vector field is traced and compiled once (as Diffrax's stage
+    loop: a large vector field compiles several times faster)."""
+    if not unroll:
+        return _rk_step_scanned(tableau, f, args, t, t_next, y, f0)
     dt = t_next - t
     ks = [f0]
     for i in range(1, tableau.stages):
@@ -118,6 +123,27 @@ def rk_step(tableau, f, args, t, t_next, y, f0):
     return y_next, ks[-1], error, stacked
 
 
+def _rk_step_scanned(tableau, f, args, t, t_next, y, f0):
+    dt = t_next - t
+
+    def combine(weights, ks):
+        return tree_map(lambda y0, k: y0 + (dt * jnp.tensordot(weights.astype(k.dtype), k,
+                                                               axes=1)).astype(y0.dtype), y, ks)
+
+    def stage(ks, i):
+        c = jnp.asarray(tableau.c)[i]
+        ti = jnp.where(c == 1.0, t_next, t + c.astype(t.dtype) * dt)
+        k = f(ti, combine(jnp.asarray(tableau.a)[i], ks), args)
+        return tree_map(lambda K, ki: K.at[i].set(ki), ks, k), None
+
+    ks = tree_map(lambda k: jnp.zeros((tableau.stages, *k.shape), k.dtype).at[0].set(k), f0)
+    ks, _ = jax.lax.scan(stage, ks, jnp.arange(1, tableau.stages))
+    y_next = combine(jnp.asarray(tableau.b), ks)  # the last stage's state (FSAL)
+    error = tree_map(lambda k: (dt * jnp.tensordot(jnp.asarray(tableau.b_error, k.dtype), k,
+                                                   axes=1)).astype(k.dtype), ks)
+    return y_next, tree_map(lambda k: k[-1], ks), error, ks
+
+
 def _dot(weights, ks):
     """`sum_i weights[i] * ks[i]` over the nonzero weights (Python floats: `ks`' dtype)."""
     terms = [float(w) * k for w, k in zip(weights, ks) if w != 0.0]
@@ -127,10 +153,10 @@ def _dot(weights, ks):
     return out
 
 
-def stepper(fn, f, args, tableau):
+def stepper(fn, f, args, tableau, unroll=True):
     """`fn` with `try_step` taking steps of `tableau` on the vector field `f(t, y, args)`."""
     def clause(params, t, t_next, y, f0, *, resume, stages):
-        return resume(params, rk_step(tableau, f, args, t, t_next, y, f0))
+        return resume(params, rk_step(tableau, f, args, t, t_next, y, f0, unroll))
     return fx.handle(fn, clauses={try_step: clause})
 
 

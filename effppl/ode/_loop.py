@@ -49,6 +49,7 @@ class Problem(NamedTuple):
     atol: jax.Array
     max_steps: int
     checkpoints: int | None
+    unroll: bool = True  # the Runge-Kutta stages unrolled, or a scan (`_concerns.rk_step`)
 
 
 def integrate(p: Problem):
@@ -83,7 +84,7 @@ def integrate(p: Problem):
     clock = CLOCK.bind((p.t0, jnp.minimum(p.t0 + p.dt0, t1)))
     solution = SOLUTION.bind((p.y0, p.f0))
     caught = fx.catch(loop, lambda message, *_: jnp.int32(RESULTS.index(message)))
-    program = stepper(caught, p.f, p.args, p.tableau)
+    program = stepper(caught, p.f, p.args, p.tableau, p.unroll)
     program = controller(program, p.pid, p.rtol, p.atol, p.tableau.order, _real(p.y0))
     program = clock.handle(solution.handle(program))
     if p.ts is None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -147,9 +148,12 @@ def _solve(f, solver, pid, max_steps, checkpoints, choose_dt0, y0, t0, t1, ts, a
         dt0 = _initial_step(f, t0, y0, f0, args, tableau.order, rtol, atol)
     dt0 = jax.lax.stop_gradient(jnp.asarray(dt0, time))
 
+    unroll = (sum(x.size for x in jax.tree.leaves(y0)) <= UNROLL_MAX_SIZE
+              and _size(jax.make_jaxpr(lambda: f(t0, y0, args))().jaxpr) <= UNROLL_MAX_EQNS)
+
     def run(y0, f0, args, t0, t1, dt0, ts, rtol, atol):
         return integrate(Problem(f, args, y0, f0, t0, t1, dt0, ts, tableau, pid, rtol, atol,
-                                 max_steps, checkpoints))
+                                 max_steps, checkpoints, unroll))
 
     code, (t, _), (y, _), (ys, _), (steps, accepted, rejected) = fx.eliminate(run)(
         y0, f0, args, t0, t1, dt0, ts, rtol, atol)
@@ -159,6 +163,20 @@ def _solve(f, solver, pid, max_steps, checkpoints, choose_dt0, y0, t0, t1, ts, a
     stats = {"num_steps": steps, "num_accepted_steps": accepted,
              "num_rejected_steps": rejected}
     return Solution(ts, ys, stats, code), t
+
+
+UNROLL_MAX_EQNS, UNROLL_MAX_SIZE = 64, 256
+"""A small state (at most `UNROLL_MAX_SIZE` numbers) under a small vector field (at most
+`UNROLL_MAX_EQNS` equations) has its Runge-Kutta stages unrolled: the step is a few fused
+kernels, and a loop over the stages would cost more than they do. Otherwise the stages are a
+loop (as Diffrax's): the vector field is compiled once, and XLA does not fuse a stage's state
+into the next stage's vector field (which, for a stencil such as `jnp.roll`, recomputes it:
+measured 4x slower on a 16 x 16 reaction-diffusion grid)."""
+
+
+def _size(jaxpr) -> int:
+    return sum(1 + sum(_size(sub) for sub in jax.extend.core.jaxprs_in_params(eqn.params))
+               for eqn in jaxpr.eqns)
 
 
 def _initial_step(f, t0, y0, f0, args, order, rtol, atol):

@@ -69,6 +69,24 @@ def test_same_steps_and_values_as_diffrax(solver, pid):
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-7, atol=1e-10)  # rounding only
 
 
+@pytest.mark.parametrize("solver", ["tsit5", "bosh3"])
+def test_stage_loop_takes_the_same_steps(monkeypatch, solver):
+    """A large state (here: forced) takes its stages in a `lax.scan`: the same steps and values
+    as Diffrax, and the same gradient as the unrolled stages."""
+    from effppl.ode import _solve
+    monkeypatch.setattr(_solve, "UNROLL_MAX_SIZE", 0)
+    field = lambda t, y, a: lotka_volterra(t, y, a)  # noqa: E731  (a new function: traced anew)
+    ours = ode.solve(field, Y0, 0.0, 10.0, args=ARGS, ts=TS, solver=solver, rtol=1e-6,
+                     atol=1e-8, dt0=0.01, max_steps=100_000)
+    theirs = diffrax_solve(solver, 1e-6, 1e-8)
+    assert int(ours.stats["num_steps"]) == int(theirs.stats["num_steps"])
+    np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-7, atol=1e-10)
+    if solver == "tsit5":
+        loss = lambda a: jnp.sum(ode.solve(field, Y0, 0.0, 10.0, args=a, ts=TS, rtol=1e-8,  # noqa
+                                           atol=1e-8, dt0=0.01).ys ** 2)
+        np.testing.assert_allclose(jax.grad(loss)(ARGS), jax.grad(lv_loss)(ARGS, Y0), rtol=1e-9)
+
+
 def test_default_first_step_and_pytree_state():
     """Without `dt0`, Hairer's starting step; a dict state; the final state only (`ts=None`)."""
     def decay(t, y, k):
