@@ -18,6 +18,8 @@ the median over rounds). Each side uses its defaults where the benchmark does no
   arithmetic, to make a large jaxpr; Tsit5 here, rtol 1e-3, atol 1e-6, dt0 0.01, 256 steps):
   the first call of the jitted solve, and of its jitted gradient (not in `--quick`).
 * lines of code of the integration loop (`benchmarks.ode_loc`).
+* the posteriordb Lotka-Volterra model (`models.lotka_volterra`, Stan's solver settings) under
+  NUTS, effppl against NumPyro + Diffrax: time to draws, first and second run (not in `--quick`).
 
 Run: `python -m benchmarks.ode_bench [--quick] [--out benchmarks/results/ode_cpu]`, writing
 `<out>.json` and `<out>.png`.
@@ -286,6 +288,52 @@ def bench_compile(repeats, grads=(False, True)):
 
 
 # --------------------------------------------------------------------------------------------
+# The posteriordb Lotka-Volterra model under NUTS: effppl + effppl.ode vs NumPyro + Diffrax
+
+
+def bench_posterior(num_warmup, num_samples, num_chains):
+    """Time to draws (`run` of the first call, compiling included, then a second call with the
+    same shapes) of the ODE model `models.lotka_volterra` under each framework's NUTS."""
+    import pathlib
+
+    import numpyro
+
+    from effppl.infer import MCMC, NUTS
+    from models import lotka_volterra as lv
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "posteriordb" \
+        / "hudson_lynx_hare-lotka_volterra"
+    data = tuple(jnp.asarray(x) for x in lv.load(folder))
+    out = {}
+    for side in ("effppl", "numpyro"):
+        times, means = [], None
+        for seed in (0, 1):
+            if side == "effppl":
+                mcmc = MCMC(NUTS(lv.effppl_model), num_warmup=num_warmup,
+                            num_samples=num_samples, num_chains=num_chains, progress_bar=False)
+                key = jax.random.key(seed)
+            else:
+                mcmc = numpyro.infer.MCMC(
+                    numpyro.infer.NUTS(lv.numpyro_model), num_warmup=num_warmup,
+                    num_samples=num_samples, num_chains=num_chains, progress_bar=False,
+                    chain_method="vectorized")
+                key = jax.random.PRNGKey(seed)
+            t = time.perf_counter()
+            mcmc.run(key, *data)
+            samples = jax.block_until_ready(mcmc.get_samples())
+            times.append(time.perf_counter() - t)
+            means = {k: np.asarray(v).mean(0).tolist() for k, v in samples.items()
+                     if k in ("theta", "z_init", "sigma")}
+        out[side] = dict(first_run_s=times[0], second_run_s=times[1], means=means)
+        print(f"posteriordb lotka_volterra, {side}: first run {times[0]:.1f} s, second "
+              f"{times[1]:.1f} s", flush=True)
+    return dict(workload="posterior", num_warmup=num_warmup, num_samples=num_samples,
+                num_chains=num_chains, **out,
+                ratio_first=out["effppl"]["first_run_s"] / out["numpyro"]["first_run_s"],
+                ratio_second=out["effppl"]["second_run_s"] / out["numpyro"]["second_run_s"])
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def plot(results, path):
@@ -293,7 +341,7 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    by = lambda w: [r for r in results if r["workload"] == w]  # noqa: E731
+    by = lambda w: [r for r in results if r["workload"] == w and "x" in r]  # noqa: E731
     for ax, w, xlabel in ((axes[0, 0], "reaction_diffusion", "grid size N"),
                           (axes[0, 1], "neural_ode", "integration length t1")):
         rs = by(w)
@@ -338,6 +386,8 @@ def main(argv=None):
                + bench_neural_ode((2.0, 8.0) if quick else (2.0, 4.0, 8.0, 16.0), rounds, calls)
                + bench_lotka_volterra(tolerances, rounds, calls * 4)
                + bench_compile(1 if quick else 2, (False,) if quick else (False, True)))
+    if not quick:
+        results.append(bench_posterior(500, 500, 2))
     loc = ode_loc.counts()
     print(f"loop lines of code: effppl {loc['effppl']} / Diffrax {loc['diffrax']} "
           f"({loc['effppl'] / loc['diffrax'] - 1:+.0%})")
