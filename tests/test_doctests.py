@@ -22,7 +22,8 @@ MODULES = sorted(
     + [m.name for m in pkgutil.walk_packages(effppl.effects.__path__, "effppl.effects.")]
     + ["effppl.primitives", "effppl._mutable", "effppl.handlers",
        "effppl.handlers.enumeration._enum", "effppl.handlers._infer_config",
-       "effppl.handlers.enumeration._markov", "effppl.optim", "tests.effects.reference"])
+       "effppl.handlers.enumeration._markov", "effppl.optim", "tests.effects.reference",
+       "effppl.ode._solve"])
 
 
 def test_the_modules_hold_examples():

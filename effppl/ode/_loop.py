@@ -30,6 +30,8 @@ from ._concerns import (
 
 MAX_STEPS, UNDERFLOW, NONFINITE = "max_steps", "step size underflow", "non-finite initial state"
 RESULTS = ("successful", MAX_STEPS, UNDERFLOW, NONFINITE)
+_MAX_STEPS, _UNDERFLOW = RESULTS.index(MAX_STEPS), RESULTS.index(UNDERFLOW)
+STOPPED = "the loop stopped: {}"  # with the reason's index into `RESULTS` (`solve` says it)
 
 
 class Problem(NamedTuple):
@@ -71,8 +73,8 @@ def integrate(p: Problem):
         t_next = _clip_to_end(t, t + dt_next, t1, floor, accept)
         clock.put((t, t_next))
         going = t < t1
-        fx.fail_if(~(t_next > t) & going, UNDERFLOW, t)
-        fx.fail_if((steps >= p.max_steps) & going, MAX_STEPS, t)
+        stuck, spent = ~(t_next > t) & going, (steps >= p.max_steps) & going
+        fx.fail_if(stuck | spent, STOPPED, jnp.where(stuck, _UNDERFLOW, _MAX_STEPS), t)
         return going
 
     def loop():
@@ -83,7 +85,7 @@ def integrate(p: Problem):
 
     clock = CLOCK.bind((p.t0, jnp.minimum(p.t0 + p.dt0, t1)))
     solution = SOLUTION.bind((p.y0, p.f0))
-    caught = fx.catch(loop, lambda message, *_: jnp.int32(RESULTS.index(message)))
+    caught = fx.catch(loop, _code)
     program = stepper(caught, p.f, p.args, p.tableau, p.unroll)
     program = controller(program, p.pid, p.rtol, p.atol, p.tableau.order, _real(p.y0))
     program = clock.handle(solution.handle(program))
@@ -99,6 +101,13 @@ def integrate(p: Problem):
                     windows)
     ((((code, sol), tclock), saved), stats) = statistics(program)()
     return code, tclock, sol, saved, stats
+
+
+def _code(message, *values):
+    """The result code of a caught failure: the loop's reason, or the start's."""
+    if message == STOPPED:
+        return jnp.asarray(values[0], jnp.int32)
+    return jnp.int32(RESULTS.index(message))
 
 
 def _finite(tree):
