@@ -81,6 +81,7 @@ def diffrax_lines() -> int:
         if isinstance(node, ast.FunctionDef) and node.name in ("save_steps", "unsave"):
             drop |= _span(node)  # saving every n-th step; removing saves after an event
     for node in _top(tree, {"State"}):
+        assert isinstance(node, ast.ClassDef)
         for stmt in node.body:
             if isinstance(stmt, ast.AnnAssign) and _mentions(stmt, "event_tprev", "event_tnext",
                                                               "event_dense_info", "event_values",

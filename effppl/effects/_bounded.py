@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _compat
-from ._compat import ad, batching, mlir
+from ._compat import Zero, ad, batching, mlir
 
 bounded_while_p = _compat.Primitive("bounded_while")
 bounded_while_p.multiple_results = True
@@ -223,7 +223,7 @@ def carry_nonzeros(body_jaxpr, bc_nz, c_nz):
 
 
 def nonzero(t, aval) -> bool:
-    return not isinstance(t, ad.Zero) and inexact(aval)
+    return not isinstance(t, Zero) and inexact(aval)
 
 
 def _jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_steps,
@@ -247,7 +247,7 @@ def _jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconst
     c, t = while_loop(lambda carry: call(cond_jaxpr, *cc, *carry[0])[0], body, (list(c0), tc_nz),
                       max_steps=max_steps, checkpoints=checkpoints)
     t = iter(t)
-    return c, [next(t) if nz else ad.Zero(a.to_tangent_aval())
+    return c, [next(t) if nz else Zero(a.to_tangent_aval())
                for nz, a in zip(c_nz, body_jaxpr.out_avals)]
 
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from . import _compat
 from ._bounded import bounded_while_p, call, carry_nonzeros, inexact, recompute_slots, split_ins
-from ._compat import ad, batching, mlir
+from ._compat import Zero, ad, batching, mlir
 
 
 def _forward(cc, bc, c0, *, cond_jaxpr, body_jaxpr, max_steps, checkpoints):
@@ -83,7 +83,7 @@ def _linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts, body
         tbc = [ad.instantiate_zeros(t) for t, nz in zip(tbc, bc_nz) if nz]
         tc0 = [ad.instantiate_zeros(t) for t, nz in zip(tc0, c_nz) if nz]
         outs = iter(bounded_while_lin_p.bind(*residuals, *tbc, *tc0, **static))
-        return [next(outs) if nz else ad.Zero(a.to_tangent_aval())
+        return [next(outs) if nz else Zero(a.to_tangent_aval())
                 for nz, a in zip(c_nz, out_avals)]
 
     return out, c_nz, residuals, linearized
@@ -156,7 +156,7 @@ def _transpose(cts, *args, body_jaxpr, bc_nz, c_nz, slots):
     from its checkpoint, then pull the cotangent back through each of them, last first."""
     lin = _Lin(args, body_jaxpr, bc_nz, c_nz, slots)
     out_avals = [a for a, nz in zip(body_jaxpr.out_avals, c_nz) if nz]
-    ct = [jnp.zeros(a.shape, a.dtype) if isinstance(x, ad.Zero) else x
+    ct = [jnp.zeros(a.shape, a.dtype) if isinstance(x, Zero) else x
           for x, a in zip(cts, out_avals)]
     bc_nz_vals = lin.nz(lin.bc, lin.bc_nz)
     ct_bc = [jnp.zeros_like(x) for x in bc_nz_vals]

@@ -15,6 +15,7 @@ from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import effects as _effects
+from jax._src.ad_util import Zero  # a symbolic zero tangent
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
@@ -50,7 +51,7 @@ typeof = jax.typeof
 new_jaxpr_eqn = _core.new_jaxpr_eqn  # a DCE rule's new equation (`_bounded.py`)
 
 __all__ = [  # re-exported for the rest of `effppl.effects`
-    "ad", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
+    "ad", "Zero", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
     "Tracer", "Effect", "eval_jaxpr", "jaxpr_as_fun", "jaxprs_in_params", "typeof", "call_p",
     "closed_call_p", "cond_p", "custom_jvp_call_p", "custom_vjp_call_p", "jit_p", "remat_p",
     "scan_p", "while_p",

@@ -415,7 +415,7 @@ def _handle_linearize(is_vjp, nonzeros, *primals, **params):
     def linearized(residuals, *tangents):
         nz = [_compat.ad.instantiate_zeros(t) for t, n in zip(tangents, nonzeros) if n]
         it = iter(_compat.eval_jaxpr(tangent.jaxpr, tangent.consts, *residuals, *nz))
-        return [next(it) if n else _compat.ad.Zero(a.to_tangent_aval())
+        return [next(it) if n else _compat.Zero(a.to_tangent_aval())
                 for n, a in zip(nonzeros_out, closed.out_avals)]
 
     return outs, nonzeros_out, residuals, linearized

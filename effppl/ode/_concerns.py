@@ -115,7 +115,8 @@ def rk_step(tableau, f, args, t, t_next, y, f0, unroll=True):
     ks = [f0]
     for i in range(1, tableau.stages):
         row = tableau.a[i]
-        yi = tree_map(lambda y0, *k: y0 + (dt * _dot(row, k)).astype(y0.dtype), y, *ks)
+        yi = tree_map(lambda y0, *k, row=row: y0 + (dt * _dot(row, k)).astype(y0.dtype), y,
+                      *ks)
         ks.append(f(t + tableau.c[i] * dt if tableau.c[i] != 1.0 else t_next, yi, args))
     y_next = yi  # FSAL: the last stage is taken at the new state
     error = tree_map(lambda *k: (dt * _dot(tableau.b_error, k)).astype(k[0].dtype), *ks)
@@ -272,7 +273,7 @@ def saver(fn, ts, ys, first, dense, max_windows):
 
     def clause(state, t, t_next, y, y_next, k, *, resume):
         ys, j = state
-        step = lambda s: write(*s, t, t_next, y, y_next, k)  # noqa: E731
+        step = lambda s: write(s[0], s[1], t, t_next, y, y_next, k)  # noqa: E731
         if max_windows == 1:
             ys, j = jax.lax.cond(pending(j, t_next), step, lambda s: s, (ys, j))
         else:

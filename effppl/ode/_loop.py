@@ -18,6 +18,7 @@ from ._concerns import (
     CLOCK,
     SOLUTION,
     WINDOW,
+    PIDController,
     adapt,
     controller,
     count,
@@ -27,6 +28,7 @@ from ._concerns import (
     stepper,
     try_step,
 )
+from ._tableaus import Tableau
 
 MAX_STEPS, UNDERFLOW, NONFINITE = "max_steps", "step size underflow", "non-finite initial state"
 RESULTS = ("successful", MAX_STEPS, UNDERFLOW, NONFINITE)
@@ -45,8 +47,8 @@ class Problem(NamedTuple):
     t1: jax.Array
     dt0: jax.Array
     ts: jax.Array | None  # (T,) output times in [t0, t1]; None: t1 only, the final state
-    tableau: object
-    pid: object
+    tableau: Tableau
+    pid: PIDController
     rtol: jax.Array
     atol: jax.Array
     max_steps: int

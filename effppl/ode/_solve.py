@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
