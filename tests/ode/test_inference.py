@@ -98,3 +98,29 @@ def test_batched_initial_conditions_inside_a_model():
                                                             2 * np.exp(-np.exp(0.5))], rtol=1e-5)
     above, _ = handlers.log_density(batched, (y0s,), {}, {"k": k_star + 0.1})
     assert float(above) == -np.inf
+
+
+def test_lotka_volterra_stiff_proposal_is_minus_inf_not_an_error():
+    """posteriordb's Lotka-Volterra model (Stan's solver settings, at most 500 steps): a
+    proposal far in the tail (rates of 50 per year: ~160 oscillations over the 20 years) needs
+    more steps than allowed, and its log density is `-inf` instead of an error; at a typical
+    point the log density is NumPyro + Diffrax's (Dopri5, the same tolerances)."""
+    import pathlib
+
+    from numpyro.infer.util import log_density as numpyro_log_density
+
+    from models import lotka_volterra as lv
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "data" / "posteriordb"
+    data = lv.load(folder / "hudson_lynx_hare-lotka_volterra")
+    typical = {"theta": jnp.array([0.55, 0.028, 0.80, 0.024]),
+               "z_init": jnp.array([33.9, 5.9]), "sigma": jnp.array([0.25, 0.25])}
+    stiff = dict(typical, theta=jnp.array([50.0, 0.05, 50.0, 0.05]))
+    ours, _ = handlers.log_density(lv.effppl_model, data, {}, typical)
+    theirs = jax.jit(lambda p: numpyro_log_density(lv.numpyro_model, data, {}, p)[0])(typical)
+    assert float(ours) == pytest.approx(float(theirs), abs=0.01)
+    assert float(handlers.log_density(lv.effppl_model, data, {}, stiff)[0]) == -np.inf
+    with pytest.raises(effppl.effects.FailureError,
+                       match="max_steps=500 reached at t = "):
+        ode.solve(lv.dz_dt, stiff["z_init"], 0.0, data[0][-1], args=stiff["theta"],
+                  solver="dopri5", rtol=lv.RTOL, atol=lv.ATOL, max_steps=lv.MAX_STEPS)
