@@ -23,7 +23,7 @@ MODULES = sorted(
     + ["effppl.primitives", "effppl._mutable", "effppl.handlers",
        "effppl.handlers.enumeration._enum", "effppl.handlers._infer_config",
        "effppl.handlers.enumeration._markov", "effppl.optim", "tests.effects.reference",
-       "effppl.infer.svi.autoguide._list"])
+       "effppl.infer.svi.autoguide._list", "effppl.ode._solve"])
 
 
 def test_the_modules_hold_examples():

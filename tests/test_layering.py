@@ -149,3 +149,14 @@ def test_no_private_handlers_module_is_imported_from_outside_handlers():
                  for line, target in _imports(path)
                  if target.startswith("effppl.handlers.") and target not in PPL_DOORS]
     assert offenders == []
+
+
+def test_ode_uses_the_effects_library_only():
+    """`effppl.ode` builds on `effppl.effects` (its public API and `internal`); the PPL uses the
+    solver, never the reverse."""
+    ppl = re.compile(r"(effppl\.|from \.\.)(primitives|handlers|inference|infer|_runtime)\b")
+    offenders = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in _sources(ROOT / "ode")
+                 for m in ppl.finditer(path.read_text())]
+    assert offenders == []
+    private = re.compile(r"from \.\.effects\.?_\w+|from \.\.effects import _\w+")
+    assert not [p for p in _sources(ROOT / "ode") if private.search(p.read_text())]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 
 from . import _compat
+from ._bounded import bounded_while_p
 from ._core import OpEffect
 from ._errors import UnsupportedHandlerError
 from ._walk import iter_eqns
@@ -115,3 +116,15 @@ def _while_batch_rule(original, axis_data, args, dims, *, cond_nconsts, cond_jax
 # operations is batched exactly as without effppl.
 _compat.wrap_batching_rule(_compat.cond_p, _cond_batch_rule)
 _compat.wrap_batching_rule(_compat.while_p, _while_batch_rule)
+
+
+def _bounded_batch_rule(original, axis_data, args, dims, **params):
+    """`effects.while_loop` (`_bounded.py`): one that performs runs element by element, so
+    each operation is performed once per element and iteration, as in a `lax.while_loop`
+    above; any other is batched by its own rule."""
+    if not _performs(params["cond_jaxpr"], params["body_jaxpr"]):
+        return original(axis_data, args, dims, **params)
+    return _map_elements(bounded_while_p, axis_data, args, dims, params)
+
+
+_compat.wrap_batching_rule(bounded_while_p, _bounded_batch_rule)

@@ -12,8 +12,10 @@ import numpy as np
 # What `jax.extend` does not export: effect-type registries, the tracing entry point with closure
 # conversion, the current trace, and the transformation rule tables.
 from jax._src import api_util as _api_util
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import effects as _effects
+from jax._src.ad_util import Zero  # a symbolic zero tangent
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
@@ -46,9 +48,10 @@ from ._sources import noting_sources
 from ._values import describe_non_array
 
 typeof = jax.typeof
+new_jaxpr_eqn = _core.new_jaxpr_eqn  # a DCE rule's new equation (`_bounded.py`)
 
 __all__ = [  # re-exported for the rest of `effppl.effects`
-    "ad", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
+    "ad", "Zero", "batching", "mlir", "pe", "Primitive", "ClosedJaxpr", "Jaxpr", "Literal", "ShapedArray",
     "Tracer", "Effect", "eval_jaxpr", "jaxpr_as_fun", "jaxprs_in_params", "typeof", "call_p",
     "closed_call_p", "cond_p", "custom_jvp_call_p", "custom_vjp_call_p", "jit_p", "remat_p",
     "scan_p", "while_p",
@@ -63,6 +66,25 @@ def config_value(name: str) -> Any:
     """The value of JAX's setting `name` in force here (a context manager's too, e.g.
     `jax.numpy_dtype_promotion(...)`, which `jax.config.read` refuses)."""
     return getattr(jax.config, name)
+
+
+# Whether the trace in progress is the body of a handler (`handle`, a `with`-scoped one): an
+# operation performed here may be handled; outside every such body none can be (only an
+# operation's default applies). Part of JAX's trace context, so that a `jax.jit` function traced
+# outside any handler and called again inside one is traced anew.
+_HANDLED_REGION = _config.bool_state(
+    name="effppl_handled_region", default=False, include_in_trace_context=True,
+    help="Internal to effppl.effects: tracing the body of an effect handler.")
+
+
+def handled_region():
+    """Context manager: the code traced inside is the body of a handler."""
+    return _HANDLED_REGION(True)
+
+
+def in_handled_region() -> bool:
+    """Whether a handler may be installed around the code being traced now."""
+    return bool(_HANDLED_REGION.value)
 
 
 def register_effect_type(effect_type: type) -> None:

@@ -96,6 +96,11 @@ class Operation:
       as effppl's `sample` does to act like a plate). Without one, such a perform is an
       `UnsupportedHandlerError`, except inside a `cond`/`while_loop` whose predicate depends on
       the mapped data, which runs element by element (a `lax.map`), performing per element.
+    - `default`: optional `default(*args, **static) -> result`, what performing means where no
+      handler handles the operation (eagerly, under `jax.jit`/`grad`/`vmap` with no handler
+      around, or in a program eliminated with none): plain JAX code run in the perform's
+      place. Without one, such a perform raises `UnhandledEffectError`. (`fail_op`'s default
+      raises `FailureError`.)
 
     Calling `op(*args, **static)` performs it: `args` are pytrees of arrays, `static` keyword
     arguments must be hashable and reach the clause as keyword arguments.
@@ -103,7 +108,8 @@ class Operation:
     **Raises:** `TypeError` for a `name` that is not a str, an `out`, `unhandled` or `batch_rule`
     that is not callable, a perform with arguments that are not arrays or that `out` does not
     accept, and an `out` that does not return `jax.ShapeDtypeStruct`s (each naming the operation);
-    `UnhandledEffectError` when performed (or translated) with no handler for it.
+    `UnhandledEffectError` when performed (or translated) with no handler for it and no
+    `default`.
 
     **Example:** a float32 state read, performed with no handler around it:
 
@@ -122,7 +128,8 @@ class Operation:
 
     def __init__(self, name: str, out: Callable[..., Any],
                  unhandled: Callable[..., str] | None = None,
-                 batch_rule: Callable[..., Any] | None = None):
+                 batch_rule: Callable[..., Any] | None = None,
+                 default: Callable[..., Any] | None = None):
         if not isinstance(name, str):
             raise TypeError(f"effppl.effects.Operation(name, ...) expected a str name (for "
                             f"messages and printed jaxprs), but got {type(name).__name__} "
@@ -133,13 +140,21 @@ class Operation:
         if unhandled is not None and not callable(unhandled):
             raise TypeError(f"effppl.effects.Operation({name!r}, unhandled=...) expected a "
                             f"callable giving a message, but got {unhandled!r}.")
-        if batch_rule is not None and not callable(batch_rule):
-            raise TypeError(f"effppl.effects.Operation({name!r}, batch_rule=...) expected a "
-                            f"callable, but got {batch_rule!r}.")
+        for what, fn in (("batch_rule", batch_rule), ("default", default)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"effppl.effects.Operation({name!r}, {what}=...) expected a "
+                                f"callable, but got {fn!r}.")
         self.name = name
         self.out = out
         self.unhandled = unhandled
         self.batch_rule = batch_rule
+        self.default = default
+
+    def run_default(self, leaves, in_tree, static):
+        """The flattened result of `default` on the flattened arguments `leaves`."""
+        assert self.default is not None
+        args = jax.tree_util.tree_unflatten(in_tree, list(leaves))
+        return jax.tree_util.tree_leaves(self.default(*args, **dict(static)))
 
     def how_to_handle(self, static) -> str:
         """The fix suggested when no handler handles a perform with static kwargs `static`."""
@@ -219,9 +234,18 @@ def _perform_abstract_eval(*avals, op, in_tree, static):
 
 
 def _perform_unhandled(*args, op, in_tree, static, **_):
+    if op.default is not None:
+        return op.run_default(args, in_tree, static)
     raise UnhandledEffectError(
         f"Operation `{op.name}` was performed outside of any handler for it. "
         f"{op.how_to_handle(static)}")
+
+
+def _perform_lowering(ctx, *args, op, in_tree, static):
+    if op.default is None:
+        _perform_unhandled(op=op, in_tree=in_tree, static=static)
+    return _compat.mlir.lower_fun(lambda *a: op.run_default(a, in_tree, static),
+                                  multiple_results=True)(ctx, *args)
 
 
 def _perform_jvp(primals, tangents, *, op, static, **_):
@@ -245,7 +269,7 @@ perform_p.def_effectful_abstract_eval(_perform_abstract_eval)
 perform_p.def_impl(_perform_unhandled)
 _compat.ad.primitive_jvps[perform_p] = _perform_jvp
 _compat.batching.primitive_batchers[perform_p] = _perform_batch
-_compat.mlir.register_lowering(perform_p, _perform_unhandled)
+_compat.mlir.register_lowering(perform_p, _perform_lowering)
 
 resume_p = _compat.Primitive("resume")
 resume_p.multiple_results = True

@@ -108,7 +108,9 @@ def handle(body: Callable, params: Any = (), clauses: Mapping[Operation, Callabl
 
 
 def _bind_handle(body, name, params, clauses, ret, args, kwargs):
-    body_jaxpr, body_consts, arg_leaves, body_tree = _compat.trace_call(body, args, kwargs, name)
+    with _compat.handled_region():
+        body_jaxpr, body_consts, arg_leaves, body_tree = _compat.trace_call(body, args, kwargs,
+                                                                            name)
     body_jaxpr = _compat.without_dead_eqns(body_jaxpr)
     if callable(params):  # parameters that depend on what the body performs
         params = params(body_jaxpr.jaxpr)

@@ -159,9 +159,12 @@ class scoped:
                               tuple(abstractify(x) for x in c_leaves), p_tree,
                               tuple(abstractify(x) for x in p_leaves), self.setup)
         enter_p.bind(*c_leaves, *p_leaves, spec=self.spec, n_consts=len(c_leaves))
+        self._region = _compat.handled_region()
+        self._region.__enter__()
         return self
 
     def __exit__(self, exc_type, *exc):
+        self._region.__exit__(exc_type, *exc)
         if exc_type is None:
             exit_p.bind(spec=self.spec)
         return False

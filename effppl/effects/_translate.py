@@ -401,6 +401,26 @@ def _handle_jvp(primals, tangents, **params):
     return jax.jvp(lambda *a: fun(*a), tuple(primals), tuple(tangents))
 
 
+def _handle_linearize(is_vjp, nonzeros, *primals, **params):
+    """Reverse mode: linearize the plain jaxpr (as JAX's `jit` does), so that the primitives in
+    it take their own linearization rules (`effects.while_loop`'s checkpointing) instead of
+    JVP followed by partial evaluation."""
+    _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.grad`/`jax.vjp`")
+    closed = _eliminated(params, primals)
+    primal, n_res, nonzeros_out, _, tangent = _compat.ad.linearize_jaxpr(
+        closed, nonzeros, allow_fwds=False, is_vjp=is_vjp)
+    outs = _compat.eval_jaxpr(primal.jaxpr, primal.consts, *primals)
+    outs, residuals = outs[:len(outs) - n_res], outs[len(outs) - n_res:]
+
+    def linearized(residuals, *tangents):
+        nz = [_compat.ad.instantiate_zeros(t) for t, n in zip(tangents, nonzeros) if n]
+        it = iter(_compat.eval_jaxpr(tangent.jaxpr, tangent.consts, *residuals, *nz))
+        return [next(it) if n else _compat.Zero(a.to_tangent_aval())
+                for n, a in zip(nonzeros_out, closed.out_avals)]
+
+    return outs, nonzeros_out, residuals, linearized
+
+
 def _handle_batch(args, dims, **params):
     _check_closed(_handle_effects(params["body"], params["spec"]), "`jax.vmap`")
     avals = [abstractify(a) if d is None else
@@ -418,5 +438,6 @@ def _handle_lowering(ctx, *args, **params):
 
 handle_p.def_impl(_handle_impl)
 _compat.ad.primitive_jvps[handle_p] = _handle_jvp
+_compat.ad.primitive_linearizations[handle_p] = _handle_linearize
 _compat.batching.primitive_batchers[handle_p] = _handle_batch
 _compat.mlir.register_lowering(handle_p, _handle_lowering)

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from . import _compat
+from ._bounded import bounded_while_p
 from ._core import SiteKey, handle_p, perform_p, site_key, split_scopes
 
 
@@ -113,7 +114,7 @@ def _walk(eqns: Sequence, loops, branch, origin, distinct) -> Iterator[Perform]:
             loop = Loop(params["length"], params["reverse"])
             yield from _walk(params["jaxpr"].jaxpr.eqns, loops + (loop,), branch, origin,
                              distinct)
-        elif prim is _compat.while_p:
+        elif prim is _compat.while_p or prim is bounded_while_p:
             for sub in (params["cond_jaxpr"], params["body_jaxpr"]):
                 yield from _walk(sub.jaxpr.eqns, loops + (Loop(None),), branch, origin, distinct)
         elif prim is _compat.cond_p:

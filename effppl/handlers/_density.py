@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions.transforms import biject_to
 
+from .. import effects as fx
 from ..effects import internal
 from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
 from ._basic import check_values, occurrence_counters, site_row, substitute
@@ -27,21 +28,33 @@ def _add_log_prob(total, msg, name, static):
     return total + jnp.sum(lp).astype(total.dtype), value
 
 
+def _failed(state, when, carry, values, *, resume, message):
+    """`effects.fail` inside the model (a failed ODE solve, ...): the log density will be
+    `-inf` (the proposal rejected); the model goes on. The flag is the state's last leaf."""
+    return resume((*state[:-1], state[-1] | when), carry)
+
+
+def _total(total, failed):
+    return jnp.where(failed, -jnp.inf, total)
+
+
 class _LogJoint(Handler):
-    """Accumulates `sum(log_prob(value))` over sample sites, with mask and scale applied."""
+    """Accumulates `sum(log_prob(value))` over sample sites, with mask and scale applied
+    (`-inf` after a failure, `_failed`)."""
 
     def params(self, *args, **kwargs):
-        return _zeros(())
+        return _zeros(()), np.zeros((), bool)
 
     def clauses(self):
         @internal.forwards_static("name", "cond_indep_stack")
-        def sample(total, msg, *, resume, name, **static):
-            return resume(*_add_log_prob(total, msg, name, static))
-        return {sample_op: sample}
+        def sample(state, msg, *, resume, name, **static):
+            total, value = _add_log_prob(state[0], msg, name, static)
+            return resume((total, state[1]), value)
+        return {sample_op: sample, fx.fail_op: _failed}
 
     @staticmethod  # a plain function: its trace is shared by every `_LogJoint`
-    def ret(total, result):
-        return result, total
+    def ret(state, result):
+        return result, _total(*state)
 
 
 def _zeros(shape):
@@ -197,7 +210,7 @@ class _UnconstrainedJoint(_Unconstrain):
     the potential's elimination traces, walks and translates one handler level less."""
 
     def params(self, *args, **kwargs):
-        return (*super().params(*args, **kwargs), _zeros(()))
+        return (*super().params(*args, **kwargs), _zeros(()), np.zeros((), bool))
 
     def _reads_any(self, *, name, **static):
         """`reads` for every sample site: a latent one's (`_reads`); an observed one, or one
@@ -209,16 +222,16 @@ class _UnconstrainedJoint(_Unconstrain):
     def clauses(self):
         @internal.forwards_static("name", "cond_indep_stack", reads=self._reads_any)
         def sample(state, msg, *, resume, name, read, **static):
-            *inner, total = state
+            *inner, total, failed = state
             if name in self.values and msg.value is None:
                 inner, msg = self._given(tuple(inner), msg, name, read, static)
             total, value = _add_log_prob(total, msg, name, static)
-            return resume((*inner, total), value)
-        return {sample_op: sample, param_op: self._param_clause()}
+            return resume((*inner, total, failed), value)
+        return {sample_op: sample, param_op: self._param_clause(), fx.fail_op: _failed}
 
     def ret(self, state, result):
-        *inner, total = state
-        return super().ret(tuple(inner), result), total
+        *inner, total, failed = state
+        return super().ret(tuple(inner), result), _total(total, failed)
 
 
 def check_call(api, model_args, model_kwargs, params=None):

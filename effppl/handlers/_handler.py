@@ -130,8 +130,14 @@ def _base_value(params, value, *, resume, **static):
     return resume(params, value)
 
 
+def _base_fail(params, when, carry, values, *, resume, message):
+    """`effects.fail` that no handler inside took (not a log density: `Predictive`, `trace`):
+    the model goes on with what the failing code returned (`inf` values of a failed solve)."""
+    return resume(params, carry)
+
+
 _BASE = {sample_op: _base_sample, param_op: _base_param, deterministic_op: _base_value,
-         _mutable.mutable_op: _base_value}
+         _mutable.mutable_op: _base_value, fx.fail_op: _base_fail}
 
 
 def forward_param(msg, **static):

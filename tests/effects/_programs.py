@@ -37,6 +37,7 @@ B.2 rewrite), also through forwarding clauses, which re-perform at their top lev
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -76,8 +77,8 @@ class Program:
     def evaluate(self) -> Any:
         return R.evaluate(self.body, {n: v for (n, _), v in zip(self.inputs, self.args())})
 
-    def to_jax(self) -> Callable[..., Any]:
-        return to_jax(self.body, tuple(n for n, _ in self.inputs))
+    def to_jax(self, bounded_while: bool = False) -> Callable[..., Any]:
+        return to_jax(self.body, tuple(n for n, _ in self.inputs), bounded_while)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,10 +103,20 @@ def operations() -> dict[str, Any]:
     return {name: make(name, spec) for name, spec in OPS.items()}
 
 
-def to_jax(expr: R.Expr, inputs: tuple[str, ...] = ()) -> Callable[..., Any]:
-    """Compiles `expr` into `fn(*inputs)`. Call it with `jax_enable_x64` on."""
+_BOUNDED_WHILE = contextvars.ContextVar("bounded_while", default=False)
+
+
+def to_jax(expr: R.Expr, inputs: tuple[str, ...] = (),
+           bounded_while: bool = False) -> Callable[..., Any]:
+    """Compiles `expr` into `fn(*inputs)`. Call it with `jax_enable_x64` on. With
+    `bounded_while`, a `While` becomes `effects.while_loop` with `max_steps=max_iter` (else a
+    `lax.while_loop`)."""
     def fn(*args):
-        return _compile(expr, dict(zip(inputs, args, strict=True)))
+        token = _BOUNDED_WHILE.set(bounded_while)
+        try:
+            return _compile(expr, dict(zip(inputs, args, strict=True)))
+        finally:
+            _BOUNDED_WHILE.reset(token)
     return fn
 
 
@@ -181,6 +192,9 @@ def _compile(e, env):
                 i, x = s
                 return i + 1, c(body, {**env, carry: x, counter: f64(i)})
 
+            if _BOUNDED_WHILE.get():
+                return fx.while_loop(cond_fn, body_fn, (jnp.int32(0), c(init)),
+                                     max_steps=max_iter)[1]
             return lax.while_loop(cond_fn, body_fn, (jnp.int32(0), c(init)))[1]
         case R.Jit(body, args):
             return jax.jit(lambda *vs: _compile(body, dict(zip(args, vs))))(*[env[a] for a in args])

@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import given, note, settings
 from jax.extend.core import ClosedJaxpr, Jaxpr, check_jaxpr
 
 from effppl import effects as fx
@@ -69,8 +69,8 @@ def _names_in_param(param):
             yield from _names_in_param(item)
 
 
-def assert_translates_to(program: Program, expected):
-    fn, args = program.to_jax(), program.args()
+def assert_translates_to(program: Program, expected, bounded_while=False):
+    fn, args = program.to_jax(bounded_while), program.args()
     closed = fx.make_jaxpr(fn)(*args)
     check_jaxpr(closed.jaxpr)
     left = _EFFECT_PRIMITIVES & set(_primitive_names(closed.jaxpr))
@@ -303,6 +303,15 @@ def test_translation_matches_reference_on_random_programs(program):
 def test_translation_matches_reference_on_aborts_through_forwarders_in_loops(program):
     note(show(program))
     assert_translates_to(program, program.evaluate())
+
+
+@settings(max_examples=60)  # the same generator as above: a sample of it is enough here
+@given(programs(GenOptions(max_length=3)))
+def test_translation_matches_reference_with_bounded_while_loops(program):
+    """The same random programs with each `while_loop` an `effects.while_loop` (bounded by the
+    program's own `max_iter`): its translation rule is `lax.while_loop`'s, rewrites included."""
+    note(show(program))
+    assert_translates_to(program, program.evaluate(), bounded_while=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -178,8 +178,8 @@ def test_every_name_in_the_rule_table_exists_in_the_code():
     for name in names - {"py"}:
         assert re.search(rf"^\s*(def|class) {name}\b|^{name} = |\b{name} = |\b{name}\b.*_p\b",
                          sources, flags=re.M), name
-    for name in files:
-        assert (README.parent / name).is_file(), name
+    for name in files:  # a file of this package, or of the repository (the tests' oracle)
+        assert (README.parent / name).is_file() or (README.parents[2] / name).is_file(), name
 
 
 def test_the_rule_table_covers_every_registered_rule():

@@ -15,6 +15,7 @@ import pytest
 from numpyro.contrib.control_flow import scan as numpyro_scan
 
 from effppl.infer import MCMC, NUTS, DivergenceWarning
+from models import lotka_volterra
 
 from ._models import local_level
 from ._ppl import deterministic, dist, factor, plate, sample
@@ -144,3 +145,13 @@ def test_scan_model_matches_numpyro_nuts():
         z = np.abs(a.mean((0, 1)) - b.mean((0, 1))) / np.sqrt(se_a**2 + se_b**2)
         assert np.all(z < 4.5), (name, z)
         np.testing.assert_allclose(a.std((0, 1)), b.std((0, 1)), rtol=0.1)
+
+
+def test_lotka_volterra_ode_model_matches_posteriordb():
+    """An ODE model: `effppl.ode.solve` (Dormand-Prince, Stan's tolerances) inside NUTS."""
+    folder = POSTERIORDB / "hudson_lynx_hare-lotka_volterra"
+    _, reference = _reference("hudson_lynx_hare-lotka_volterra")
+    mcmc = _sample(lotka_volterra.effppl_model, *lotka_volterra.load(folder), num_chains=2)
+    s = mcmc.get_samples()
+    draws = {**_flat(s, "theta", 4), **_flat(s, "z_init", 2), **_flat(s, "sigma", 2)}
+    _assert_matches_reference(draws, reference)

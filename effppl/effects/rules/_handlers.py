@@ -53,6 +53,8 @@ def _perform_translate_rule(eqn, ins, H, K, resume, rest):
     where = _compat.summarize_source(eqn.source_info)
     key = site_key(eqn)
     i = next((i for i in range(len(H) - 1, -1, -1) if H[i].spec.handles(key)), None)
+    if i is None and op.default is not None:  # no handler: the operation's default, in place
+        return op.run_default(ins, eqn.params["in_tree"], eqn.params["static"]), H
     if i is None:
         raise UnhandledEffectError(
             f"Operation `{op.name}` (performed at {where}) is not handled by any enclosing handler. "

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import _compat
-from .._core import ClauseKind, in_play
+from .._bounded import bounded_while_p, while_loop
+from .._core import _OUR_EFFECTS, ClauseKind, OpEffect, handle_p, in_play
 from .._errors import UnsupportedHandlerError
 from .._handle import handle
 from .._translate import (
@@ -174,26 +175,38 @@ def _perform_again(key, flag, args, outs):
 # --------------------------------------------------------------------------------------------
 # while
 
+_LOOPS = (_compat.while_p, _compat.scan_p, bounded_while_p)
+
 
 class _WhileLoop(NamedTuple):
-    """A `while_loop` equation's parameters, by name."""
+    """A `while_loop` equation's parameters, by name (a `lax.while_loop`, or an
+    `effects.while_loop`, bounded, whose rewrites and translation stay bounded loops)."""
 
     cond: Any  # ClosedJaxpr of the condition
     body: Any  # ClosedJaxpr of the body
     n_cond_consts: int
     n_body_consts: int
+    bound: tuple = ()  # `(max_steps, checkpoints)` of a bounded loop
 
     @classmethod
     def of(cls, eqn):
         p = eqn.params
-        return cls(p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"])
+        bound = (p["max_steps"], p["checkpoints"]) if eqn.primitive is bounded_while_p else ()
+        return cls(p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"], bound)
 
     def split(self, ins):
         """`(condition constants, body constants, initial carry)` from the equation's inputs."""
         return _compat.split_list(list(ins), [self.n_cond_consts, self.n_body_consts])
 
+    def loop(self, cond, body, init):
+        """A new loop of the same kind: `lax.while_loop`, or `while_loop` with the same bound."""
+        if not self.bound:
+            return jax.lax.while_loop(cond, body, init)
+        max_steps, checkpoints = self.bound
+        return while_loop(cond, body, init, max_steps=max_steps, checkpoints=checkpoints)
 
-@register(_compat.while_p)
+
+@register(_compat.while_p, bounded_while_p)
 def _while_translate_rule(eqn, ins, H, K, resume, rest):
     loop = _WhileLoop.of(eqn)
     if in_play(loop.cond.effects):
@@ -211,7 +224,7 @@ def _while_translate_rule(eqn, ins, H, K, resume, rest):
         return _cast(outs, carry_avals), _cast(frame_params(H_out), p_avals)
 
     try:
-        c, params = try_in_place(loop.body.jaxpr, H, lambda: jax.lax.while_loop(
+        c, params = try_in_place(loop.body.jaxpr, H, lambda: loop.loop(
             cond, body, (list(init), frame_params(H))))
     except CrossesBarrier as exc:
         return _crossing(exc, eqn, _abortive_rewrite, ins, H, K, rest)
@@ -233,7 +246,7 @@ def _effectful_cond_rewrite(eqn):
             c = list(_compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c))
             return test(c), c
 
-        _, c = jax.lax.while_loop(lambda s: s[0], step, (test(list(init)), list(init)))
+        _, c = loop.loop(lambda s: s[0], step, (test(list(init)), list(init)))
         return c
 
     return program
@@ -251,12 +264,79 @@ def _abortive_rewrite(eqn, key):
             c, flag, _ = state
             return jnp.logical_and(flag == 0, _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *c)[0])
 
+        intercept = _recorded if _recordable(loop.body.jaxpr, key.op) else _intercepted
+
         def step(state):
             c, _, args = state
-            return _intercepted(key, lambda: _compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c),
-                                c, args)
+            return intercept(key, lambda: _compat.eval_jaxpr(loop.body.jaxpr, loop.body.consts, *bc, *c),
+                             c, args)
 
-        c, flag, args = jax.lax.while_loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
+        c, flag, args = loop.loop(cond, step, (list(init), jnp.int32(0), _zeros(key)))
         return _perform_again(key, flag, args, c)
 
     return program
+
+
+def _recordable(body, op) -> bool:
+    """Whether, in a loop body, nothing after the first equation that performs `op` performs
+    another operation or has a side effect, and no loop inside the body performs `op`: then an
+    iteration that performs `op` may run to its end, its outputs discarded (`_recorded`), with
+    the same result as stopping it there (`_intercepted`), and without a branch around the rest
+    of the body. (The body of a `_recorded` handler, for another signature of `op`, is read in
+    its place: it is the same body.)"""
+    from .._walk import iter_eqns
+
+    def eqns(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive is handle_p and eqn.params["spec"].name == _RECORDING:
+                yield from eqns(eqn.params["body"].jaxpr)
+            else:
+                yield eqn
+
+    def performs(eqn):
+        return {e.op for e in eqn.effects if isinstance(e, OpEffect)}
+
+    seen = False
+    for eqn in eqns(body):
+        ops = performs(eqn)
+        if op in ops and any(e.primitive in _LOOPS and op in performs(e)
+                             for e in [eqn, *(x for sub in _compat.jaxprs_in_params(eqn.params)
+                                             for x in iter_eqns(sub))]):
+            return False
+        if seen or op in ops:
+            if ops - {op} or any(not isinstance(e, _OUR_EFFECTS) for e in eqn.effects):
+                return False
+            seen = True
+    return True
+
+
+_RECORDING = "_recording"  # the name of `_recorded`'s handler (`_recordable` reads its body)
+
+
+def _recorded(key, body, stopped_outs, args):
+    """`_intercepted`, where the body may run to its end (`_recordable`): a tail-resumptive
+    local handler records `(1, the operation's arguments)` at the first perform of `key` and
+    resumes with zeros; the body's outputs are then `stopped_outs`. No `cond` around the rest."""
+    op = key.op
+    out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
+
+    def clause(params, *op_args, resume, **static):
+        leaves, tree = jax.tree_util.tree_flatten(op_args)
+        avals = tuple(_compat.abstractify(x) for x in leaves)
+        if (tree, avals, tuple(sorted(static.items()))) != (key.in_tree, key.in_avals, key.static):
+            return resume(params, op(*op_args, **static))
+        flag, recorded = params
+        recorded = [jnp.where(flag == 1, r, x) for r, x in zip(recorded, leaves)]
+        value = out_tree.unflatten([jnp.zeros(a.shape, a.dtype) for a in out_avals])
+        return resume((jnp.int32(1), recorded), value)
+
+    def ret(params, outs):
+        flag, recorded = params
+        outs = [jnp.where(flag == 1, s, o) for s, o in zip(stopped_outs, outs)]
+        return outs, flag, recorded
+
+    def _recording():
+        return list(body())
+
+    assert _recording.__name__ == _RECORDING
+    return handle(_recording, params=(jnp.int32(0), list(args)), clauses={op: clause}, ret=ret)()
