@@ -5,6 +5,7 @@ structure and arrays, finds initial points, calls the compiled chunks under a tq
 and stores the draws. A second `run` with new data of the same shapes compiles nothing.
 """
 
+import functools
 import math
 import warnings
 from typing import Any, NamedTuple
@@ -26,9 +27,18 @@ from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._kernels import _HMCFamily
-from ._sampler import Span, sampler_for, warmup_schedule
+from ._sampler import Span, sampler_for
+from ._warmup_check import (
+    MaxTreeDepthWarning,
+    StuckChainWarning,
+    degenerate_chains,
+    warn_degenerate,
+    warn_tree_depth,
+)
 
-__all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
+__all__ = ["MCMC", "MCMCState", "DivergenceWarning", "StuckChainWarning", "MaxTreeDepthWarning"]
+
+_WARMUP_RETRIES = 2  # times a chain whose warmup degenerated is restarted from a new point
 
 _CHAIN_METHODS = ("vectorized", "sharded")
 
@@ -122,6 +132,17 @@ def _advance(bar, num: int, postfix: str) -> None:
     bar.reset()
     bar.n = bar.last_print_n = bar.initial = num  # a rate from later chunks only; ETA "?" until then
     bar.refresh()
+
+
+def _pick(mask, a, b):
+    """`a` where `mask[chain]`, else `b` (leading chain axis)."""
+    return jnp.where(jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b)
+
+
+@jax.jit
+def _refold(keys, attempt):
+    """Every key of `keys[chain, step]` folded with `attempt` (a restarted warmup's keys)."""
+    return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, attempt)))(keys)
 
 
 def _concat(parts):
@@ -288,17 +309,20 @@ class MCMC:
                     f"`{api}`: the log density of model `{fns.name}` is not finite at the "
                     f"`post_warmup_state`'s position (a state of another model or data?). Set "
                     f"`post_warmup_state = None` to initialise and warm up anew.")
-            chain = sampler.start(position, pe, grad)
+            chain = sampler.start(self.num_warmup)(position, pe, grad)
             return chain._replace(step_size=pws.step_size,
                                   inverse_mass_matrix=pws.inverse_mass_matrix), 0
         if init_params is not None:
             init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
         else:
             init = find_initial_params(fns, self.kernel.init_strategy, keys[0], self.num_chains,
-                                       dynamic, api=api, chain_keys=keys[1])
-        return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
+                                       dynamic, api=api, chain_keys=keys[1],
+                                       max_rounding_error=self.kernel.divergence_threshold)
+        start = sampler.start(self.num_warmup)
+        return start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
-    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
+                 collect_warmup: bool = False):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
         if mesh is not None:
@@ -317,30 +341,51 @@ class MCMC:
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
         warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
+        if collect_warmup:  # warmup transitions recorded into the draws' buffers
+            warmup_length = min(warmup_length, length)
         keys = self._place(keys, mesh, PartitionSpec("chain"))
-        schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
+        schedule, chunk = sampler.schedule(self.num_warmup), sampler.chunk(length)
 
-        def call(chain, start, num, sampling):
+        def call(chain, keys, start, num, sampling, record=False):
             span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
-                        thinning=np.int32(thinning), offset=np.int32(num_warmup))
+                        thinning=np.int32(thinning), offset=np.int32(num_warmup),
+                        record=np.bool_(record))
             return chunk(chain, keys, span, schedule, dynamic)
 
-        values, stats, n_div = [], [], 0
+        values, stats = [], []
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
-            for start in range(0, num_warmup, warmup_length):
-                num = min(warmup_length, num_warmup - start)
-                chain, _, _, nd = call(chain, start, num, False)
+            first = chain
+            for attempt in range(_WARMUP_RETRIES + 1):
+                n_div, values, stats, chain = 0, [], [], first
+                for start in range(0, num_warmup, warmup_length):
+                    num = min(warmup_length, num_warmup - start)
+                    chain, v, st, nd = call(chain, keys, start, num, False, collect_warmup)
+                    if collect_warmup:
+                        values.append(jax.tree.map(lambda x, num=num: x[:, :num], v))
+                        stats.append(jax.tree.map(lambda x, num=num: x[:, :num], st))
+                    if self.progress_bar:
+                        n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
+                        _advance(bar, num, f"{n_div} divergences in warmup")
+                bad = degenerate_chains(chain, num_warmup)
+                if not bad or attempt == _WARMUP_RETRIES or init_params is not None:
+                    break
+                first, keys = self._restart(sampler, fns, first, keys, bad, init_key,
+                                            attempt + 1, dynamic, mesh, api)
                 if self.progress_bar:
-                    n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
-                    _advance(bar, num, f"{n_div} divergences in warmup")
+                    bar.reset()
+                    bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
+            if bad:
+                warn_degenerate(fns.name, self.num_chains, bad, _WARMUP_RETRIES)
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
+            if sample:
+                values, stats = [], []
             n_div = 0
             for start in range(0, num_draws, length):
                 num = min(length, num_draws - start)
                 # draws move the chain only: its kernel parameters are those of the warmup
-                out, v, st, _ = call(chain, start, num, True)
+                out, v, st, _ = call(chain, keys, start, num, True)
                 chain = chain._replace(state=out.state)
                 if num < length:
                     v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
@@ -355,6 +400,9 @@ class MCMC:
                          inverse_mass_matrix=chain.inverse_mass_matrix)
         if not sample:
             self.post_warmup_state = last
+            if collect_warmup and values:
+                self._results = MCMCResults(samples=_concat(values), stats=_concat(stats),
+                                            fns=fns, dynamic=dynamic, info=info, last_state=last)
             return
         samples, stats = _concat(values), _concat(stats)
         if mesh is not None:  # read to every host once, when the draws span processes
@@ -362,6 +410,21 @@ class MCMC:
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
+        warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
+
+    def _restart(self, sampler, fns, first, keys, bad, init_key, attempt, dynamic, mesh, api):
+        """The starting `ChainState` and keys with the chains in `bad` given a new initial point
+        and new transition keys (the other chains keep theirs, and so repeat their warmup)."""
+        init = find_initial_params(fns, self.kernel.init_strategy,
+                                   jax.random.fold_in(init_key, attempt), self.num_chains,
+                                   dynamic, api=api,
+                                   max_rounding_error=self.kernel.divergence_threshold)
+        fresh = sampler.start(self.num_warmup)(*self._place(init, mesh, PartitionSpec("chain")))
+        redo = np.zeros(self.num_chains, bool)
+        redo[sorted(bad)] = True
+        new_keys = _refold(keys, np.uint32(attempt))
+        pick = functools.partial(_pick, jnp.asarray(redo))
+        return jax.tree.map(pick, fresh, first), pick(new_keys, keys)
 
     def _warn_divergences(self, fns, num_draws):
         n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
@@ -378,14 +441,32 @@ class MCMC:
         that error, naming the site, instead."""
         return explained_by_parameters(self.kernel.model, args, kwargs, (InitializationError,))
 
-    def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:
+    def warmup(self, rng_key, *args, extra_fields=(), collect_warmup: bool = False,
+               init_params=None, **kwargs) -> None:
         """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
 
-        **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
+        **Arguments:** as `run`, and `collect_warmup`: keep the warmup's transitions, as
+        NumPyro's `MCMC.warmup(..., collect_warmup=True)`: `get_samples` and `get_extra_fields`
+        then return them (`num_warmup` per chain; `step_size` the one in force at each, and
+        `n_steps`/`num_steps` its leapfrog steps, i.e. gradient evaluations) until the next
+        `run`. `extra_fields` as for `run`.
+
+        **Returns:** `None`; sets `self.post_warmup_state`.
+
+        **Warns:** `StuckChainWarning` naming each chain whose warmup degenerated (a collapsed
+        step size, an inverse mass matrix that is not finite and positive, or a chain that ended
+        the warmup stuck at one point) after two restarts from new initial points.
         """
+        if not isinstance(collect_warmup, (bool, np.bool_)):
+            raise MCMCError(f"`effppl.infer.MCMC.warmup(..., collect_warmup=...)` expected a "
+                            f"bool, but got {collect_warmup!r}.")
+        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.warmup")
         with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
-                          init_params=init_params)
+                          init_params=init_params, collect_warmup=bool(collect_warmup))
+        if collect_warmup and self.num_warmup:
+            stats = self._get("stats", "warmup")
+            stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
@@ -416,6 +497,8 @@ class MCMC:
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
+        `StuckChainWarning` as for `warmup`; `MaxTreeDepthWarning` (NUTS) when more than a tenth
+        of the post-warmup transitions stopped at `max_tree_depth`.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \

@@ -16,6 +16,7 @@ from ..._errors import EffpplError
 from .._init import InitStrategy, init_to_uniform
 from .._init_site import as_strategy
 from .._model import model_name
+from ._adaptation import MASS_MATRICES
 
 __all__ = ["NUTS", "HMC"]
 
@@ -24,6 +25,11 @@ _UNIFORM = init_to_uniform()  # frozen: one default object serves every kernel
 
 class KernelSettingsError(EffpplError, ValueError):
     """A sampler setting is invalid."""
+
+
+DEFAULT_MASS_MATRIX = "diag"
+"""The adaptation scheme `NUTS` and `HMC` use unless told otherwise (see `benchmarks/README.md`,
+"Warmup adaptation", for why)."""
 
 
 def _check(api: str, name: str, value: Any, ok: bool, expected: str) -> None:
@@ -53,7 +59,8 @@ class _HMCFamily:
     _algorithm = blackjax.hmc
 
     def __init__(self, model: Callable, *, step_size, adapt_step_size, adapt_mass_matrix,
-                 dense_mass, target_accept_prob, init_strategy, divergence_threshold):
+                 dense_mass, target_accept_prob, init_strategy, divergence_threshold,
+                 mass_matrix=None):
         api = self._api
         _check(api, "model", model, callable(model), "a callable model")
         _check(api, "step_size", step_size, _positive(step_size), "a positive float")
@@ -67,11 +74,18 @@ class _HMCFamily:
                "site message as in NumPyro")
         _check(api, "divergence_threshold", divergence_threshold,
                _positive(divergence_threshold), "a positive float")
+        _check(api, "mass_matrix", mass_matrix, mass_matrix is None or mass_matrix in MASS_MATRICES,
+               f"one of {MASS_MATRICES} (or None: 'dense' with dense_mass=True, else "
+               f"{DEFAULT_MASS_MATRIX!r})")
+        _check(api, "mass_matrix", mass_matrix,
+               not (dense_mass and mass_matrix not in (None, "dense")),
+               "'dense' or None when dense_mass=True (dense_mass=True is mass_matrix='dense')")
+        self.mass_matrix = mass_matrix or ("dense" if dense_mass else DEFAULT_MASS_MATRIX)
         self.model = model
         self.step_size = float(step_size)
         self.adapt_step_size = bool(adapt_step_size)
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
-        self.dense_mass = dense_mass
+        self.dense_mass = self.mass_matrix == "dense"
         self.target_accept_prob = float(target_accept_prob)
         self.init_strategy = as_strategy(init_strategy)
         self.divergence_threshold = float(divergence_threshold)
@@ -80,7 +94,7 @@ class _HMCFamily:
         """Hashable settings that determine the compiled sampler (the model excluded)."""
         return (
             type(self).__name__, self.step_size, self.adapt_step_size, self.adapt_mass_matrix,
-            self.dense_mass, self.target_accept_prob, self.divergence_threshold,
+            self.mass_matrix, self.target_accept_prob, self.divergence_threshold,
             tuple(sorted(self.kernel_kwargs().items())),
         )
 
@@ -164,7 +178,7 @@ class HMC(_HMCFamily):
                  adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
                  dense_mass: bool = False, target_accept_prob: float = 0.8,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0):
+                 divergence_threshold: float = 1000.0, mass_matrix: str | None = None):
         _check("HMC", "num_steps", num_steps,
                isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
                "an int >= 1")
@@ -172,7 +186,7 @@ class HMC(_HMCFamily):
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
-                         divergence_threshold=divergence_threshold)
+                         divergence_threshold=divergence_threshold, mass_matrix=mass_matrix)
 
     def kernel_kwargs(self) -> dict:
         return {"num_integration_steps": self.num_steps}
@@ -224,7 +238,7 @@ class NUTS(_HMCFamily):
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,
-                 divergence_threshold: float = 1000.0):
+                 divergence_threshold: float = 1000.0, mass_matrix: str | None = None):
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
                and max_tree_depth >= 1, "an int >= 1")
@@ -232,7 +246,7 @@ class NUTS(_HMCFamily):
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
-                         divergence_threshold=divergence_threshold)
+                         divergence_threshold=divergence_threshold, mass_matrix=mass_matrix)
 
     def build_kernel(self) -> Callable:
         return blackjax.nuts.build_kernel(divergence_threshold=self.divergence_threshold)
