@@ -135,8 +135,8 @@ def test_fisher_diagonal_estimate_matches_numpy():
     written, n = 47, 12  # rows written so far (ring of 30); the last 12 count
     rows = [(written - n + k) % 30 for k in range(n)]
     expected = np.sqrt(draws[rows].var(0) / grads[rows].var(0))
-    ordered = [_fisher._ordered(jnp.asarray(b), written, n) for b in (draws, grads)]
-    got = _fisher._diag_estimate(*ordered, n)
+    got = _fisher._diag_estimate(_fisher._ordered(jnp.asarray(draws), written, n),
+                                 _fisher._ordered(jnp.asarray(grads), written, n), n)
     np.testing.assert_allclose(got, expected, rtol=1e-10)
 
 

@@ -236,7 +236,8 @@ class Sampler:
             0, num, one_draw, carry)
         state = state._replace(position=unravel(state.position),
                                logdensity_grad=unravel(state.logdensity_grad))
-        chain = ChainState(_strong(state), astate, *_strong(self.final(astate)), stuck_for)
+        step_size, imm = _strong(self.final(astate))
+        chain = ChainState(_strong(state), astate, step_size, imm, stuck_for)
         return chain, values, stats, n_div
 
 
