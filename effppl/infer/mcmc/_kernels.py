@@ -134,7 +134,8 @@ class _HMCFamily:
 class HMC(_HMCFamily):
     """Hamiltonian Monte Carlo with a fixed number of leapfrog steps, on blackjax's `hmc` kernel.
 
-    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation (or by nutpie's
+    Fisher-divergence adaptation: `mass_matrix=`)
     (`blackjax.window_adaptation`).
 
     **Arguments:**
@@ -145,7 +146,18 @@ class HMC(_HMCFamily):
       `adapt_step_size=False`.
     - `adapt_step_size`: tune the step size by dual averaging during warmup.
     - `adapt_mass_matrix`: estimate the inverse mass matrix during warmup.
-    - `dense_mass`: a dense (`True`) or diagonal (`False`) mass matrix.
+    - `dense_mass`: a dense (`True`) or diagonal (`False`) mass matrix (NumPyro's name;
+      `True` is `mass_matrix="dense"`).
+    - `mass_matrix`: the warmup's adaptation scheme. `"diag"` (the default) and `"dense"`:
+      Stan's window adaptation of a diagonal or dense inverse mass matrix from the draws'
+      variances or covariance (Stan Reference Manual, "HMC algorithm parameters"). `"fisher_diag"`
+      and `"low_rank"`: nutpie's Fisher-divergence adaptation (Seyboldt et al. 2026,
+      arXiv 2603.18845), a diagonal `sqrt(Var[x] / Var[grad log p])` from the draws and their
+      gradients, plus, for `"low_rank"`, a rank-10 correction from their covariances, applied in
+      O(d k) per leapfrog step (never a d x d matrix), on nutpie's schedule (windows of 10 draws
+      over the first 30% of the warmup, then of 80 growing by 1.5x; the last 15% tunes the step
+      size alone). `"low_rank"` suits correlated posteriors at any dimension, where `"dense"`
+      costs O(d^2) per step. `None`: `"dense"` when `dense_mass=True`, else the default.
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
@@ -153,7 +165,8 @@ class HMC(_HMCFamily):
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
 
     **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
-    "HMC algorithm parameters"; blackjax `blackjax.hmc`.
+    "HMC algorithm parameters"; Seyboldt, Carlson & Carpenter (2026), "Preconditioning HMC by
+    minimising Fisher divergence", arXiv 2603.18845 (nutpie); blackjax `blackjax.hmc`.
 
     Example: a standard normal, sampled with 8 leapfrog steps per transition.
 
@@ -195,22 +208,23 @@ class HMC(_HMCFamily):
 class NUTS(_HMCFamily):
     """The No-U-Turn Sampler (multinomial, iterative) on blackjax's `nuts` kernel.
 
-    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation (or by nutpie's
+    Fisher-divergence adaptation: `mass_matrix=`)
     (`blackjax.window_adaptation`).
 
     **Arguments:**
 
     - `model`: the model, a Python callable using `effppl.sample`.
-    - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `target_accept_prob`,
-      `init_strategy`, `divergence_threshold`: as for `HMC`.
+    - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `mass_matrix`,
+      `target_accept_prob`, `init_strategy`, `divergence_threshold`: as for `HMC`.
     - `max_tree_depth`: maximum number of trajectory doublings (at most `2**max_tree_depth - 1`
       leapfrog steps per transition).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
 
     **References:** Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15; Betancourt (2017),
-    "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; blackjax
-    `blackjax.nuts`.
+    "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; Seyboldt et
+    al. (2026), arXiv 2603.18845 (nutpie's adaptation); blackjax `blackjax.nuts`.
 
     Example: a linear regression; `y` is given as a keyword, so `Predictive` can leave it out.
 
