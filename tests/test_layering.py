@@ -149,3 +149,24 @@ def test_no_private_handlers_module_is_imported_from_outside_handlers():
                  for line, target in _imports(path)
                  if target.startswith("effppl.handlers.") and target not in PPL_DOORS]
     assert offenders == []
+
+
+def test_blackjax_is_reached_through_public_names_only():
+    """No blackjax module or name whose path has a part starting with `_` (dunders such as
+    `__version__` aside): blackjax's contract is its modules' public names; a private one may
+    change in any release."""
+    offenders = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blackjax"):
+                names = node.module.split(".") + [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [p for a in node.names if a.name.startswith("blackjax")
+                         for p in a.name.split(".")]
+            elif isinstance(node, ast.Attribute) and ast.unparse(node).startswith("blackjax."):
+                names = ast.unparse(node).split(".")
+            else:
+                continue
+            if any(n.startswith("_") and not n.startswith("__") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []

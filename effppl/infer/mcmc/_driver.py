@@ -8,7 +8,6 @@ and stores the draws. A second `run` with new data of the same shapes compiles n
 import functools
 import math
 import warnings
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +15,6 @@ import numpy as np
 import tqdm.auto as tqdm
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..._errors import EffpplError
 from ..._keys import typed_key
 from ...handlers.internal import check_enumerable
 from .._compile._arguments import leaked_tracers
@@ -27,58 +25,15 @@ from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._kernels import _HMCFamily
+from ._results import DivergenceWarning, MCMCError, MCMCResults, MCMCResultsView, MCMCState
 from ._sampler import Span, sampler_for
-from ._warmup_check import (
-    MaxTreeDepthWarning,
-    StuckChainWarning,
-    degenerate_chains,
-    warn_degenerate,
-    warn_tree_depth,
-)
+from ._warmup import restarted, warm_up
+from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning, warn_tree_depth
 
-__all__ = ["MCMC", "MCMCState", "DivergenceWarning", "StuckChainWarning", "MaxTreeDepthWarning"]
-
-_WARMUP_RETRIES = 2  # times a chain whose warmup degenerated is restarted from a new point
+__all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
+           "MaxTreeDepthWarning"]
 
 _CHAIN_METHODS = ("vectorized", "sharded")
-
-
-class MCMCError(EffpplError, ValueError):
-    """Invalid MCMC settings, model, or call order."""
-
-
-class DivergenceWarning(UserWarning):
-    """Some post-warmup transitions diverged (including non-finite log densities)."""
-
-
-class MCMCState(NamedTuple):
-    """The chains' state after warmup or sampling (leading axis: chain).
-
-    `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
-    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
-    """
-
-    position: dict
-    logdensity: Any
-    logdensity_grad: dict
-    step_size: Any
-    inverse_mass_matrix: Any
-
-
-class MCMCResults(NamedTuple):
-    """What `MCMC.run` keeps: the draws and everything needed to describe them.
-
-    `samples`: dict site -> constrained draws `[chain, draw, ...]`; `stats`: dict statistic ->
-    `[chain, draw]`; `fns`: the model's `ModelFns`; `dynamic`: the model's array arguments;
-    `info`: its `ModelInfo`; `last_state`: the chains' final `MCMCState`.
-    """
-
-    samples: dict
-    stats: dict
-    fns: Any
-    dynamic: tuple
-    info: Any
-    last_state: MCMCState
 
 
 def _as_key(rng_key, api, error: type[Exception] = MCMCError):
@@ -134,24 +89,13 @@ def _advance(bar, num: int, postfix: str) -> None:
     bar.refresh()
 
 
-def _pick(mask, a, b):
-    """`a` where `mask[chain]`, else `b` (leading chain axis)."""
-    return jnp.where(jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b)
-
-
-@jax.jit
-def _refold(keys, attempt):
-    """Every key of `keys[chain, step]` folded with `attempt` (a restarted warmup's keys)."""
-    return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, attempt)))(keys)
-
-
 def _concat(parts):
     if len(parts) == 1:
         return parts[0]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
 
 
-class MCMC:
+class MCMC(MCMCResultsView):
     """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
 
     **Arguments:**
@@ -352,31 +296,13 @@ class MCMC:
                         record=np.bool_(record))
             return chunk(chain, keys, span, schedule, dynamic)
 
-        values, stats = [], []
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
-            first = chain
-            for attempt in range(_WARMUP_RETRIES + 1):
-                n_div, values, stats, chain = 0, [], [], first
-                for start in range(0, num_warmup, warmup_length):
-                    num = min(warmup_length, num_warmup - start)
-                    chain, v, st, nd = call(chain, keys, start, num, False, collect_warmup)
-                    if collect_warmup:
-                        values.append(jax.tree.map(lambda x, num=num: x[:, :num], v))
-                        stats.append(jax.tree.map(lambda x, num=num: x[:, :num], st))
-                    if self.progress_bar:
-                        n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
-                        _advance(bar, num, f"{n_div} divergences in warmup")
-                bad = degenerate_chains(chain, num_warmup)
-                if not bad or attempt == _WARMUP_RETRIES or init_params is not None:
-                    break
-                first, keys = self._restart(sampler, fns, first, keys, bad, init_key,
-                                            attempt + 1, dynamic, mesh, api)
-                if self.progress_bar:
-                    bar.reset()
-                    bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
-            if bad:
-                warn_degenerate(fns.name, self.num_chains, bad, _WARMUP_RETRIES)
+            chain, keys, values, stats = warm_up(
+                call, chain, keys, num_warmup, warmup_length, collect=collect_warmup,
+                restart=None if init_params is not None else functools.partial(
+                    self._restart, sampler, fns, init_key, dynamic, mesh, api),
+                model=fns.name, **self._warmup_progress(bar))
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
             if sample:
@@ -412,19 +338,32 @@ class MCMC:
         self._warn_divergences(fns, num_draws)
         warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
 
-    def _restart(self, sampler, fns, first, keys, bad, init_key, attempt, dynamic, mesh, api):
-        """The starting `ChainState` and keys with the chains in `bad` given a new initial point
-        and new transition keys (the other chains keep theirs, and so repeat their warmup)."""
+    def _restart(self, sampler, fns, init_key, dynamic, mesh, api, first, keys, bad, attempt):
+        """`(first, keys)` with the chains in `bad` given a new initial point and new transition
+        keys (the other chains keep theirs, and so repeat their warmup)."""
         init = find_initial_params(fns, self.kernel.init_strategy,
                                    jax.random.fold_in(init_key, attempt), self.num_chains,
                                    dynamic, api=api,
                                    max_rounding_error=self.kernel.divergence_threshold)
         fresh = sampler.start(self.num_warmup)(*self._place(init, mesh, PartitionSpec("chain")))
-        redo = np.zeros(self.num_chains, bool)
-        redo[sorted(bad)] = True
-        new_keys = _refold(keys, np.uint32(attempt))
-        pick = functools.partial(_pick, jnp.asarray(redo))
-        return jax.tree.map(pick, fresh, first), pick(new_keys, keys)
+        return restarted(first, keys, fresh, bad, attempt)
+
+    def _warmup_progress(self, bar) -> dict:
+        """`warm_up`'s progress callbacks for the tqdm bar `bar` (none without a bar)."""
+        if not self.progress_bar:
+            return {}
+        n_div = [0]
+
+        def on_chunk(num, nd):
+            n_div[0] += int(jnp.sum(nd))  # (a global array in a multi-process run)
+            _advance(bar, num, f"{n_div[0]} divergences in warmup")
+
+        def on_restart(bad):
+            n_div[0] = 0
+            bar.reset()
+            bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
+
+        return {"on_chunk": on_chunk, "on_restart": on_restart}
 
     def _warn_divergences(self, fns, num_draws):
         n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
@@ -507,64 +446,3 @@ class MCMC:
                           init_params=init_params)
         stats = self._get("stats", "run")
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
-
-    # -- results ---------------------------------------------------------------------------
-
-    def _results_for(self, api) -> MCMCResults:
-        if self._results is None:
-            raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
-        return self._results
-
-    def _get(self, name, api):
-        return getattr(self._results_for(api), name)
-
-    @staticmethod
-    def _flatten(tree, group_by_chain):
-        if group_by_chain:
-            return tree
-        return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
-
-    def get_samples(self, group_by_chain: bool = False) -> dict:
-        """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.
-
-        Latent sites are constrained (in their support); deterministic sites are included.
-        """
-        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
-
-    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
-        """Per-draw sampler statistics, shaped like `get_samples`.
-
-        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
-        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
-        `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
-        """
-        return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
-
-    @property
-    def last_state(self) -> MCMCState:
-        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
-        return self._get("last_state", "last_state")
-
-    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
-        """Print mean, sd, quantiles, bulk ESS and split R-hat per site, and the divergences.
-
-        Diagnostics come from `numpyro.diagnostics.print_summary` (Gelman et al. 2013, BDA3 §11.4;
-        Vehtari et al. 2021 for rank-normalised split R-hat).
-        """
-        from numpyro.diagnostics import print_summary
-
-        samples = self._get("samples", "print_summary")
-        info = self._get("info", "print_summary")
-        if exclude_deterministic:
-            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
-        print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
-        n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
-        print(f"Number of divergences: {n_div}")
-
-    def to_arviz(self):
-        """An `arviz.InferenceData` with groups `posterior`, `sample_stats`, `log_likelihood`
-        (pointwise, per observed site) and `observed_data`.
-        """
-        from .._arviz import to_inference_data
-
-        return to_inference_data(self._results_for("to_arviz"))

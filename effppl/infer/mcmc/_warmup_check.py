@@ -87,15 +87,17 @@ def degenerate_chains(chain_state, num_warmup: int) -> dict:
 
 
 def warn_degenerate(model: str, num_chains: int, bad: dict, retries: int) -> None:
-    """A `StuckChainWarning` naming each chain of `bad` (`{chain: [problem, ...]}`)."""
+    """A `StuckChainWarning` naming each chain of `bad` (`{chain: [problem, ...]}`), after
+    `retries` restarts (0: the user gave the initial points, none was redrawn)."""
     lines = "; ".join(f"chain {c}: {', '.join(p)}" for c, p in sorted(bad.items()))
+    after = (f"also after {retries} restarts from new initial points" if retries else
+             "from the initial points given (init_params), which are not redrawn")
     warnings.warn(
         f"effppl.infer.MCMC: the warmup of {len(bad)} of {num_chains} chains of model "
-        f"`{model}` degenerated, also after {retries} restarts from new initial points "
-        f"({lines}). Their draws do not describe the posterior. Check the model's log density "
-        "for regions where it is finite but numerically useless (overflowing recursions, failed "
-        "ODE solves), give init_strategy=init_to_value(...) a sound point, or reparameterise.",
-        StuckChainWarning, stacklevel=4)
+        f"`{model}` degenerated, {after} ({lines}). Their draws do not describe the posterior. "
+        "Check the model's log density for regions where it is finite but numerically useless "
+        "(overflowing recursions, failed ODE solves), give init_strategy=init_to_value(...) a "
+        "sound point, or reparameterise.", StuckChainWarning, stacklevel=5)
 
 
 def warn_tree_depth(model: str, stats: dict, max_tree_depth: int | None) -> None:
