@@ -190,11 +190,14 @@ class Sampler:
             params = _select(sampling, (step_size, imm), self.tuned(astate))
             new, info = self._kernel(keys[k], state, logdensity, *params, **self._kwargs)
             stage = schedule[jnp.minimum(i, last)]
-            adapted = self._adapt_update(
-                astate, (stage[0], stage[1]), new.position, new.logdensity_grad,
-                info.acceptance_rate,
-            )
-            astate = _strong(_select(sampling, astate, adapted))
+            # A `cond` (`sampling` is the same for every chain), so that draws skip the
+            # adaptation's work: the estimators' updates and, at the schedule's window ends,
+            # the Fisher low-rank estimate's SVDs.
+            astate = jax.lax.cond(
+                sampling, lambda a: a,
+                lambda a: _strong(self._adapt_update(a, (stage[0], stage[1]), new.position,
+                                                     new.logdensity_grad, info.acceptance_rate)),
+                astate)
             stats = dict(self.kernel.stats(info, dtype), step_size=jnp.asarray(params[0], dtype))
             moved = jnp.any(new.position != state.position)
             stuck_for = jnp.where(sampling, stuck_for, jnp.where(moved, 0, stuck_for + 1))
