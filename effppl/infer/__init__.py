@@ -25,6 +25,7 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
+from .mcmc._mixing import ChainMixingWarning
 from .mcmc._warmup_check import MaxTreeDepthWarning, StuckChainWarning
 from .svi._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from .svi._optim import OptimizerError
@@ -65,6 +66,7 @@ __all__ = [
     "DivergenceWarning",
     "StuckChainWarning",
     "MaxTreeDepthWarning",
+    "ChainMixingWarning",
     "StaticArgumentWarning",
     "clear_cache",
     "config_enumerate",

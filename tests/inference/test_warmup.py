@@ -10,7 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.infer import MCMC, NUTS, KernelSettingsError, StuckChainWarning, _init
+from effppl.infer import (
+    MCMC,
+    NUTS,
+    ChainMixingWarning,
+    KernelSettingsError,
+    StuckChainWarning,
+    _init,
+)
 from effppl.infer._compile._fns import prepare
 from effppl.infer.mcmc import _driver, _fisher
 
@@ -107,6 +114,32 @@ def test_chain_stuck_at_a_given_point_is_named(y):
     mcmc = MCMC(NUTS(arma11), num_warmup=300, num_samples=10, num_chains=2, progress_bar=False)
     with pytest.warns(StuckChainWarning, match=r"chain 1: .*(collapsed|did not change)"):
         mcmc.warmup(jax.random.PRNGKey(0), y, init_params=init)
+
+
+def two_modes():
+    """x ~ N(0, 20) times a mixture: 0.999 N(-10, 1) + 0.001 N(10, 1). Chains cannot cross the
+    gap; one in the minor mode (+10) lies log(999) = 6.9 below the major mode's density."""
+    x = sample("x", dist.Normal(0.0, 20.0))
+    factor("modes", jnp.logaddexp(jnp.log(0.999) + dist.Normal(-10.0, 1.0).log_prob(x),
+                                  jnp.log(0.001) + dist.Normal(10.0, 1.0).log_prob(x)))
+
+
+@pytest.mark.parametrize("starts, named", [((-10.0, -10.0, 10.0, 10.0), [2, 3]),
+                                           ((-10.0, -9.0, -11.0, -10.0), [])])
+def test_chains_in_a_minor_mode_are_named(starts, named):
+    """Chains started in the minor mode (analytically log(999) below the major one) are named in
+    a ChainMixingWarning; chains all in the major mode give none."""
+    mcmc = MCMC(NUTS(two_modes), num_warmup=150, num_samples=200, num_chains=4,
+                progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), init_params={"x": jnp.asarray(starts)})
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    np.testing.assert_array_equal(np.mean(x, axis=1) > 0, np.asarray(starts) > 0)  # no crossing
+    messages = [str(w.message) for w in caught if w.category is ChainMixingWarning]
+    assert len(messages) == (1 if named else 0), messages
+    for c in range(4):
+        assert (f"chain {c}: mean log density" in "".join(messages)) == (c in named), messages
 
 
 def test_collect_warmup_gives_the_warmups_statistics(y):

@@ -25,13 +25,14 @@ from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._kernels import _HMCFamily
+from ._mixing import ChainMixingWarning, warn_mixing
 from ._results import DivergenceWarning, MCMCError, MCMCResults, MCMCResultsView, MCMCState
 from ._sampler import Span, sampler_for
 from ._warmup import restarted, warm_up
 from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning, warn_tree_depth
 
 __all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
-           "MaxTreeDepthWarning"]
+           "MaxTreeDepthWarning", "ChainMixingWarning"]
 
 _CHAIN_METHODS = ("vectorized", "sharded")
 
@@ -337,6 +338,7 @@ class MCMC(MCMCResultsView):
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
         warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
+        warn_mixing(fns.name, self._results.stats)
 
     def _restart(self, sampler, fns, init_key, dynamic, mesh, api, first, keys, bad, attempt):
         """`(first, keys)` with the chains in `bad` given a new initial point and new transition
@@ -437,7 +439,8 @@ class MCMC(MCMCResultsView):
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
         `StuckChainWarning` as for `warmup`; `MaxTreeDepthWarning` (NUTS) when more than a tenth
-        of the post-warmup transitions stopped at `max_tree_depth`.
+        of the post-warmup transitions stopped at `max_tree_depth`; `ChainMixingWarning` naming
+        chains far below the best chain's log density (`_mixing.py`).
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
