@@ -142,6 +142,32 @@ def test_chains_in_a_minor_mode_are_named(starts, named):
         assert (f"chain {c}: mean log density" in "".join(messages)) == (c in named), messages
 
 
+def standard_normal():
+    sample("x", dist.Normal(0.0, 1.0))
+
+
+@pytest.mark.parametrize("drifting", [True, False])
+def test_a_drifting_chain_is_named(drifting):
+    """One chain started at x = 50 of N(0, 1) with a fixed step size of 0.01, a unit mass
+    matrix and at most three leapfrog steps per draw still drifts towards 0 over its draws (about
+    0.02 a draw; its halves disagree): a ChainMixingWarning names x and the log density. The
+    same chain from 0, tuned: none."""
+    kwargs = dict(step_size=1e-2, adapt_step_size=False, adapt_mass_matrix=False,
+                  max_tree_depth=2) if drifting else {}
+    mcmc = MCMC(NUTS(standard_normal, **kwargs), num_warmup=100, num_samples=200,
+                num_chains=1, progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), init_params={"x": jnp.asarray(50.0 if drifting else 0.0)})
+    x = np.asarray(mcmc.get_samples()["x"])
+    assert (x[0] - x[-1] > 1.0) == drifting, (x[0], x[-1])
+    messages = [str(w.message) for w in caught if w.category is ChainMixingWarning]
+    assert len(messages) == int(drifting), messages
+    if drifting:
+        assert "its two halves disagree" in messages[0] and "x " in messages[0], messages
+        assert "log density " in messages[0], messages
+
+
 def test_collect_warmup_gives_the_warmups_statistics(y):
     """NumPyro's `warmup(collect_warmup=True)`: the warmup's draws and statistics, then `run`
     continues from `post_warmup_state` (the collected warmup's last point)."""

@@ -338,7 +338,7 @@ class MCMC(MCMCResultsView):
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
         warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
-        warn_mixing(fns.name, self._results.stats)
+        warn_mixing(fns.name, self._results.stats, self._results.samples)
 
     def _restart(self, sampler, fns, init_key, dynamic, mesh, api, first, keys, bad, attempt):
         """`(first, keys)` with the chains in `bad` given a new initial point and new transition
