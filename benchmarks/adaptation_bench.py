@@ -16,8 +16,9 @@ Models: eight schools (non-centred, posteriordb's data), logistic regression (50
 Gaussian with eigenvalues 1e-2..1e2 in a random basis, a radon-like hierarchical regression
 (89 parameters), and posteriordb's `sblrc-blr` and `arma-arma11` (data from `tests/data`).
 
-nutpie (optional column): `--nutpie PYTHON` runs `benchmarks/_nutpie_worker.py` under another
-interpreter (a venv with nutpie and jax) on the same log densities; left out when not given.
+No nutpie column yet: nutpie 0.16.8 installs beside jax 0.10.2 (`pip install --dry-run
+nutpie==0.16.8` in this project's venv adds only nutpie, pyarrow, arro3-core and obstore), but
+the runner that would give it these log densities (`nutpie.from_pyfunc`) is not written.
 
 Usage: `python -m benchmarks.adaptation_bench [--quick] [--seeds 0,1,2] [--models a,b]
 [--methods diag,fisher_diag,low_rank] [--json PATH]`.
@@ -205,7 +206,6 @@ def main(argv=None):
     parser.add_argument("--models", default=None)
     parser.add_argument("--methods", default="diag,fisher_diag,low_rank")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--nutpie", default=None, help="python of a venv with nutpie (optional)")
     a = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     mode = dict(num_warmup=300, num_samples=300, num_chains=2) if a.quick else \

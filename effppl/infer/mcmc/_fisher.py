@@ -179,8 +179,9 @@ def fisher_engine(low_rank: bool, target_accept_prob: float):
         row = state.written % rows
         adapting = adapt.astype(bool)
         state = state._replace(
-            draws=jnp.where(adapting, state.draws.at[row].set(flat_x), state.draws),
-            grads=jnp.where(adapting, state.grads.at[row].set(flat_g), state.grads),
+            # one row rewritten in place (O(d)), not a select over the whole buffer
+            draws=state.draws.at[row].set(jnp.where(adapting, flat_x, state.draws[row])),
+            grads=state.grads.at[row].set(jnp.where(adapting, flat_g, state.grads[row])),
             written=state.written + adapting.astype(jnp.int32),
             foreground=jnp.minimum(state.foreground + adapting.astype(jnp.int32),
                                    rows - state.background),
