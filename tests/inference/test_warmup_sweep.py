@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from effppl.infer import MCMC, NUTS, DivergenceWarning, StuckChainWarning
+from effppl.infer import MCMC, NUTS, ChainMixingWarning, DivergenceWarning, StuckChainWarning
 from effppl.infer.mcmc._warmup_check import warmup_problems
 
 from . import test_posteriors as tp
@@ -72,13 +72,12 @@ class _AsChain:
         self.stuck_for = np.zeros(np.shape(state.step_size), np.int32)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 40: PRNGKey(0)'s initial point (log density "
-                   "-39,917; the truth's is -119.8) climbs during warmup into a wrong local mode "
-                   "(gamma ~ 58, log density ~ -335), sound by every warmup check; one chain "
-                   "cannot show it (several do: ChainMixingWarning)")
 def test_lotka_volterra_diffrax_seed_0():
     """The issue's Lotka-Volterra case (Diffrax Tsit5, rtol = atol = 1e-6, throw=False): the
-    true rates within 3 posterior sds, or a StuckChainWarning."""
+    true rates within 3 posterior sds, or a warning. From PRNGKey(0)'s initial point (log density
+    -39,917; the truth's -119.8) the chain climbs during warmup into a wrong region (gamma ~ 47
+    against 0.8, log density ~ -333), sound by every warmup check, and still drifts there: its
+    halves disagree (split R-hat 1.11-1.20 on 2026-12-03), so a ChainMixingWarning names it."""
     diffrax = pytest.importorskip("diffrax")
     truth = np.array([0.55, 0.028, 0.8, 0.024])
 
@@ -105,7 +104,7 @@ def test_lotka_volterra_diffrax_seed_0():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mcmc.run(jax.random.PRNGKey(0), ts, y)
-    if any(w.category is StuckChainWarning for w in caught):
+    if any(w.category in (StuckChainWarning, ChainMixingWarning) for w in caught):
         return
     samples = mcmc.get_samples()
     for value, name in zip(truth, ("alpha", "beta", "gamma", "delta")):
