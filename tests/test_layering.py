@@ -160,3 +160,24 @@ def test_ode_uses_the_effects_library_only():
     assert offenders == []
     private = re.compile(r"from \.\.effects\.?_\w+|from \.\.effects import _\w+")
     assert not [p for p in _sources(ROOT / "ode") if private.search(p.read_text())]
+
+
+def test_blackjax_is_reached_through_public_names_only():
+    """No blackjax module or name whose path has a part starting with `_` (dunders such as
+    `__version__` aside): blackjax's contract is its modules' public names; a private one may
+    change in any release."""
+    offenders = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blackjax"):
+                names = node.module.split(".") + [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [p for a in node.names if a.name.startswith("blackjax")
+                         for p in a.name.split(".")]
+            elif isinstance(node, ast.Attribute) and ast.unparse(node).startswith("blackjax."):
+                names = ast.unparse(node).split(".")
+            else:
+                continue
+            if any(n.startswith("_") and not n.startswith("__") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []

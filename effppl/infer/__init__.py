@@ -25,6 +25,7 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
+from .mcmc._mixing import ChainMixingWarning
 from .mcmc._unsupported import (
     AIES,
     ESS,
@@ -36,6 +37,7 @@ from .mcmc._unsupported import (
     MixedHMC,
     UnsupportedKernelError,
 )
+from .mcmc._warmup_check import MaxTreeDepthWarning, StuckChainWarning
 from .svi._elbo import ELBOError, RenyiELBO, Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from .svi._optim import OptimizerError
 from .svi._svi import SVI, SVIError, SVIRunResult, SVIState
@@ -75,6 +77,9 @@ __all__ = [
     "ModelArgumentError",
     "PPLUnavailableError",
     "DivergenceWarning",
+    "StuckChainWarning",
+    "MaxTreeDepthWarning",
+    "ChainMixingWarning",
     "StaticArgumentWarning",
     "clear_cache",
     "config_enumerate",

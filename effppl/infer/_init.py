@@ -314,9 +314,32 @@ def _chains_ok(pe, param_ok, grad_ok):
     return ok
 
 
+def rounding_error(params: dict, pe, grad: dict) -> np.ndarray:
+    """float[chain]: the size of the potential energy's rounding error at `params`: the
+    potential's own (`eps * |U|`) plus the change of `U` when each coordinate moves by one unit
+    in its last place (`eps * sum_i |dU/dx_i| * max(|x_i|, 1)`), `eps` the dtype's machine
+    epsilon.
+
+    Where this exceeds the sampler's divergence threshold (1000), no leapfrog step can conserve
+    the energy to within the threshold, whatever the step size: every move that changes the
+    position in floating point is divergent, and dual averaging settles on a step size
+    (1e-20 and below) at which the position no longer changes. Such a point is finite but not a
+    usable start (an ARMA model with an explosive moving-average root starts at potentials of
+    1e23 to 1e42)."""
+    pe = np.asarray(pe)
+    eps = np.finfo(pe.dtype if np.issubdtype(pe.dtype, np.floating) else float).eps
+    total = np.abs(pe).astype(np.float64)
+    for name, g in grad.items():
+        x = np.asarray(params[name], np.float64)
+        g = np.abs(np.asarray(g, np.float64)) * np.maximum(np.abs(x), 1.0)
+        total = total + g.reshape(g.shape[0], -1).sum(axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return eps * total
+
+
 def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, dynamic: tuple,
                         *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run",
-                        chain_keys=None):
+                        chain_keys=None, max_rounding_error: float | None = None):
     """Draw one valid unconstrained initial point per chain.
 
     **Arguments:**
@@ -328,10 +351,15 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     - `dynamic`: the array leaves of the model arguments.
     - `max_tries`: number of draws per chain before giving up.
     - `chain_keys`: the first draws' keys, one per chain (default `split(rng_key, num_chains)`).
+    - `max_rounding_error`: when given (the sampler's divergence threshold), a point whose
+      potential energy's `rounding_error` exceeds it is redrawn as well: it is finite, but no
+      Hamiltonian trajectory can leave it (Stan and NumPyro accept it, and their chains can stay
+      there for the whole run).
 
     **Returns:** `(params, potential_energy, grad)`, each with a leading chain axis.
 
-    **Raises:** `InitializationError` naming the model and what was non-finite.
+    **Raises:** `InitializationError` naming the model and what was non-finite (or too large to
+    resolve).
     """
     propose = fns.init_proposer(strategy)
     sdyn = strategy.dynamic()
@@ -351,7 +379,10 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
                 "inside one, through which the gradient would go. Use `lax.scan` or "
                 "`lax.fori_loop` with static bounds (and `effppl.handlers.mask` for a "
                 "data-dependent number of steps).") from err
-        ok = _chains_ok(pe, param_ok, grad_ok)
+        finite = _chains_ok(pe, param_ok, grad_ok)
+        ok = finite.copy()
+        if max_rounding_error is not None:
+            ok &= ~(rounding_error(params, pe, grad) > max_rounding_error)
         if ok.all():
             return params, pe, grad
         if attempt == max_tries:
@@ -372,6 +403,12 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     bad_grads = [n for n, f in grad_ok.items() if not np.asarray(f)[chain]]
     if bad_grads:
         problems.append(f"the gradient was non-finite at sites {bad_grads}")
+    if finite[chain]:
+        problems.append(
+            f"the potential energy {float(np.asarray(pe)[chain]):.3g} and its gradient were "
+            f"finite but so large that their rounding error "
+            f"({float(rounding_error(params, pe, grad)[chain]):.3g}) exceeds the divergence "
+            f"threshold ({max_rounding_error:g}): no trajectory can leave such a point")
     leaves = [x for x in jax.tree_util.tree_leaves(dynamic)
               if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
     found = sorted({kind for x in leaves for kind, bad in (("NaN", jnp.isnan), ("inf", jnp.isinf))

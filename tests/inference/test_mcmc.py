@@ -3,6 +3,7 @@ import warnings
 import arviz as az
 import blackjax
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -245,6 +246,56 @@ def test_window_adaptation_matches_blackjax(y):
     np.testing.assert_allclose(state.position["mu"], expected.position["mu"], rtol=1e-5)
     np.testing.assert_allclose(step_size, params["step_size"], rtol=1e-5)
     np.testing.assert_allclose(imm, params["inverse_mass_matrix"], rtol=1e-5)
+
+
+def _conds(jaxpr, inside=False) -> list:
+    """`(output types, inside another cond?, holds a cond?)` of every `cond` in `jaxpr` and the
+    jaxprs nested in it."""
+    out = []
+    for eqn in jaxpr.eqns:
+        subs = list(jax.extend.core.jaxprs_in_params(eqn.params))
+        nested = [c for sub in subs for c in _conds(sub, inside or eqn.primitive.name == "cond")]
+        if eqn.primitive.name == "cond":
+            types = [(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+            out.append((types, inside, any(c[1] for c in nested)))
+        out += nested
+    return out
+
+
+@pytest.mark.parametrize("mass_matrix", ["diag", "low_rank"])
+def test_draws_skip_adaptation_under_vmap(y, mass_matrix):
+    """Over several chains (`vmap`), the chunk keeps the `cond` that skips the adaptation's work
+    during draws (its predicate is the same for every chain), not a `select` that computes both
+    branches."""
+    kernel = NUTS(m.normal_normal, mass_matrix=mass_matrix)
+    structure, dynamic = split_cache_key("test", (y,), {})
+    fns = model_fns(kernel.model, structure, dynamic)
+    sampler = _sampler.sampler_for(fns, kernel)
+    logdensity = fns.logdensity_fn(dynamic)
+
+    def chunk(position, keys, sampling):
+        pe, grad = jax.value_and_grad(lambda p: -logdensity(p))(position)
+        chain = sampler._start(position, pe, grad, num_warmup=20)
+        span = _sampler.Span(start=0, num=5, sampling=sampling, thinning=1, offset=20)
+        return sampler._chunk(chain, keys, span, sampler.schedule(20), dynamic, length=5)
+
+    position, keys = {"mu": jnp.asarray(0.3)}, jax.random.split(jax.random.key(0), 25)
+    sampling = jnp.asarray(True)
+    one = jax.make_jaxpr(chunk)(position, keys, sampling).jaxpr
+    many = jax.make_jaxpr(jax.vmap(chunk, in_axes=(0, 0, None)))(
+        {"mu": jnp.asarray([0.3, -0.2])}, jnp.stack([keys, keys]), sampling).jaxpr
+    astate = jax.eval_shape(lambda p: sampler._start(
+        p, *jax.value_and_grad(lambda q: -logdensity(q))(p), num_warmup=20).adapt_state,
+        {"mu": jnp.asarray(0.3)})
+    types = [(x.shape, x.dtype) for x in jax.tree.leaves(astate)]
+    for jaxpr, chains in ((one, ()), (many, (2,))):
+        # Over chains, a leaf has a leading chain axis, or none where vmap kept it unbatched
+        # (a counter that is the same for every chain).
+        skips = [holds for outs, _, holds in _conds(jaxpr) if len(outs) == len(types) and all(
+            shape in (t, chains + t) and dtype == u for (shape, dtype), (t, u) in zip(outs, types))]
+        # The skipping cond returns the adaptation state and holds the update's own conds
+        # (its windows' ends); computed by a select, those conds would stand alone.
+        assert any(skips), chains
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 from numpyro.contrib.control_flow import scan as numpyro_scan
 
 from effppl.infer import MCMC, NUTS, DivergenceWarning
+from effppl.infer.mcmc._adaptation import MASS_MATRICES
 from models import lotka_volterra
 
 from ._models import local_level
@@ -69,10 +70,12 @@ def eight_schools_noncentered(sigma, y):
         sample("y", dist.Normal(theta, sigma), obs=y)
 
 
-def test_eight_schools_noncentered_matches_posteriordb():
+@pytest.mark.parametrize("mass_matrix", MASS_MATRICES)
+def test_eight_schools_noncentered_matches_posteriordb(mass_matrix):
     data, reference = _reference("eight_schools-eight_schools_noncentered")
     mcmc = _sample(eight_schools_noncentered, jnp.asarray(data["sigma"], float),
-                   jnp.asarray(data["y"], float), target_accept_prob=0.9)
+                   jnp.asarray(data["y"], float), target_accept_prob=0.9,
+                   mass_matrix=mass_matrix)
     s = mcmc.get_samples()
     draws = {**_flat(s, "theta", 8), **_flat(s, "mu", None), **_flat(s, "tau", None)}
     _assert_matches_reference(draws, reference)
@@ -85,9 +88,11 @@ def blr(X, y):
         sample("y", dist.Normal(X @ beta, sigma), obs=y)
 
 
-def test_bayesian_linear_regression_matches_posteriordb():
+@pytest.mark.parametrize("mass_matrix", MASS_MATRICES)
+def test_bayesian_linear_regression_matches_posteriordb(mass_matrix):
     data, reference = _reference("sblrc-blr")
-    mcmc = _sample(blr, jnp.asarray(data["X"], float), jnp.asarray(data["y"], float))
+    mcmc = _sample(blr, jnp.asarray(data["X"], float), jnp.asarray(data["y"], float),
+                   mass_matrix=mass_matrix)
     s = mcmc.get_samples()
     _assert_matches_reference({**_flat(s, "beta", 5), **_flat(s, "sigma", None)}, reference)
 
@@ -108,9 +113,10 @@ def hmm_example(y):
     factor("forward", jax.nn.logsumexp(gamma))
 
 
-def test_hidden_markov_model_matches_posteriordb():
+@pytest.mark.parametrize("mass_matrix", MASS_MATRICES)
+def test_hidden_markov_model_matches_posteriordb(mass_matrix):
     data, reference = _reference("hmm_example-hmm_example")
-    mcmc = _sample(hmm_example, jnp.asarray(data["y"], float))
+    mcmc = _sample(hmm_example, jnp.asarray(data["y"], float), mass_matrix=mass_matrix)
     s = mcmc.get_samples()
     draws = {**_flat(s, "theta1", 2), **_flat(s, "theta2", 2), **_flat(s, "mu", 2)}
     _assert_matches_reference(draws, reference)
@@ -155,3 +161,32 @@ def test_lotka_volterra_ode_model_matches_posteriordb():
     s = mcmc.get_samples()
     draws = {**_flat(s, "theta", 4), **_flat(s, "z_init", 2), **_flat(s, "sigma", 2)}
     _assert_matches_reference(draws, reference)
+
+@pytest.mark.parametrize("mass_matrix", MASS_MATRICES)
+def test_arma11_matches_posteriordb(mass_matrix):
+    """posteriordb's arma-arma11 (explosive for |theta| > 1), seed 1: the issue's failure."""
+    from .test_warmup import arma11, arma_reference
+
+    y = jnp.asarray(json.loads((POSTERIORDB / "arma-arma11" / "data.json").read_text())["y"])
+    mcmc = _sample(arma11, y, seed=1, mass_matrix=mass_matrix)
+    _assert_matches_reference({k: np.asarray(v) for k, v in mcmc.get_samples().items()},
+                              arma_reference())
+
+
+def correlated_gaussian(scale_tril):
+    sample("x", dist.MultivariateNormal(jnp.zeros(scale_tril.shape[0]), scale_tril=scale_tril))
+
+
+@pytest.mark.parametrize("mass_matrix", MASS_MATRICES)
+def test_correlated_gaussian_matches_analytic_posterior(mass_matrix):
+    """A 20-d Gaussian with covariance eigenvalues 1e-2..1e2 in a random basis. Oracle: its
+    means (0) and sds (sqrt of the covariance's diagonal), in units of arviz's MCSE."""
+    rng = np.random.default_rng(7)
+    q, _ = np.linalg.qr(rng.normal(size=(20, 20)))
+    cov = q @ np.diag(np.logspace(-2, 2, 20)) @ q.T
+    mcmc = _sample(correlated_gaussian, jnp.asarray(np.linalg.cholesky(cov)),
+                   mass_matrix=mass_matrix)
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    se = np.asarray(az.mcse(az.convert_to_dataset({"x": x}))["x"])
+    assert np.all(np.abs(x.mean((0, 1))) < 5 * se), (x.mean((0, 1)), se)
+    np.testing.assert_allclose(x.std((0, 1)), np.sqrt(np.diag(cov)), rtol=0.15)

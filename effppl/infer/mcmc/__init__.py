@@ -4,10 +4,17 @@ driven by `MCMC`.
 - `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`).
 - `_sampler.py`: the compiled warmup/sampling chunk, cached by structure.
 - `_driver.py`: the `MCMC` driver (initial points, chunks, results, diagnostics).
+- `_window.py`: Stan's window adaptation; `_fisher.py`: nutpie's Fisher-divergence adaptation;
+  `_adaptation.py`: the schemes by `mass_matrix=` name; `_warmup_check.py`: what makes a
+  warmup degenerate, and the warnings naming such chains; `_mixing.py`: chains that
+  disagree after the draws.
 """
 
 from ._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._kernels import HMC, NUTS, KernelSettingsError
+from ._mixing import ChainMixingWarning
+from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning
 
-__all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "NUTS", "HMC",
+__all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
+           "MaxTreeDepthWarning", "ChainMixingWarning", "NUTS", "HMC",
            "KernelSettingsError"]

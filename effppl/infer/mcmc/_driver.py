@@ -5,9 +5,9 @@ structure and arrays, finds initial points, calls the compiled chunks under a tq
 and stores the draws. A second `run` with new data of the same shapes compiles nothing.
 """
 
+import functools
 import math
 import warnings
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,6 @@ import numpy as np
 import tqdm.auto as tqdm
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..._errors import EffpplError
 from ..._keys import typed_key
 from ...handlers.internal import check_enumerable
 from .._compile._arguments import leaked_tracers
@@ -27,52 +26,19 @@ from .._sharding import place, place_data, readable
 from . import _sharded
 from ._empty import draws_without_latents
 from ._kernels import _HMCFamily
-from ._sampler import Span, sampler_for, warmup_schedule
+from ._mixing import ChainMixingWarning, warn_mixing
+from ._results import DivergenceWarning, MCMCError, MCMCResults, MCMCResultsView, MCMCState
+from ._sampler import Span, sampler_for
+from ._warmup import restarted, warm_up
+from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning, warn_tree_depth
 
-__all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
+__all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
+           "MaxTreeDepthWarning", "ChainMixingWarning"]
 
 _CHAIN_METHODS = ("vectorized", "sharded")
 # NumPyro's names: its chains run one after another ("sequential") or one per device under
 # `pmap` ("parallel"); effppl's "vectorized" and "sharded" give the same draws in one program
 _NUMPYRO_CHAIN_METHODS = {"sequential": "vectorized", "parallel": "sharded"}
-
-
-class MCMCError(EffpplError, ValueError):
-    """Invalid MCMC settings, model, or call order."""
-
-
-class DivergenceWarning(UserWarning):
-    """Some post-warmup transitions diverged (including non-finite log densities)."""
-
-
-class MCMCState(NamedTuple):
-    """The chains' state after warmup or sampling (leading axis: chain).
-
-    `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
-    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
-    """
-
-    position: dict
-    logdensity: Any
-    logdensity_grad: dict
-    step_size: Any
-    inverse_mass_matrix: Any
-
-
-class MCMCResults(NamedTuple):
-    """What `MCMC.run` keeps: the draws and everything needed to describe them.
-
-    `samples`: dict site -> constrained draws `[chain, draw, ...]`; `stats`: dict statistic ->
-    `[chain, draw]`; `fns`: the model's `ModelFns`; `dynamic`: the model's array arguments;
-    `info`: its `ModelInfo`; `last_state`: the chains' final `MCMCState`.
-    """
-
-    samples: dict
-    stats: dict
-    fns: Any
-    dynamic: tuple
-    info: Any
-    last_state: MCMCState
 
 
 def _as_key(rng_key, api, error: type[Exception] = MCMCError):
@@ -134,7 +100,7 @@ def _concat(parts):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
 
 
-class MCMC:
+class MCMC(MCMCResultsView):
     """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
 
     **Arguments:**
@@ -295,17 +261,20 @@ class MCMC:
                     f"`{api}`: the log density of model `{fns.name}` is not finite at the "
                     f"`post_warmup_state`'s position (a state of another model or data?). Set "
                     f"`post_warmup_state = None` to initialise and warm up anew.")
-            chain = sampler.start(position, pe, grad)
+            chain = sampler.start(self.num_warmup)(position, pe, grad)
             return chain._replace(step_size=pws.step_size,
                                   inverse_mass_matrix=pws.inverse_mass_matrix), 0
         if init_params is not None:
             init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
         else:
             init = find_initial_params(fns, self.kernel.init_strategy, keys[0], self.num_chains,
-                                       dynamic, api=api, chain_keys=keys[1])
-        return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
+                                       dynamic, api=api, chain_keys=keys[1],
+                                       max_rounding_error=self.kernel.divergence_threshold)
+        start = sampler.start(self.num_warmup)
+        return start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
-    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
+                 collect_warmup: bool = False):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
             return self._without_latents(fns, info, dynamic, sample)
@@ -326,30 +295,33 @@ class MCMC:
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
         warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
+        if collect_warmup:  # warmup transitions recorded into the draws' buffers
+            warmup_length = min(warmup_length, length)
         keys = self._place(keys, mesh, PartitionSpec("chain"))
-        schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
+        schedule, chunk = sampler.schedule(self.num_warmup), sampler.chunk(length)
 
-        def call(chain, start, num, sampling):
+        def call(chain, keys, start, num, sampling, record=False):
             span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
-                        thinning=np.int32(thinning), offset=np.int32(num_warmup))
+                        thinning=np.int32(thinning), offset=np.int32(num_warmup),
+                        record=np.bool_(record))
             return chunk(chain, keys, span, schedule, dynamic)
 
-        values, stats, n_div = [], [], 0
         total = num_warmup + num_draws * thinning
         with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
-            for start in range(0, num_warmup, warmup_length):
-                num = min(warmup_length, num_warmup - start)
-                chain, _, _, nd = call(chain, start, num, False)
-                if self.progress_bar:
-                    n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
-                    _advance(bar, num, f"{n_div} divergences in warmup")
+            chain, keys, values, stats = warm_up(
+                call, chain, keys, num_warmup, warmup_length, collect=collect_warmup,
+                restart=None if init_params is not None else functools.partial(
+                    self._restart, sampler, fns, init_key, dynamic, mesh, api),
+                model=fns.name, **self._warmup_progress(bar))
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
+            if sample:
+                values, stats = [], []
             n_div = 0
             for start in range(0, num_draws, length):
                 num = min(length, num_draws - start)
                 # draws move the chain only: its kernel parameters are those of the warmup
-                out, v, st, _ = call(chain, start, num, True)
+                out, v, st, _ = call(chain, keys, start, num, True)
                 chain = chain._replace(state=out.state)
                 if num < length:
                     v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
@@ -364,6 +336,9 @@ class MCMC:
                          inverse_mass_matrix=chain.inverse_mass_matrix)
         if not sample:
             self.post_warmup_state = last
+            if collect_warmup and values:
+                self._results = MCMCResults(samples=_concat(values), stats=_concat(stats),
+                                            fns=fns, dynamic=dynamic, info=info, last_state=last)
             return
         samples, stats = _concat(values), _concat(stats)
         if mesh is not None:  # read to every host once, when the draws span processes
@@ -371,6 +346,35 @@ class MCMC:
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
         self._warn_divergences(fns, num_draws)
+        warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
+        warn_mixing(fns.name, self._results.stats, self._results.samples)
+
+    def _restart(self, sampler, fns, init_key, dynamic, mesh, api, first, keys, bad, attempt):
+        """`(first, keys)` with the chains in `bad` given a new initial point and new transition
+        keys (the other chains keep theirs, and so repeat their warmup)."""
+        init = find_initial_params(fns, self.kernel.init_strategy,
+                                   jax.random.fold_in(init_key, attempt), self.num_chains,
+                                   dynamic, api=api,
+                                   max_rounding_error=self.kernel.divergence_threshold)
+        fresh = sampler.start(self.num_warmup)(*self._place(init, mesh, PartitionSpec("chain")))
+        return restarted(first, keys, fresh, bad, attempt)
+
+    def _warmup_progress(self, bar) -> dict:
+        """`warm_up`'s progress callbacks for the tqdm bar `bar` (none without a bar)."""
+        if not self.progress_bar:
+            return {}
+        n_div = [0]
+
+        def on_chunk(num, nd):
+            n_div[0] += int(jnp.sum(nd))  # (a global array in a multi-process run)
+            _advance(bar, num, f"{n_div[0]} divergences in warmup")
+
+        def on_restart(bad):
+            n_div[0] = 0
+            bar.reset()
+            bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
+
+        return {"on_chunk": on_chunk, "on_restart": on_restart}
 
     def _without_latents(self, fns, info, dynamic, sample):
         empty = {}
@@ -400,14 +404,32 @@ class MCMC:
         that error, naming the site, instead."""
         return explained_by_parameters(self.kernel.model, args, kwargs, (InitializationError,))
 
-    def warmup(self, rng_key, *args, init_params=None, **kwargs) -> None:
+    def warmup(self, rng_key, *args, extra_fields=(), collect_warmup: bool = False,
+               init_params=None, **kwargs) -> None:
         """Run only the warmup; the next `run` starts from `post_warmup_state` and skips it.
 
-        **Arguments:** as `run`. **Returns:** `None`; sets `self.post_warmup_state`.
+        **Arguments:** as `run`, and `collect_warmup`: keep the warmup's transitions, as
+        NumPyro's `MCMC.warmup(..., collect_warmup=True)`: `get_samples` and `get_extra_fields`
+        then return them (`num_warmup` per chain; `step_size` the one in force at each, and
+        `n_steps`/`num_steps` its leapfrog steps, i.e. gradient evaluations) until the next
+        `run`. `extra_fields` as for `run`.
+
+        **Returns:** `None`; sets `self.post_warmup_state`.
+
+        **Warns:** `StuckChainWarning` naming each chain whose warmup degenerated (a collapsed
+        step size, an inverse mass matrix that is not finite and positive, or a chain that ended
+        the warmup stuck at one point) after two restarts from new initial points.
         """
+        if not isinstance(collect_warmup, (bool, np.bool_)):
+            raise MCMCError(f"`effppl.infer.MCMC.warmup(..., collect_warmup=...)` expected a "
+                            f"bool, but got {collect_warmup!r}.")
+        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.warmup")
         with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
-                          init_params=init_params)
+                          init_params=init_params, collect_warmup=bool(collect_warmup))
+        if collect_warmup and self.num_warmup:
+            stats = self._get("stats", "warmup")
+            stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
@@ -440,6 +462,9 @@ class MCMC:
 
         **Warns:** `DivergenceWarning` when post-warmup transitions diverged. A non-finite log
         density at a proposal counts as a divergence; it never stops sampling.
+        `StuckChainWarning` as for `warmup`; `MaxTreeDepthWarning` (NUTS) when more than a tenth
+        of the post-warmup transitions stopped at `max_tree_depth`; `ChainMixingWarning` naming
+        chains far below the best chain's log density (`_mixing.py`).
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
@@ -448,64 +473,3 @@ class MCMC:
                           init_params=init_params)
         stats = self._get("stats", "run")
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
-
-    # -- results ---------------------------------------------------------------------------
-
-    def _results_for(self, api) -> MCMCResults:
-        if self._results is None:
-            raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
-        return self._results
-
-    def _get(self, name, api):
-        return getattr(self._results_for(api), name)
-
-    @staticmethod
-    def _flatten(tree, group_by_chain):
-        if group_by_chain:
-            return tree
-        return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
-
-    def get_samples(self, group_by_chain: bool = False) -> dict:
-        """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.
-
-        Latent sites are constrained (in their support); deterministic sites are included.
-        """
-        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
-
-    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
-        """Per-draw sampler statistics, shaped like `get_samples`.
-
-        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
-        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
-        `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
-        """
-        return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
-
-    @property
-    def last_state(self) -> MCMCState:
-        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
-        return self._get("last_state", "last_state")
-
-    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
-        """Print mean, sd, quantiles, bulk ESS and split R-hat per site, and the divergences.
-
-        Diagnostics come from `numpyro.diagnostics.print_summary` (Gelman et al. 2013, BDA3 §11.4;
-        Vehtari et al. 2021 for rank-normalised split R-hat).
-        """
-        from numpyro.diagnostics import print_summary
-
-        samples = self._get("samples", "print_summary")
-        info = self._get("info", "print_summary")
-        if exclude_deterministic:
-            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
-        print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
-        n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
-        print(f"Number of divergences: {n_div}")
-
-    def to_arviz(self):
-        """An `arviz.InferenceData` with groups `posterior`, `sample_stats`, `log_likelihood`
-        (pointwise, per observed site) and `observed_data`.
-        """
-        from .._arviz import to_inference_data
-
-        return to_inference_data(self._results_for("to_arviz"))

@@ -16,6 +16,7 @@ from ..._errors import EffpplError
 from .._init import InitStrategy, init_to_uniform
 from .._init_site import as_strategy
 from .._model import model_name
+from ._adaptation import MASS_MATRICES
 from ._mass import normalize_dense_mass, normalize_inverse_mass_matrix, settings_key
 
 __all__ = ["NUTS", "HMC"]
@@ -25,6 +26,11 @@ _UNIFORM = init_to_uniform()  # frozen: one default object serves every kernel
 
 class KernelSettingsError(EffpplError, ValueError):
     """A sampler setting is invalid."""
+
+
+DEFAULT_MASS_MATRIX = "diag"
+"""The adaptation scheme `NUTS` and `HMC` use unless told otherwise (see `benchmarks/README.md`,
+"Warmup adaptation", for why)."""
 
 
 def _check(api: str, name: str, value: Any, ok: bool, expected: str) -> None:
@@ -91,7 +97,7 @@ class _HMCFamily:
 
     def __init__(self, model: Callable, *, step_size, adapt_step_size, adapt_mass_matrix,
                  dense_mass, target_accept_prob, init_strategy, divergence_threshold,
-                 inverse_mass_matrix=None, numpyro_options=None):
+                 inverse_mass_matrix=None, mass_matrix=None, numpyro_options=None):
         api = self._api
         _check(api, "model", model, callable(model), "a callable model")
         _check(api, "step_size", step_size, _positive(step_size), "a positive float")
@@ -106,11 +112,23 @@ class _HMCFamily:
                "site message as in NumPyro")
         _check(api, "divergence_threshold", divergence_threshold,
                _positive(divergence_threshold), "a positive float")
+        _check(api, "mass_matrix", mass_matrix, mass_matrix is None or mass_matrix in MASS_MATRICES,
+               f"one of {MASS_MATRICES} (or None: 'dense' with dense_mass=True, else "
+               f"{DEFAULT_MASS_MATRIX!r})")
+        _check(api, "mass_matrix", mass_matrix,
+               not (dense_mass and mass_matrix not in (None, "dense")),
+               "'dense' or None when dense_mass=True (dense_mass=True is mass_matrix='dense')")
+        _check(api, "inverse_mass_matrix", self.inverse_mass_matrix,
+               self.inverse_mass_matrix is None or mass_matrix in (None, "diag", "dense"),
+               "None with the Fisher schemes (mass_matrix='fisher_diag' or 'low_rank' start from "
+               "the identity)")
+        self.mass_matrix = mass_matrix or ("dense" if dense_mass else DEFAULT_MASS_MATRIX)
         self.model = model
         self.step_size = float(step_size)
         self.adapt_step_size = bool(adapt_step_size)
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
-        self.dense_mass = dense_mass
+        # True, or NumPyro's site groups (a block-structured dense matrix), with "dense" only
+        self.dense_mass = (dense_mass or True) if self.mass_matrix == "dense" else False
         self.target_accept_prob = float(target_accept_prob)
         self.init_strategy = as_strategy(init_strategy)
         self.divergence_threshold = float(divergence_threshold)
@@ -119,8 +137,9 @@ class _HMCFamily:
         """Hashable settings that determine the compiled sampler (the model excluded)."""
         return (
             type(self).__name__, self.step_size, self.adapt_step_size, self.adapt_mass_matrix,
-            self.dense_mass, self.target_accept_prob, self.divergence_threshold,
-            tuple(sorted(self.kernel_kwargs().items())), settings_key(self.inverse_mass_matrix),
+            self.dense_mass, self.mass_matrix, self.target_accept_prob,
+            self.divergence_threshold, tuple(sorted(self.kernel_kwargs().items())),
+            settings_key(self.inverse_mass_matrix),
         )
 
     def init_state(self, position, logdensity, logdensity_grad):
@@ -159,7 +178,8 @@ class _HMCFamily:
 class HMC(_HMCFamily):
     """Hamiltonian Monte Carlo with a fixed number of leapfrog steps, on blackjax's `hmc` kernel.
 
-    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation (or by nutpie's
+    Fisher-divergence adaptation: `mass_matrix=`)
     (`blackjax.window_adaptation`).
 
     **Arguments:**
@@ -176,6 +196,16 @@ class HMC(_HMCFamily):
       `adapt_mass_matrix=False`): an array over every latent site's unconstrained coordinates
       (sites sorted by name), or a dict site group -> array (a vector, or with a dense block a
       square matrix); other sites start at the identity.
+    - `mass_matrix`: the warmup's adaptation scheme. `"diag"` (the default) and `"dense"`:
+      Stan's window adaptation of a diagonal or dense inverse mass matrix from the draws'
+      variances or covariance (Stan Reference Manual, "HMC algorithm parameters"). `"fisher_diag"`
+      and `"low_rank"`: nutpie's Fisher-divergence adaptation (Seyboldt et al. 2026,
+      arXiv 2603.18845), a diagonal `sqrt(Var[x] / Var[grad log p])` from the draws and their
+      gradients, plus, for `"low_rank"`, a rank-10 correction from their covariances, applied in
+      O(d k) per leapfrog step (never a d x d matrix), on nutpie's schedule (windows of 10 draws
+      over the first 30% of the warmup, then of 80 growing by 1.5x; the last 15% tunes the step
+      size alone). `"low_rank"` suits correlated posteriors at any dimension, where `"dense"`
+      costs O(d^2) per step. `None`: `"dense"` when `dense_mass=True`, else the default.
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
@@ -187,7 +217,8 @@ class HMC(_HMCFamily):
     option at another value than its default.
 
     **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
-    "HMC algorithm parameters"; blackjax `blackjax.hmc`.
+    "HMC algorithm parameters"; Seyboldt, Carlson & Carpenter (2026), "Preconditioning HMC by
+    minimising Fisher divergence", arXiv 2603.18845 (nutpie); blackjax `blackjax.hmc`.
 
     Example: a standard normal, sampled with 8 leapfrog steps per transition.
 
@@ -213,7 +244,7 @@ class HMC(_HMCFamily):
                  dense_mass: Any = False, target_accept_prob: float = 0.8,
                  init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
-                 **numpyro_options):
+                 mass_matrix: str | None = None, **numpyro_options):
         _check("HMC", "num_steps", num_steps,
                isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
                "an int >= 1")
@@ -224,7 +255,7 @@ class HMC(_HMCFamily):
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
                          divergence_threshold=divergence_threshold,
                          inverse_mass_matrix=inverse_mass_matrix,
-                         numpyro_options=numpyro_options)
+                         mass_matrix=mass_matrix, numpyro_options=numpyro_options)
 
     def kernel_kwargs(self) -> dict:
         return {"num_integration_steps": self.num_steps}
@@ -233,22 +264,23 @@ class HMC(_HMCFamily):
 class NUTS(_HMCFamily):
     """The No-U-Turn Sampler (multinomial, iterative) on blackjax's `nuts` kernel.
 
-    Step size and mass matrix are tuned during warmup by Stan's window adaptation
+    Step size and mass matrix are tuned during warmup by Stan's window adaptation (or by nutpie's
+    Fisher-divergence adaptation: `mass_matrix=`)
     (`blackjax.window_adaptation`).
 
     **Arguments:**
 
     - `model`: the model, a Python callable using `effppl.sample`.
-    - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `target_accept_prob`,
-      `init_strategy`, `divergence_threshold`: as for `HMC`.
+    - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `mass_matrix`,
+      `target_accept_prob`, `init_strategy`, `divergence_threshold`: as for `HMC`.
     - `max_tree_depth`: maximum number of trajectory doublings (at most `2**max_tree_depth - 1`
       leapfrog steps per transition).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
 
     **References:** Hoffman & Gelman (2014), "The No-U-Turn Sampler", JMLR 15; Betancourt (2017),
-    "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; blackjax
-    `blackjax.nuts`.
+    "A Conceptual Introduction to Hamiltonian Monte Carlo"; Stan Reference Manual; Seyboldt et
+    al. (2026), arXiv 2603.18845 (nutpie's adaptation); blackjax `blackjax.nuts`.
 
     Example: a linear regression; `y` is given as a keyword, so `Predictive` can leave it out.
 
@@ -277,7 +309,7 @@ class NUTS(_HMCFamily):
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
-                 **numpyro_options):
+                 mass_matrix: str | None = None, **numpyro_options):
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
                and max_tree_depth >= 1, "an int >= 1")
@@ -288,7 +320,7 @@ class NUTS(_HMCFamily):
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
                          divergence_threshold=divergence_threshold,
                          inverse_mass_matrix=inverse_mass_matrix,
-                         numpyro_options=numpyro_options)
+                         mass_matrix=mass_matrix, numpyro_options=numpyro_options)
 
     def build_kernel(self) -> Callable:
         return blackjax.nuts.build_kernel(divergence_threshold=self.divergence_threshold)

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.adaptation.window_adaptation import build_schedule
 from jax.flatten_util import ravel_pytree
 
 from ...effects import internal
@@ -27,8 +26,8 @@ from .._compile._cache import cached
 from .._compile._chains import over_chains
 from .._compile._fns import MANY_REDUCTIONS
 from .._compile._persistent import stored
+from ._adaptation import identity_like, scheme_for, warmup_schedule
 from ._mass import structure
-from ._window import window_adaptation
 
 __all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule"]
 
@@ -38,12 +37,14 @@ class ChainState(NamedTuple):
 
     `state`: the blackjax kernel's state; `adapt_state`: blackjax's window-adaptation state;
     `step_size`, `inverse_mass_matrix`: the kernel parameters used while sampling (warmup uses
-    those of `adapt_state`)."""
+    those of `adapt_state`); `stuck_for`: the number of consecutive warmup transitions, up to the
+    last one, that left the position unchanged (a chain stuck at a point keeps counting)."""
 
     state: Any
     adapt_state: Any
     step_size: Any
     inverse_mass_matrix: Any
+    stuck_for: Any
 
 
 class Span(NamedTuple):
@@ -51,25 +52,15 @@ class Span(NamedTuple):
 
     `start`: index of its first warmup step or draw; `num`: how many (at most the chunk's
     length); `sampling`: draws (True) or warmup steps; `thinning`: transitions per draw;
-    `offset`: the number of warmup transitions (where the sampling keys start)."""
+    `offset`: the number of warmup transitions (where the sampling keys start); `record`: record
+    the warmup's transitions too (`MCMC.warmup(..., collect_warmup=True)`)."""
 
     start: Any
     num: Any
     sampling: Any
     thinning: Any
     offset: Any
-
-
-@functools.lru_cache(maxsize=32)
-def warmup_schedule(num_warmup: int) -> np.ndarray:
-    """Stan's warmup schedule, `int32[max(num_warmup, 1), 2]`, rows `(slow?, ends a window?)`."""
-    if num_warmup == 0:
-        sched = np.zeros((1, 2), np.int32)
-    else:
-        with jax.ensure_compile_time_eval():
-            sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
-    sched.setflags(write=False)
-    return sched
+    record: Any = np.bool_(False)
 
 
 def _strong(tree):
@@ -85,7 +76,8 @@ def _select(pred, on_true, on_false):
 class Sampler:
     """Compiled, chain-vectorised functions of one model + argument structure + kernel settings.
 
-    - `start(params, potential_energy, grad)` -> `ChainState`.
+    - `start(num_warmup)(params, potential_energy, grad)` -> `ChainState`.
+    - `schedule(num_warmup)`: the adaptation's schedule, the chunk's `schedule` argument.
     - `chunk(length)`: the compiled chunk with output buffers of `length` draws (see `_chunk`).
     """
 
@@ -94,11 +86,27 @@ class Sampler:
         self.kernel = kernel
         self._kernel = kernel.build_kernel()
         self._kwargs = kernel.kernel_kwargs()
-        self._adapt_init, self._adapt_update, self._adapt_final = window_adaptation(
-            kernel.dense_mass, kernel.target_accept_prob, kernel.adapt_mass_matrix,
-            functools.partial(_mass_structure, kernel))
-        self.start = stored(jax.jit(over_chains(self._start, (0, 0, 0))), None, "start")
+        self._scheme = scheme_for(kernel.mass_matrix, kernel.target_accept_prob,
+                                  dense_mass=kernel.dense_mass,
+                                  adapt_mass_matrix=kernel.adapt_mass_matrix,
+                                  structure=functools.partial(_mass_structure, kernel))
+        self._adapt_update, self._adapt_final = self._scheme.update, self._scheme.final
+        self._starts: dict = {}
         self._chunks: dict = {}
+
+    def start(self, num_warmup: int):
+        """`jit(over_chains(_start))` for a warmup of `num_warmup` transitions (the adaptation's
+        buffers are sized by it; cached per value)."""
+        if num_warmup not in self._starts:
+            fn = functools.partial(self._start, num_warmup=num_warmup)
+            fn.__name__ = "start"  # type: ignore[attr-defined]
+            self._starts[num_warmup] = stored(jax.jit(over_chains(fn, (0, 0, 0))), None,
+                                              "start")
+        return self._starts[num_warmup]
+
+    def schedule(self, num_warmup: int) -> np.ndarray:
+        """The adaptation scheme's warmup schedule (`int32[max(num_warmup, 1), 2]`)."""
+        return self._scheme.schedule(num_warmup)
 
     def chunk(self, length: int):
         """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws (cached per length)."""
@@ -128,17 +136,21 @@ class Sampler:
         step_size, imm = astate.step_size, astate.inverse_mass_matrix
         if not self.kernel.adapt_step_size:
             step_size = jnp.asarray(self.kernel.step_size, jnp.result_type(float))
-        return step_size, imm  # (`adapt_mass_matrix=False`: the window keeps the initial one)
+        if not self.kernel.adapt_mass_matrix and self.kernel.mass_matrix not in ("diag", "dense"):
+            imm = identity_like(imm)  # (Stan's window keeps the initial one itself)
+        return step_size, imm
 
     def final(self, astate):
         """Step size and inverse mass matrix after warmup."""
         step_size, imm = self._adapt_final(astate)
         return self.tuned(astate._replace(step_size=step_size, inverse_mass_matrix=imm))
 
-    def _start(self, params, potential_energy, grad):
+    def _start(self, params, potential_energy, grad, num_warmup=0):
         state = self.kernel.init_state(params, -potential_energy, jax.tree.map(jnp.negative, grad))
-        astate = self._adapt_init(params, self.kernel.step_size)
-        return _strong(ChainState(state, astate, *self.tuned(astate)))
+        astate = self._scheme.init(params, self.kernel.step_size, num_warmup)
+        if self.kernel.adapt_mass_matrix:
+            astate = self._scheme.seed(astate, state.logdensity_grad)
+        return _strong(ChainState(state, astate, *self.tuned(astate), jnp.zeros((), jnp.int32)))
 
     def _chunk(self, chain: ChainState, keys, span: Span, schedule, dynamic, *, length):
         """Run `span.num` warmup steps, or `span.num` (<= `length`) draws, of one chain.
@@ -153,7 +165,7 @@ class Sampler:
         """
         state, astate = chain.state, chain.adapt_state
         step_size, imm = chain.step_size, chain.inverse_mass_matrix
-        start, num, sampling, thinning, offset = span
+        start, num, sampling, thinning, offset, record_warmup = span
         # The loops carry the position and gradient as one flat vector each, as NumPyro's
         # sampler does: XLA's compile time grows with the number of leaves in a while loop's
         # carry (1.6x at 200 sites with one leaf per site), and blackjax's trajectory carries
@@ -177,27 +189,33 @@ class Sampler:
         dtype = jnp.result_type(state.logdensity)
 
         def transition(j, carry):
-            state, astate, stats, n_div, i = carry
+            state, astate, stats, n_div, i, stuck_for = carry
             k = jnp.where(sampling, offset + i * thinning + j, i)
             params = _select(sampling, (step_size, imm), self.tuned(astate))
             new, info = self._kernel(keys[k], state, logdensity, *params, **self._kwargs)
             stage = schedule[jnp.minimum(i, last)]
-            adapted = self._adapt_update(
-                astate, (stage[0], stage[1]), new.position, new.logdensity_grad,
-                info.acceptance_rate,
-            )
-            astate = _strong(_select(sampling, astate, adapted))
-            stats = self.kernel.stats(info, dtype)
-            return new, astate, stats, n_div + info.is_divergent.astype(jnp.int32), i
+            # A `cond` (`sampling` is the same for every chain), so that draws skip the
+            # adaptation's work: the estimators' updates and, at the schedule's window ends,
+            # the Fisher low-rank estimate's SVDs.
+            astate = jax.lax.cond(
+                sampling, lambda a: a,
+                lambda a: _strong(self._adapt_update(a, (stage[0], stage[1]), new.position,
+                                                     new.logdensity_grad, info.acceptance_rate)),
+                astate)
+            stats = dict(self.kernel.stats(info, dtype), step_size=jnp.asarray(params[0], dtype))
+            moved = jnp.any(new.position != state.position)
+            stuck_for = jnp.where(sampling, stuck_for, jnp.where(moved, 0, stuck_for + 1))
+            return (new, astate, stats, n_div + info.is_divergent.astype(jnp.int32), i,
+                    stuck_for.astype(jnp.int32))
 
         def record(state, stats):
             values = self.fns.constrain(unravel(state.position), dynamic)
-            stats = dict(stats, lp=state.logdensity, step_size=jnp.asarray(step_size, dtype))
+            stats = dict(stats, lp=state.logdensity)
             return values, stats
 
         # `record` traced once (the model's constrain pass, handlers compiled away), for the
         # buffers' types and for the draws; not once for each.
-        zero_stats = self.kernel.empty_stats(dtype)
+        zero_stats = dict(self.kernel.empty_stats(dtype), step_size=jnp.zeros((), dtype))
         record_jaxpr, shapes = jax.make_jaxpr(record, return_shape=True)(state, zero_stats)
         out_tree = jax.tree.structure(shapes)
 
@@ -206,25 +224,27 @@ class Sampler:
             return jax.tree.unflatten(out_tree, outs)
 
         def one_draw(n, carry):
-            state, astate, stats, buffers, n_div = carry
+            state, astate, stats, buffers, n_div, stuck_for = carry
             inner = jnp.where(sampling, thinning, 1)
-            state, astate, stats, n_div, _ = jax.lax.fori_loop(
-                0, inner, transition, (state, astate, stats, n_div, start + n)
+            state, astate, stats, n_div, _, stuck_for = jax.lax.fori_loop(
+                0, inner, transition, (state, astate, stats, n_div, start + n, stuck_for)
             )
             buffers = jax.lax.cond(
-                sampling,
+                sampling | record_warmup,
                 lambda b: jax.tree.map(lambda buf, x: buf.at[n].set(x), b, recorded(state, stats)),
                 lambda b: b,
                 buffers,
             )
-            return state, astate, stats, buffers, n_div
+            return state, astate, stats, buffers, n_div, stuck_for
 
         buffers = jax.tree.map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
-        carry = (state, astate, zero_stats, buffers, jnp.int32(0))
-        state, astate, _, (values, stats), n_div = jax.lax.fori_loop(0, num, one_draw, carry)
+        carry = (state, astate, zero_stats, buffers, jnp.int32(0), chain.stuck_for)
+        state, astate, _, (values, stats), n_div, stuck_for = jax.lax.fori_loop(
+            0, num, one_draw, carry)
         state = state._replace(position=unravel(state.position),
                                logdensity_grad=unravel(state.logdensity_grad))
-        chain = ChainState(_strong(state), astate, *_strong(self.final(astate)))
+        step_size, imm = _strong(self.final(astate))
+        chain = ChainState(_strong(state), astate, step_size, imm, stuck_for)
         return chain, values, stats, n_div
 
 

@@ -92,9 +92,20 @@ class ShardedSampler:
 
     def __init__(self, sampler, mesh):
         self.sampler, self.mesh = sampler, mesh
-        start = self._mapped(_named(jax.vmap(sampler._start), "start"), (_CHAINS,) * 3)
-        self.start = stored(start, None, "start")
+        self._starts: dict = {}
         self._chunks: dict = {}
+
+    def start(self, num_warmup: int):
+        """`Sampler.start(num_warmup)` as a `shard_map` (cached per value)."""
+        if num_warmup not in self._starts:
+            fn = functools.partial(self.sampler._start, num_warmup=num_warmup)
+            start = self._mapped(_named(jax.vmap(fn), "start"), (_CHAINS,) * 3)
+            self._starts[num_warmup] = stored(start, None, "start")
+        return self._starts[num_warmup]
+
+    def schedule(self, num_warmup: int):
+        """The plain sampler's warmup schedule (`Sampler.schedule`)."""
+        return self.sampler.schedule(num_warmup)
 
     def _mapped(self, fn, in_specs):
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=_CHAINS,

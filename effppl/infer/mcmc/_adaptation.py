@@ -1,0 +1,113 @@
+"""The warmup's adaptation schemes, by the name `NUTS(..., mass_matrix=...)` gives them.
+
+- `"diag"`, `"dense"`: Stan's window adaptation (Stan Reference Manual, "HMC algorithm
+  parameters": a 75-draw initial buffer, doubling windows from 25 draws, a 50-draw final buffer;
+  Welford estimates of the draws' variances or covariance, shrunk towards 1e-3 with weight
+  5 / (n + 5); dual averaging of the step size restarted at each window's end), one step at a
+  time (`_window`).
+- `"fisher_diag"`, `"low_rank"`: nutpie's Fisher-divergence adaptation (`_fisher`).
+
+Each scheme is `(init, update, final, seed, schedule)`: `init(position, step_size, num_warmup)`,
+`update(state, (stage, window end), position, grad, acceptance_rate)`,
+`final(state) -> (step_size, inverse_mass_matrix)`, `seed(state, grad)` (the state at the
+initial point, given its log-density gradient), `schedule(num_warmup) -> int32[n, 2]`.
+"""
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from blackjax.adaptation.window_adaptation import build_schedule
+from blackjax.mcmc.metrics import LowRankInverseMassMatrix
+
+from . import _fisher
+from ._window import window_adaptation
+
+__all__ = ["MASS_MATRICES", "Scheme", "scheme_for", "warmup_schedule", "identity_like",
+           "imm_problems"]
+
+MASS_MATRICES = ("diag", "dense", "fisher_diag", "low_rank")
+
+
+class Scheme(NamedTuple):
+    init: Callable
+    update: Callable
+    final: Callable
+    seed: Callable
+    schedule: Callable
+
+
+@functools.lru_cache(maxsize=32)
+def warmup_schedule(num_warmup: int) -> np.ndarray:
+    """Stan's warmup schedule, `int32[max(num_warmup, 1), 2]`, rows `(slow?, ends a window?)`."""
+    if num_warmup == 0:
+        sched = np.zeros((1, 2), np.int32)
+    else:
+        with jax.ensure_compile_time_eval():
+            sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
+    sched.setflags(write=False)
+    return sched
+
+
+@functools.lru_cache(maxsize=32)
+def _fisher_schedule(num_warmup: int) -> np.ndarray:
+    if num_warmup == 0:
+        sched = np.zeros((1, 2), np.int32)
+    else:
+        with jax.ensure_compile_time_eval():
+            sched = _fisher.fisher_schedule(num_warmup)
+    sched.setflags(write=False)
+    return sched
+
+
+def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure) -> Scheme:
+    init, update, final = window_adaptation(dense, target_accept_prob, adapt_mass_matrix,
+                                            structure)
+    return Scheme(lambda position, step_size, num_warmup: init(position, step_size),
+                  update, final, lambda state, grad: state, warmup_schedule)
+
+
+def _nutpie(low_rank: bool, target_accept_prob: float) -> Scheme:
+    init, update, final, seed = _fisher.fisher_engine(low_rank, target_accept_prob)
+    return Scheme(init, update, final, seed, _fisher_schedule)
+
+
+def scheme_for(mass_matrix: str, target_accept_prob: float, *, dense_mass=None,
+               adapt_mass_matrix: bool = True, structure=None) -> Scheme:
+    """The adaptation scheme named `mass_matrix` (one of `MASS_MATRICES`). For Stan's schemes:
+    `dense_mass` (True, or NumPyro's site groups of a block-structured matrix), whether to adapt
+    the matrix at all, and `structure(position) -> (block mask, initial matrix)` (`_mass`)."""
+    if mass_matrix in ("diag", "dense"):
+        dense = (dense_mass or True) if mass_matrix == "dense" else False
+        return _stan(dense, target_accept_prob, adapt_mass_matrix, structure)
+    return _nutpie(mass_matrix == "low_rank", target_accept_prob)
+
+
+def identity_like(imm):
+    """The identity in `imm`'s representation (for `adapt_mass_matrix=False`)."""
+    if isinstance(imm, LowRankInverseMassMatrix):
+        return LowRankInverseMassMatrix(jnp.ones_like(imm.sigma), jnp.zeros_like(imm.U),
+                                        jnp.ones_like(imm.lam))
+    return jnp.eye(imm.shape[0], dtype=imm.dtype) if imm.ndim == 2 else jnp.ones_like(imm)
+
+
+def imm_problems(imm, chain: int) -> list[str]:
+    """What is wrong with chain `chain`'s inverse mass matrix (leading chain axis): non-finite
+    or non-positive entries, in words; empty when it is a valid one."""
+    if isinstance(imm, LowRankInverseMassMatrix):
+        parts = {"scale": np.asarray(imm.sigma)[chain], "eigenvalues": np.asarray(imm.lam)[chain]}
+        factors = np.asarray(imm.U)[chain]
+        out = [] if np.all(np.isfinite(factors)) else ["non-finite low-rank factors"]
+    else:
+        m = np.asarray(imm)[chain]
+        parts = {"diagonal": np.diagonal(m) if m.ndim == 2 else m}
+        out = [] if np.all(np.isfinite(m)) else ["non-finite entries"]
+    for name, v in parts.items():
+        if not np.all(np.isfinite(v)):
+            out.append(f"non-finite {name}")
+        elif np.any(v <= 0):
+            out.append(f"{name} not positive (min {float(np.min(v)):.3g})")
+    return sorted(set(out))

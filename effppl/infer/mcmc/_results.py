@@ -1,0 +1,115 @@
+"""What a run leaves: the chains' state, the draws and statistics, and the `MCMC` methods that
+read them (`get_samples`, `get_extra_fields`, `last_state`, `print_summary`, `to_arviz`)."""
+
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from ..._errors import EffpplError
+
+__all__ = ["MCMCError", "DivergenceWarning", "MCMCState", "MCMCResults", "MCMCResultsView"]
+
+
+class MCMCError(EffpplError, ValueError):
+    """Invalid MCMC settings, model, or call order."""
+
+
+class DivergenceWarning(UserWarning):
+    """Some post-warmup transitions diverged (including non-finite log densities)."""
+
+
+class MCMCState(NamedTuple):
+    """The chains' state after warmup or sampling (leading axis: chain).
+
+    `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
+    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
+    """
+
+    position: dict
+    logdensity: Any
+    logdensity_grad: dict
+    step_size: Any
+    inverse_mass_matrix: Any
+
+
+class MCMCResults(NamedTuple):
+    """What `MCMC.run` keeps: the draws and everything needed to describe them.
+
+    `samples`: dict site -> constrained draws `[chain, draw, ...]`; `stats`: dict statistic ->
+    `[chain, draw]`; `fns`: the model's `ModelFns`; `dynamic`: the model's array arguments;
+    `info`: its `ModelInfo`; `last_state`: the chains' final `MCMCState`.
+    """
+
+    samples: dict
+    stats: dict
+    fns: Any
+    dynamic: tuple
+    info: Any
+    last_state: MCMCState
+
+
+class MCMCResultsView:
+    """The result methods of `MCMC`, reading `self._results` (an `MCMCResults`, or None before
+    the first `run`)."""
+
+    _results: MCMCResults | None = None
+
+    def _results_for(self, api) -> MCMCResults:
+        if self._results is None:
+            raise MCMCError(f"`effppl.infer.MCMC.{api}` needs draws; call `mcmc.run(rng_key, ...)` first.")
+        return self._results
+
+    def _get(self, name, api):
+        return getattr(self._results_for(api), name)
+
+    @staticmethod
+    def _flatten(tree, group_by_chain):
+        if group_by_chain:
+            return tree
+        return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
+
+    def get_samples(self, group_by_chain: bool = False) -> dict:
+        """The draws: dict site -> array `[chain, draw, ...]` or, by default, `[chain * draw, ...]`.
+
+        Latent sites are constrained (in their support); deterministic sites are included.
+        """
+        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
+
+    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
+        """Per-draw sampler statistics, shaped like `get_samples`.
+
+        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
+        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
+        `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
+        """
+        return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
+
+    @property
+    def last_state(self) -> MCMCState:
+        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
+        return self._get("last_state", "last_state")
+
+    def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
+        """Print mean, sd, quantiles, bulk ESS and split R-hat per site, and the divergences.
+
+        Diagnostics come from `numpyro.diagnostics.print_summary` (Gelman et al. 2013, BDA3 §11.4;
+        Vehtari et al. 2021 for rank-normalised split R-hat).
+        """
+        from numpyro.diagnostics import print_summary
+
+        samples = self._get("samples", "print_summary")
+        info = self._get("info", "print_summary")
+        if exclude_deterministic:
+            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
+        print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
+        n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
+        print(f"Number of divergences: {n_div}")
+
+    def to_arviz(self):
+        """An `arviz.InferenceData` with groups `posterior`, `sample_stats`, `log_likelihood`
+        (pointwise, per observed site) and `observed_data`.
+        """
+        from .._arviz import to_inference_data
+
+        return to_inference_data(self._results_for("to_arviz"))

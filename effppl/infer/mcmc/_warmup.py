@@ -1,0 +1,84 @@
+"""The warmup phase of `MCMC`: chunks of warmup transitions, checked, and restarted when
+degenerate.
+
+After the warmup, every chain is checked (`_warmup_check.warmup_problems`: an inverse mass
+matrix that is not finite and positive, a collapsed step size, a chain stuck at one point). A
+degenerate chain is given a new initial point and new transition keys, and the warmup runs again
+(the sound chains repeat theirs with their own keys, so their results do not change); after
+`RETRIES` restarts the chains still degenerate are named in a `StuckChainWarning`.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._warmup_check import degenerate_chains, warn_degenerate
+
+__all__ = ["RETRIES", "warm_up", "restarted"]
+
+RETRIES = 2  # times a chain whose warmup degenerated is restarted from a new point
+
+
+def _trim(tree, num):
+    return jax.tree.map(lambda x: x[:, :num], tree)
+
+
+def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, restart, model: str,
+            on_chunk=None, on_restart=None):
+    """Run `num_warmup` warmup transitions in chunks of `length`, restarting degenerate chains.
+
+    **Arguments:** `call(chain, keys, start, num, sampling, record) -> (chain, values, stats,
+    n_div)`: one compiled chunk; `chain`, `keys`: the starting `ChainState` and the run's keys
+    `[chain, step]`; `collect`: keep the warmup's transitions; `restart(first, keys, bad,
+    attempt) -> (first, keys)`, or `None` when no restart is possible (the user gave the initial
+    point); `model`: the model's name, for the warning; `on_chunk(num, n_div)` and
+    `on_restart(bad)`: progress callbacks (optional).
+
+    **Returns:** `(chain, keys, values, stats)`: the warmed-up `ChainState`, the keys in use
+    (a restarted chain's are new), and the recorded transitions (lists of chunks; empty unless
+    `collect`).
+
+    **Warns:** `StuckChainWarning` naming each chain still degenerate after `RETRIES` restarts.
+    """
+    first = chain
+    for attempt in range(RETRIES + 1):
+        values, stats, chain = [], [], first
+        for start in range(0, num_warmup, length):
+            num = min(length, num_warmup - start)
+            chain, v, st, nd = call(chain, keys, start, num, False, collect)
+            if collect:
+                values.append(_trim(v, num))
+                stats.append(_trim(st, num))
+            if on_chunk is not None:
+                on_chunk(num, nd)
+        bad = degenerate_chains(chain, num_warmup)
+        if not bad or attempt == RETRIES or restart is None:
+            break
+        first, keys = restart(first, keys, bad, attempt + 1)
+        if on_restart is not None:
+            on_restart(bad)
+    if bad:
+        warn_degenerate(model, np.shape(keys)[0], bad, RETRIES if restart is not None else 0)
+    return chain, keys, values, stats
+
+
+@jax.jit
+def _refold(keys, attempt):
+    """Every key of `keys[chain, step]` folded with `attempt` (a restarted warmup's keys)."""
+    return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, attempt)))(keys)
+
+
+def _pick(mask, a, b):
+    """`a` where `mask[chain]`, else `b` (leading chain axis)."""
+    return jnp.where(jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b)
+
+
+def restarted(first, keys, fresh, bad, attempt: int):
+    """`(first, keys)` with the chains in `bad` replaced: their starting `ChainState` by
+    `fresh`'s, their keys folded with `attempt`."""
+    redo = np.zeros(np.shape(keys)[0], bool)
+    redo[sorted(bad)] = True
+    pick = functools.partial(_pick, jnp.asarray(redo))
+    return jax.tree.map(pick, fresh, first), pick(_refold(keys, np.uint32(attempt)), keys)

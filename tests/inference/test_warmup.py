@@ -1,0 +1,220 @@
+"""Warmup: degenerate adaptation made impossible or loud, Fisher-divergence adaptation, and the
+warmup's statistics (`warmup(collect_warmup=True)`)."""
+
+import json
+import pathlib
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from effppl.infer import (
+    MCMC,
+    NUTS,
+    ChainMixingWarning,
+    KernelSettingsError,
+    StuckChainWarning,
+    _init,
+)
+from effppl.infer._compile._fns import prepare
+from effppl.infer.mcmc import _driver, _fisher
+
+from ._ppl import dist, factor, sample
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "posteriordb" / "arma-arma11"
+
+
+def arma11(y):
+    """posteriordb's arma11: errors computed in a plain `lax.scan`, explosive for |theta| > 1."""
+    mu = sample("mu", dist.Normal(0.0, 10.0))
+    phi = sample("phi", dist.Normal(0.0, 2.0))
+    theta = sample("theta", dist.Normal(0.0, 2.0))
+    sigma = sample("sigma", dist.HalfCauchy(2.5))
+
+    def step(err_prev, t):
+        err = y[t] - (mu + phi * y[t - 1] + theta * err_prev)
+        return err, err
+
+    err1 = y[0] - (mu + phi * mu)
+    _, errs = jax.lax.scan(step, err1, jnp.arange(1, y.shape[0]))
+    factor("err", dist.Normal(0.0, sigma).log_prob(jnp.concatenate([err1[None], errs])).sum())
+
+
+def arma_reference():
+    """posteriordb's means and sds (from the means of x and x^2) of arma-arma11."""
+    mean = json.loads((DATA / "reference_mean_value.json").read_text())
+    sq = json.loads((DATA / "reference_mean_squared_value.json").read_text())
+    m = dict(zip(mean["names"], mean["mean_value"]))
+    s = dict(zip(sq["names"], (float(v) for v in sq["mean_squared_value."])))
+    return {k: (m[k], np.sqrt(s[k] - m[k] ** 2)) for k in m}
+
+
+@pytest.fixture(scope="module")
+def y():
+    return jnp.asarray(json.loads((DATA / "data.json").read_text())["y"])
+
+
+def test_arma_seed_1_warmup_does_not_collapse(y):
+    """The issue's failure: with PRNGKey(1) every chain started where |theta| > 1 (potential
+    1e23..1e42), dual averaging settled on step sizes 1e-20..1e-46 and the chains never moved.
+    Oracle: posteriordb's reference posterior (Stan, 10 x 1000 draws)."""
+    mcmc = MCMC(NUTS(arma11), num_warmup=1000, num_samples=1000, num_chains=4,
+                progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StuckChainWarning)
+        mcmc.run(jax.random.PRNGKey(1), y)
+    assert np.all(np.asarray(mcmc.last_state.step_size) > 0.1)
+    samples = mcmc.get_samples()
+    for name, (mean, sd) in arma_reference().items():
+        x = np.asarray(samples[name])
+        assert abs(x.mean() - mean) < 0.15 * sd, (name, x.mean(), mean, sd)
+        assert x.std() == pytest.approx(sd, rel=0.2), (name, x.std(), sd)
+
+
+def test_initial_points_beyond_float_resolution_are_redrawn(y):
+    """At |theta| > 1.1 the potential's rounding error exceeds the divergence threshold: such
+    points are finite but redrawn. Oracle: the hand-computed size of that rounding error."""
+    fns, dynamic = prepare("test", arma11, (y,), {})
+    params = {"mu": jnp.zeros(2), "phi": jnp.zeros(2), "sigma": jnp.zeros(2),
+              "theta": jnp.asarray([0.2, 1.5])}
+    pe, grad, _, _ = fns.potential_and_grad(params, dynamic)
+    err = _init.rounding_error(params, pe, grad)
+    expected = np.finfo(np.float64).eps * (np.abs(pe) + sum(
+        np.abs(np.asarray(grad[k])) * np.maximum(np.abs(np.asarray(params[k])), 1.0)
+        for k in params))
+    np.testing.assert_allclose(err, expected, rtol=1e-12)
+    assert err[0] < 1e-6 and err[1] > 1e3
+    found, pe, grad = _init.find_initial_params(
+        fns, _init.init_to_uniform(), jax.random.key(1), 16, dynamic, max_rounding_error=1000.0)
+    assert np.all(_init.rounding_error(found, pe, grad) <= 1000.0)
+
+
+def test_degenerate_warmup_is_restarted(y, monkeypatch):
+    """Without the redraw of unusable initial points, the chains that collapse are restarted
+    from new points, and every chain ends the warmup sound."""
+    original = _driver.find_initial_params
+    monkeypatch.setattr(_driver, "find_initial_params",
+                        lambda *a, max_rounding_error=None, **k: original(*a, **k))
+    mcmc = MCMC(NUTS(arma11), num_warmup=400, num_samples=10, num_chains=4, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StuckChainWarning)
+        mcmc.warmup(jax.random.PRNGKey(1), y)
+    state = mcmc.post_warmup_state
+    assert np.all(np.asarray(state.step_size) > 1e-2)  # collapsed: 1e-20 .. 1e-46
+    assert np.all(np.abs(np.asarray(state.position["theta"])) < 1.0)
+
+
+def test_chain_stuck_at_a_given_point_is_named(y):
+    """`init_params` at an explosive point (no restart: the user chose it): a warning names the
+    chain and what went wrong."""
+    init = {"mu": jnp.asarray([0.0, 0.0]), "phi": jnp.asarray([0.9, 0.9]),
+            "sigma": jnp.asarray([-1.8, -1.8]), "theta": jnp.asarray([0.0, 1.6])}
+    mcmc = MCMC(NUTS(arma11), num_warmup=300, num_samples=10, num_chains=2, progress_bar=False)
+    with pytest.warns(StuckChainWarning, match=r"chain 1: .*(collapsed|did not change)"):
+        mcmc.warmup(jax.random.PRNGKey(0), y, init_params=init)
+
+
+def two_modes():
+    """x ~ N(0, 20) times a mixture: 0.999 N(-10, 1) + 0.001 N(10, 1). Chains cannot cross the
+    gap; one in the minor mode (+10) lies log(999) = 6.9 below the major mode's density."""
+    x = sample("x", dist.Normal(0.0, 20.0))
+    factor("modes", jnp.logaddexp(jnp.log(0.999) + dist.Normal(-10.0, 1.0).log_prob(x),
+                                  jnp.log(0.001) + dist.Normal(10.0, 1.0).log_prob(x)))
+
+
+@pytest.mark.parametrize("starts, named", [((-10.0, -10.0, 10.0, 10.0), [2, 3]),
+                                           ((-10.0, -9.0, -11.0, -10.0), [])])
+def test_chains_in_a_minor_mode_are_named(starts, named):
+    """Chains started in the minor mode (analytically log(999) below the major one) are named in
+    a ChainMixingWarning; chains all in the major mode give none."""
+    mcmc = MCMC(NUTS(two_modes), num_warmup=150, num_samples=200, num_chains=4,
+                progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), init_params={"x": jnp.asarray(starts)})
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    np.testing.assert_array_equal(np.mean(x, axis=1) > 0, np.asarray(starts) > 0)  # no crossing
+    messages = [str(w.message) for w in caught if w.category is ChainMixingWarning]
+    assert len(messages) == (1 if named else 0), messages
+    for c in range(4):
+        assert (f"chain {c}: mean log density" in "".join(messages)) == (c in named), messages
+
+
+def standard_normal():
+    sample("x", dist.Normal(0.0, 1.0))
+
+
+@pytest.mark.parametrize("drifting", [True, False])
+def test_a_drifting_chain_is_named(drifting):
+    """One chain started at x = 50 of N(0, 1) with a fixed step size of 0.01, a unit mass
+    matrix and at most three leapfrog steps per draw still drifts towards 0 over its draws (about
+    0.02 a draw; its halves disagree): a ChainMixingWarning names x and the log density. The
+    same chain from 0, tuned: none."""
+    kwargs = dict(step_size=1e-2, adapt_step_size=False, adapt_mass_matrix=False,
+                  max_tree_depth=2) if drifting else {}
+    mcmc = MCMC(NUTS(standard_normal, **kwargs), num_warmup=100, num_samples=200,
+                num_chains=1, progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), init_params={"x": jnp.asarray(50.0 if drifting else 0.0)})
+    x = np.asarray(mcmc.get_samples()["x"])
+    assert (x[0] - x[-1] > 1.0) == drifting, (x[0], x[-1])
+    messages = [str(w.message) for w in caught if w.category is ChainMixingWarning]
+    assert len(messages) == int(drifting), messages
+    if drifting:
+        assert "its two halves disagree" in messages[0] and "x " in messages[0], messages
+        assert "log density " in messages[0], messages
+
+
+def test_collect_warmup_gives_the_warmups_statistics(y):
+    """NumPyro's `warmup(collect_warmup=True)`: the warmup's draws and statistics, then `run`
+    continues from `post_warmup_state` (the collected warmup's last point)."""
+    mcmc = MCMC(NUTS(arma11, mass_matrix="fisher_diag"), num_warmup=120, num_samples=50,
+                num_chains=2)
+    mcmc.warmup(jax.random.PRNGKey(0), y, collect_warmup=True, extra_fields=("num_steps",))
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    samples = mcmc.get_samples(group_by_chain=True)
+    assert samples["theta"].shape == (2, 120) and fields["num_steps"].shape == (2, 120)
+    np.testing.assert_array_equal(fields["num_steps"], fields["n_steps"])
+    assert np.all(np.asarray(fields["num_steps"]) >= 1)
+    assert len(np.unique(np.asarray(fields["step_size"])[0])) > 10  # the step size in force
+    state = mcmc.post_warmup_state
+    np.testing.assert_allclose(samples["theta"][:, -1], state.position["theta"])
+    mcmc.run(jax.random.PRNGKey(1), y)
+    assert mcmc.get_samples(group_by_chain=True)["theta"].shape == (2, 50)
+
+
+def test_fisher_diagonal_estimate_matches_numpy():
+    """The diagonal estimate from the ring buffer's last n rows is sqrt(Var[x] / Var[grad]).
+    Oracle: NumPy on the same rows."""
+    rng = np.random.default_rng(0)
+    draws, grads = rng.normal(size=(30, 3)) * [1.0, 3.0, 0.1], rng.normal(size=(30, 3))
+    written, n = 47, 12  # rows written so far (ring of 30); the last 12 count
+    rows = [(written - n + k) % 30 for k in range(n)]
+    expected = np.sqrt(draws[rows].var(0) / grads[rows].var(0))
+    got = _fisher._diag_estimate(_fisher._ordered(jnp.asarray(draws), written, n),
+                                 _fisher._ordered(jnp.asarray(grads), written, n), n)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_fisher_warmup_seeds_the_mass_matrix_from_the_gradient():
+    """nutpie's start: the inverse mass matrix is 1 / |grad| at the initial point."""
+    init, _, final, seed = _fisher.fisher_engine(low_rank=False, target_accept_prob=0.8)
+    state = seed(init({"a": jnp.zeros(3)}, 1.0, 100), {"a": jnp.asarray([2.0, -4.0, 0.0])})
+    np.testing.assert_allclose(final(state)[1], [0.5, 0.25, 1.0])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(mass_matrix="fisher"), "mass_matrix"),
+    (dict(mass_matrix="low_rank", dense_mass=True), "dense_mass"),
+])
+def test_invalid_mass_matrix_raises(kwargs, match):
+    with pytest.raises(KernelSettingsError, match=match):
+        NUTS(arma11, **kwargs)
+
+
+def test_dense_mass_is_mass_matrix_dense():
+    assert NUTS(arma11, dense_mass=True).mass_matrix == "dense"
+    assert NUTS(arma11, mass_matrix="dense").dense_mass
