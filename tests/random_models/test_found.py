@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+import pytest
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 
 import effppl
@@ -99,3 +100,15 @@ def test_ordered_site_in_a_plate_inside_vmap_has_a_value_per_plate_row():
                 + jnp.sum(dist.Normal(jnp.mean(x, (-2, -1))[..., None], 1.0).log_prob(m)))
     np.testing.assert_allclose(log_density(model, (), {}, {"x": x, "m": m})[0], expected,
                                rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="open (issue 39): long run seed 2, model seed 65535; not yet shrunk")
+def test_open_lognormal_in_a_plate_in_vmap_in_a_reversed_scan():
+    """Found by the long run: effppl raised numpyro's "Cannot broadcast distribution of shape
+    (3, 1, 1) to shape (1, 2)" on a model whose observed LogNormal sits in a plate inside a
+    `vmap` inside a reversed scan, under outer mask/scale handlers; the evaluator scores it."""
+    from . import spec
+    from .compare import check
+    model = eval("(Sample(name='x1', family='Gamma', params=(Mul(c=2.0, a=Const(value=0.3)), Add(a=Const(value=0.0), b=Const(value=-0.5))), observed=False), Handle(name='h2', kind='mask', body=(Sample(name='o3', family='Bernoulli', params=(Const(value=0.3),), observed=True), Handle(name='h4', kind='scale', body=(Sample(name='x5', family='Beta', params=(Ref(name='o3'), Const(value=1.0)), observed=False), Deterministic(name='d6', expr=Tanh(a=Const(value=-0.5))), Plate(name='p7', size=2, dim=None, body=(Deterministic(name='d8', expr=PlateVec(plate='p7')), Deterministic(name='d9', expr=Tanh(a=Ref(name='o3')))))), payload=2.0)), payload=True), Sample(name='o10', family='Normal', params=(Ref(name='o3'), Ref(name='x1')), observed=True), Sample(name='o11', family='NormalVec3', params=(Ref(name='o10'), Ref(name='x1')), observed=True), Scan(name='s12', length=3, reverse=True, init=Add(a=Ref(name='d8'), b=Const(value=-1.0)), carry_from=None, body=(Vmap(name='v13', size=1, body=(Plate(name='p14', size=2, dim=None, body=(Sample(name='o15', family='LogNormal', params=(Ref(name='o3'), Xs(scan='s12')), observed=True), Deterministic(name='d16', expr=Mul(c=-1.5, a=Xs(scan='s12'))))),)), Factor(name='f17', expr=Mul(c=2.0, a=Xs(scan='s12'))))))", vars(spec))
+    check(model, 65535, pointwise=True, against_numpyro=False)
