@@ -14,6 +14,7 @@ plain loops.
 from __future__ import annotations
 
 import contextlib
+import copy
 import operator
 import warnings
 from typing import Any, NamedTuple
@@ -155,6 +156,24 @@ def _rebuild_expanded(fn):
         return _rebuild_expanded(fn.base_dist).expand(fn.batch_shape)
     if isinstance(fn, dist.Independent):
         return _rebuild_expanded(fn.base_dist).to_event(fn.reinterpreted_batch_ndims)
+    if isinstance(fn, dist.TransformedDistribution):
+        # numpyro promotes neither the base nor the batch shape kept at construction (an
+        # ordered site in a plate under `vmap` drew one value per element, not per plate row)
+        base = _rebuild_expanded(batch_util.promote_batch_shape(fn.base_dist))
+        return dist.TransformedDistribution(base, fn.transforms)
+    return _promote_held(fn)
+
+
+def _promote_held(fn):
+    """`fn` with the distributions it holds promoted too: numpyro's rule updates a
+    distribution's own batch shape, not those of the distributions it keeps to draw with
+    (`LKJCholesky`'s Beta, a Beta's Dirichlet), whose stale shapes made `sample` fail."""
+    held = {k: v for k, v in vars(fn).items() if isinstance(v, dist.Distribution)}
+    if not held:
+        return fn
+    fn = copy.copy(fn)
+    for k, v in held.items():
+        setattr(fn, k, _rebuild_expanded(batch_util.promote_batch_shape(v)))
     return fn
 
 
@@ -187,9 +206,19 @@ def _sample_batch_rule(args, dims, *, in_tree, static):
     return [out], [0]
 
 
+def _per_element(value):
+    """`value` batched along the nearest `jax.vmap` of the model around it, if any: one value
+    per element, so a deterministic site under a `vmap` is laid out as a sample site is (a
+    leading batch axis), whether or not its value depends on the mapped data."""
+    if _runtime.is_set("in_clause"):
+        return value
+    index = internal.vmap_index()
+    return value if index is None else jnp.where(index >= 0, value, value)
+
+
 def _deterministic_batch_rule(args, dims, *, in_tree, static):
     (value,) = _batch_message(args, dims, in_tree)
-    return [deterministic_op(value, **dict(static))], [0]
+    return [deterministic_op(_per_element(value), **dict(static))], [0]
 
 
 sample_op.batch_rule = _sample_batch_rule
@@ -782,7 +811,8 @@ def deterministic(name: str, value):
     """
     check_name("deterministic", name)
     value = _numbers(f"effppl.deterministic({name!r}, value)", value, real=False)
-    return _perform(deterministic_op, value, name=name, cond_indep_stack=_plate_frames())
+    return _perform(deterministic_op, _per_element(value), name=name,
+                    cond_indep_stack=_plate_frames())
 
 
 def factor(name: str, log_factor):

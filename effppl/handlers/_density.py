@@ -285,9 +285,12 @@ def log_density(model, model_args=(), model_kwargs=None, params=None):
     enumerated = enumerated_sites(model, model_args, model_kwargs)
     given = substitute(enum(model) if enumerated else model, data=params or {})
     given.entry_point = "log_density"
-    if enumerated:
+    if not all(enumerated.values()):  # sites outside scans: sum-product over the trace's factors
         _, log_joint, tr = _marginal(given, model_args, model_kwargs)
         return log_joint, tr
+    # no enumerated site, or inside scans only (each scan's forward algorithm adds its own
+    # factor): the log joint is summed as the model runs, so it reads nothing of the trace (whose
+    # gradient would pass through every row of the record)
     joint = _LogJoint(given)
     (_, log_joint), tr = trace(joint)._run(*model_args, **(model_kwargs or {}))
     return log_joint, tr

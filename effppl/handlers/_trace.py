@@ -150,7 +150,7 @@ class trace(Handler):
                     shape, dtype = unconstrained_type(site)
                     fields["unconstrained"] = self._layout.add(shape, dtype, lead)
             if site.in_loop:
-                fields["count"] = self._layout.add((), jnp.int32, None)
+                fields["count"] = self._layout.add((), jnp.int32, None, buffer="counts")
             self._layout.fields[name] = fields
         return self._layout.buffers()
 
@@ -309,9 +309,10 @@ class trace(Handler):
 
 class _Field(NamedTuple):
     """Where one recorded quantity lives in the packed buffers: `rows` occurrences (`None`: a
-    site outside loops, one value) of `shape`, from `offset` of the buffer of `dtype`."""
+    site outside loops, one value) of `shape`, from `offset` of the buffer named `buffer` (its
+    dtype's name, or `"counts"`: the occurrence counters, int32)."""
 
-    dtype: str
+    buffer: str
     offset: int
     shape: tuple
     rows: int | None
@@ -325,16 +326,22 @@ class _Layout:
     """`trace`'s record packed into one flat buffer per dtype, so the handler's parameters have a
     few leaves whatever the number of sites: each clause passes every parameter along, and one
     leaf per site made tracing quadratic in the number of sites. A write is one
-    `dynamic_update_slice`; `_assemble` slices the sites out at the end."""
+    `dynamic_update_slice` (or `scatter_add`, see `write`); `_assemble` slices the sites out at
+    the end. The occurrence counters, the only fields read while the program runs, have a
+    buffer of their own: a loop that reads a buffer it also writes makes XLA copy that buffer
+    at each step (a cost quadratic in the loop's length, where the rows of its sites are)."""
 
     def __init__(self):
         self.fields: dict = {}  # site name -> {"value": _Field, "fn": [_Field], ...}
-        self.sizes: dict = {}   # dtype -> length so far
+        self.sizes: dict = {}   # buffer name -> length so far
+        self.dtypes: dict = {}  # buffer name -> dtype
 
-    def add(self, shape, dtype, rows):
+    def add(self, shape, dtype, rows, buffer=None):
         dtype = jnp.dtype(dtype).name
-        field = _Field(dtype, self.sizes.get(dtype, 0), tuple(shape), rows)
-        self.sizes[dtype] = field.offset + field.size * (1 if rows is None else rows)
+        buffer = buffer or dtype
+        self.dtypes[buffer] = dtype
+        field = _Field(buffer, self.sizes.get(buffer, 0), tuple(shape), rows)
+        self.sizes[buffer] = field.offset + field.size * (1 if rows is None else rows)
         return field
 
     def all_fields(self) -> list:
@@ -349,21 +356,43 @@ class _Layout:
         return [self.read(bufs, f, all_rows=True) for f in self.all_fields()]
 
     def buffers(self):
-        return {dtype: jnp.zeros((n,), dtype) for dtype, n in self.sizes.items()}
+        return {name: jnp.zeros((n,), self.dtypes[name]) for name, n in self.sizes.items()}
 
     def read(self, bufs, field, all_rows=False):
         rows = field.rows if all_rows and field.rows is not None else None
         n = field.size * (1 if rows is None else rows)
-        x = bufs[field.dtype][field.offset:field.offset + n]
+        x = bufs[field.buffer][field.offset:field.offset + n]
         return x.reshape(field.shape if rows is None else (rows, *field.shape))
 
     def write(self, bufs, field, value, row=None):
+        """`bufs` with `value` written at `field` (at its row `row` for a site inside loops).
+
+        A row is written by adding into the zeros it holds (each row is written once): the
+        gradient of an add passes the buffer's cotangent through unchanged, where that of an
+        overwrite (`dynamic_update_slice`) zeroes a slice of it, which XLA does by copying the
+        whole buffer, once per step of the loop that writes it: a gradient quadratic in the loop's
+        length. Outside loops (a constant offset) a write stays a `dynamic_update_slice`, which
+        `effects` forwards to the reads after the program."""
         if field.size == 0:
             return bufs
-        flat = jnp.ravel(jnp.broadcast_to(jnp.asarray(value, field.dtype), field.shape))
+        dtype = self.dtypes[field.buffer]
+        flat = jnp.ravel(jnp.broadcast_to(jnp.asarray(value, dtype), field.shape))
         start = field.offset if row is None else field.offset + row * field.size
-        buf = jax.lax.dynamic_update_slice(bufs[field.dtype], flat, (start,))
-        return dict(bufs, **{field.dtype: buf})
+        if row is not None and jnp.issubdtype(dtype, jnp.inexact):
+            buf = _add_at(bufs[field.buffer], flat, start)
+        else:
+            buf = jax.lax.dynamic_update_slice(bufs[field.buffer], flat, (start,))
+        return dict(bufs, **{field.buffer: buf})
+
+
+def _add_at(buf, flat, start):
+    """`buf` with `flat` added to `buf[start:start + flat.size]` (one windowed `scatter_add`;
+    an index out of range is dropped, where a row never is)."""
+    numbers = jax.lax.ScatterDimensionNumbers(update_window_dims=(0,), inserted_window_dims=(),
+                                              scatter_dims_to_operand_dims=(0,))
+    index = jnp.reshape(jnp.asarray(start, jnp.int32), (1,))
+    return jax.lax.scatter_add(buf, index, flat, numbers, indices_are_sorted=True,
+                               unique_indices=True, mode=jax.lax.GatherScatterMode.FILL_OR_DROP)
 
 
 def _plate_entry(name, size, subsample_size, indices):

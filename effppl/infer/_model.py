@@ -272,6 +272,8 @@ def get_trace(
     rng_key: Any = None,
     substitutions: dict | None = None,
     substitute_fn: Callable | None = None,
+    keep: Callable | None = None,
+    record: str = "all",
 ) -> dict[str, TracedSite]:
     """Run `model(*args, **kwargs)` and return its sites, in execution order.
 
@@ -282,6 +284,11 @@ def get_trace(
     - `substitutions`: dict site -> constrained value, fixed before the model runs (`substitute`).
     - `substitute_fn`: a function of a NumPyro-style site dict giving a latent site's constrained
       value, or None to draw it (an init strategy); it sees the site's key from `seed`.
+    - `keep`: `keep(name, site) -> bool` (`site` from the site analysis: `type`,
+      `is_observed`, ...): the sites to record (None: all). Each recorded field is written at
+      every occurrence (inside loops: a row per step), so record only what the caller reads.
+    - `record`: `"all"`; `"values"` (each site's value, no `fn` or `log_prob`); `"scores"` (a
+      sample site's `log_prob`, no value or `fn`).
 
     **Returns:** dict site name -> `TracedSite`, sample and deterministic sites only.
     """
@@ -293,7 +300,11 @@ def get_trace(
         fn = h.seed(fn, rng_key)
     if substitute_fn is not None:
         fn = h.substitute(fn, substitute_fn=substitute_fn)
-    raw = h.trace(fn).get_trace(*args, **kwargs)
+    tracer = h.trace(fn)
+    tracer.keep = keep
+    tracer.values_only = record == "values"
+    tracer.scores_only = record == "scores"
+    raw = tracer.get_trace(*args, **kwargs)
     sites = {}
     for name, site in raw.items():
         kind = site.get("type")

@@ -342,9 +342,12 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
         batch_shape = ()
     else:
         batch_shape = _batch_shape(api, samples, batch_ndims)
+    if batch_shape is None:  # no latent site: one evaluation, batch axes of size 1 (NumPyro's)
+        batch_shape = (1,) * batch_ndims
     flat = _flatten(samples, max(batch_ndims, 1))
     if check_mesh(mesh, api) is not None:
         dynamic, flat = place_data(dynamic, mesh), split_draws(flat, mesh)
     with site_errors():
-        out = readable(jax.block_until_ready(fns.log_likelihood(flat, dynamic)))
+        out = readable(jax.block_until_ready(fns.log_likelihood(flat, dynamic,
+                                                                math.prod(batch_shape))))
     return jax.tree.map(lambda x: x.reshape(tuple(batch_shape) + x.shape[1:]), out)

@@ -38,7 +38,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import logsumexp
 
 from ...effects import internal
 from ...effects.internal import perform_p
@@ -46,7 +45,7 @@ from ...primitives import SiteError, deterministic, deterministic_op, factor, sa
 from .._handler import call_unhandled, masked_log_prob, model_name
 from .._trace import is_enumerated
 from ._plated_chains import chains_of, reducer
-from ._recursions import backward_chains, forward_pass, order_tables
+from ._recursions import backward_chains, forward_pass, log_sum_exp, order_tables
 
 
 def _name(eqn):
@@ -424,7 +423,7 @@ def forward_scan(eqn, ins, names, discrete=None):
             steps, [], every_state)[0][:, None]
 
     viterbi = discrete is not None and discrete[0] == 0
-    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else logsumexp
+    reduce = (lambda a, axis: jnp.max(a, axis=axis)) if viterbi else log_sum_exp
     alpha, alphas = forward_pass(lp, max(order, 1), num_states, reduce, discrete is not None)
     if discrete is not None:
         temperature, key = discrete

@@ -27,6 +27,16 @@ def order_tables(log_density, steps, markov_init, num_states, order):
     return at_steps(steps, carry_in, every_state)[0]
 
 
+def log_sum_exp(a, axis):
+    """`log(sum(exp(a), axis))`, shifted by the maximum along `axis` (a finite one; rows of -inf
+    only give -inf): `jax.scipy.special.logsumexp` without its options (signs, weights), whose
+    handling made each step of the forward recursion, value and gradient, about twice as
+    costly on small tables."""
+    top = jnp.max(a, axis=axis, keepdims=True)
+    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0))
+    return jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(a - top), axis=axis))
+
+
 def forward_pass(lp, order, num_states, reduce, keep):
     """Pass 3: the forward recursion over the joint states of the last `order` steps,
     `alpha_t[q, i] = reduce_h(alpha_{t-1}[h, q] + lp_t[(h, q), i])`, from `lp` `(T, K^order,

@@ -157,7 +157,11 @@ class ModelFns:
         self._checked_point = over_chains(self._potential_and_grad, (0, None))
         self._checked_point_compiled = _compiled(self._checked_point, runs_few_times=True)
         self.observed_values = _compiled(self._observed_values)
-        self.log_likelihood = _compiled(jax.vmap(self._log_likelihood, in_axes=(0, None)))
+        # batched over the draws' index too: a model without latent sites has no draws to
+        # take the batch size from
+        self._log_likelihood_compiled = _compiled(jax.vmap(
+            lambda draw, samples, dynamic: self._log_likelihood(samples, dynamic),
+            in_axes=(0, 0, None)))
 
     @property
     def name(self) -> str:
@@ -349,14 +353,22 @@ class ModelFns:
             sites = _model.get_trace(self.model, args, kwargs, rng_key=key)  # flat ones too
         return {n: s.value for n, s in sites.items() if s.kind == "sample" and s.is_observed}
 
+    def log_likelihood(self, samples: dict, dynamic: tuple, num_draws: int | None = None):
+        """`{observed site: log_prob[n]}` at the `n` draws `samples` (dict latent site ->
+        `[n, ...]`); `num_draws` gives `n` when `samples` is empty (a model without latent
+        sites)."""
+        if num_draws is None:
+            num_draws = int(next(iter(jax.tree.leaves(samples))).shape[0])
+        return self._log_likelihood_compiled(np.arange(num_draws), samples, dynamic)
+
     def _log_likelihood(self, samples, dynamic):
         args, kwargs = self.args(dynamic)
-        sites = _model.get_trace(self.model, args, kwargs, substitutions=samples)
-        return {
-            n: s.log_prob if s.log_prob is not None else s.fn.log_prob(s.value)
-            for n, s in sites.items()
-            if s.kind == "sample" and s.is_observed
-        }
+        # the observed sites' scores only: every field recorded is written at each step of the
+        # loops around its site, read or not
+        sites = _model.get_trace(self.model, args, kwargs, substitutions=samples,
+                                 keep=lambda n, s: s.type == "sample" and s.is_observed,
+                                 record="scores")
+        return {n: s.log_prob for n, s in sites.items() if s.kind == "sample" and s.is_observed}
 
     def init_proposer(self, strategy) -> Callable:
         """Compiled `(keys[chain], strategy.dynamic(), dynamic) -> unconstrained params[chain]`."""
@@ -387,9 +399,10 @@ class ModelFns:
                 if infer_discrete:
                     rng_key, discrete_key = jax.random.split(rng_key)
                     model = _model.infer_discrete(model, given, discrete_key)
-                sites = _model.get_trace(
+                sites = _model.get_trace(  # the values returned only (see `_log_likelihood`)
                     model, args, kwargs,
                     rng_key=jax.random.key_data(rng_key), substitutions=given,
+                    keep=lambda n, s: n in return_sites, record="values",
                 )
                 return {n: sites[n].value for n in return_sites if n in sites}
 

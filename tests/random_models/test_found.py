@@ -1,0 +1,114 @@
+"""Regression tests of the bugs the random models found in effppl, one per behaviour, each
+against a hand-written oracle or NumPyro (the random model that found it is in the docstring)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import pytest
+from numpyro.infer import log_likelihood as numpyro_log_likelihood
+
+import effppl
+from effppl import distributions as dist
+from effppl.handlers import log_density, seed, trace
+from effppl.infer import log_likelihood
+
+
+def test_lkj_site_in_a_plate_inside_vmap_is_drawn_and_scored():
+    """`vmap(size=1): plate(3, dim=-3): x ~ LKJCholesky(2, c)` raised a shape error from
+    NumPyro's Dirichlet: promoting the distribution's batch shape under `vmap` left the Beta it
+    draws with at its old shape."""
+    conc = jnp.array([0.6, 1.0, 2.5]).reshape(3, 1, 1)
+
+    def model():
+        def one(_):
+            with effppl.plate("p", 3, dim=-3):
+                return effppl.sample("x", dist.LKJCholesky(2, conc))
+        jax.vmap(one)(jnp.arange(2.0))
+
+    x = trace(seed(model, 0)).get_trace()["x"]["value"]
+    assert x.shape == (2, 3, 1, 1, 2, 2)
+    np.testing.assert_allclose(jnp.sum(x ** 2, -1), 1.0, rtol=1e-12)  # unit rows
+    expected = jnp.sum(dist.LKJCholesky(2, conc).log_prob(x))
+    np.testing.assert_allclose(log_density(model, (), {}, {"x": x})[0], expected, rtol=1e-12)
+
+
+def test_deterministic_site_under_vmap_has_the_batch_axis_whatever_its_value():
+    """A deterministic site under `jax.vmap` whose value does not depend on the mapped data was
+    recorded once (shape `()`), where one that does, and every sample site, has the batch axis:
+    its layout depended on its data flow."""
+    def model():
+        def outer(x):
+            def inner(_):
+                effppl.deterministic("c", 1.5)
+                effppl.deterministic("xc", x)
+                return effppl.sample("b", dist.Normal(0.0, 1.0))
+            jax.vmap(inner)(jnp.arange(2.0))
+            return effppl.deterministic("d", -0.5)
+        return jax.vmap(outer)(jnp.arange(3.0))
+
+    tr = trace(seed(model, 0)).get_trace()
+    assert {n: s["value"].shape for n, s in tr.items()} == {
+        "c": (3, 2), "xc": (3, 2), "b": (3, 2), "d": (3,)}
+    np.testing.assert_array_equal(tr["c"]["value"], 1.5)
+    np.testing.assert_array_equal(tr["xc"]["value"], jnp.broadcast_to(jnp.arange(3.0)[:, None],
+                                                                    (3, 2)))
+    np.testing.assert_array_equal(tr["d"]["value"], -0.5)
+
+
+def test_log_likelihood_of_a_model_without_latent_sites_has_a_batch_of_one():
+    """`log_likelihood(model, {}, y)` for a model whose sites are all observed raised JAX's
+    "vmap must have at least one non-None value in in_axes"; NumPyro returns a batch of one."""
+    y = jnp.array([0.3, -1.2, 2.0])
+
+    def model(y, sample=effppl.sample):
+        sample("y", dist.Normal(0.5, 2.0), obs=y)
+
+    ours = log_likelihood(model, {}, y)["y"]
+    theirs = numpyro_log_likelihood(lambda y: model(y, numpyro.sample), {}, y)["y"]
+    assert ours.shape == theirs.shape == (1, 3)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    assert log_likelihood(model, {}, y, batch_ndims=2)["y"].shape == (1, 1, 3)
+
+
+def test_ordered_site_in_a_plate_inside_vmap_has_a_value_per_plate_row():
+    """`vmap(size=2): plate(4): scan(3): x ~ Ordered3(...)` failed in JAX's batching of the scan
+    ("index 2 is out of bounds" from a reduction): numpyro's batch promotion leaves a
+    `TransformedDistribution`'s base and batch shape as built, so the site drew one value per
+    `vmap` element, not one per plate row."""
+    from numpyro.distributions.transforms import OrderedTransform
+
+    def ordered(c):
+        base = dist.Normal(jnp.zeros(3), c[..., None] + jnp.ones(3)).to_event(1)
+        return dist.TransformedDistribution(base, OrderedTransform())
+
+    def model():
+        def one(_):
+            with effppl.plate("p", 4):
+                def step(c, _):
+                    x = effppl.sample("x", ordered(c))
+                    effppl.sample("m", dist.Normal(jnp.mean(x), 1.0))
+                    return c, None
+                jax.lax.scan(step, jnp.linspace(0.5, 2.0, 4), jnp.arange(3.0))
+        jax.vmap(one)(jnp.arange(2.0))
+
+    tr = trace(seed(model, 0)).get_trace()
+    x, m = tr["x"]["value"], tr["m"]["value"]
+    assert x.shape == (3, 2, 4, 3) and m.shape == (3, 2, 4)
+    assert bool(jnp.all(jnp.diff(x, axis=-1) > 0))  # ordered rows
+    expected = (jnp.sum(ordered(jnp.linspace(0.5, 2.0, 4)).log_prob(x))
+                + jnp.sum(dist.Normal(jnp.mean(x, (-2, -1))[..., None], 1.0).log_prob(m)))
+    np.testing.assert_allclose(log_density(model, (), {}, {"x": x, "m": m})[0], expected,
+                               rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="open (issue 39): long run seed 2, model seed 65535; not yet shrunk")
+def test_open_lognormal_in_a_plate_in_vmap_in_a_reversed_scan():
+    """Found by the long run: effppl raised numpyro's "Cannot broadcast distribution of shape
+    (3, 1, 1) to shape (1, 2)" on a model whose observed LogNormal sits in a plate inside a
+    `vmap` inside a reversed scan, under outer mask/scale handlers; the evaluator scores it."""
+    from . import spec
+    from .compare import check
+    model = eval("(Sample(name='x1', family='Gamma', params=(Mul(c=2.0, a=Const(value=0.3)), Add(a=Const(value=0.0), b=Const(value=-0.5))), observed=False), Handle(name='h2', kind='mask', body=(Sample(name='o3', family='Bernoulli', params=(Const(value=0.3),), observed=True), Handle(name='h4', kind='scale', body=(Sample(name='x5', family='Beta', params=(Ref(name='o3'), Const(value=1.0)), observed=False), Deterministic(name='d6', expr=Tanh(a=Const(value=-0.5))), Plate(name='p7', size=2, dim=None, body=(Deterministic(name='d8', expr=PlateVec(plate='p7')), Deterministic(name='d9', expr=Tanh(a=Ref(name='o3')))))), payload=2.0)), payload=True), Sample(name='o10', family='Normal', params=(Ref(name='o3'), Ref(name='x1')), observed=True), Sample(name='o11', family='NormalVec3', params=(Ref(name='o10'), Ref(name='x1')), observed=True), Scan(name='s12', length=3, reverse=True, init=Add(a=Ref(name='d8'), b=Const(value=-1.0)), carry_from=None, body=(Vmap(name='v13', size=1, body=(Plate(name='p14', size=2, dim=None, body=(Sample(name='o15', family='LogNormal', params=(Ref(name='o3'), Xs(scan='s12')), observed=True), Deterministic(name='d16', expr=Mul(c=-1.5, a=Xs(scan='s12'))))),)), Factor(name='f17', expr=Mul(c=2.0, a=Xs(scan='s12'))))))", vars(spec))
+    check(model, 65535, pointwise=True, against_numpyro=False)
