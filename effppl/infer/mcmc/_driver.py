@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ..._errors import EffpplError
 from ..._keys import typed_key
 from ...handlers.internal import check_enumerable
+from .._checkpoint import as_checkpoint
 from .._compile._arguments import leaked_tracers
 from .._compile._fns import prepare
 from .._compile._persistent import stored
@@ -25,12 +26,14 @@ from .._init import InitializationError, find_initial_params, given_initial_para
 from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
+from ._checkpoint import RunRecord
 from ._kernels import _HMCFamily
 from ._sampler import Span, sampler_for, warmup_schedule
 
 __all__ = ["MCMC", "MCMCState", "DivergenceWarning"]
 
 _CHAIN_METHODS = ("vectorized", "sharded")
+_CHECKPOINT_CHUNKS = 100  # chunks of a run with a checkpoint, whatever the progress bar
 
 
 class MCMCError(EffpplError, ValueError):
@@ -222,14 +225,18 @@ class MCMC:
             return tree
         return place(tree, NamedSharding(mesh, spec))
 
-    def _chunk_plan(self, num_warmup: int, num_draws: int) -> tuple[int, int]:
+    def _chunk_plan(self, num_warmup: int, num_draws: int,
+                    checkpoint: bool = False) -> tuple[int, int]:
         """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
 
         Without a progress bar each phase is one call, and the buffer length is the number of
-        draws (warmup records nothing, so its calls are not bounded by the buffer).
+        draws (warmup records nothing, so its calls are not bounded by the buffer). With a
+        checkpoint, `_CHECKPOINT_CHUNKS` chunks whatever the progress bar, so that a resumed run
+        cuts the run where the interrupted one did.
         """
-        if self.progress_bar:
-            length = max(1, math.ceil((num_warmup + num_draws) / 20))
+        if self.progress_bar or checkpoint:
+            chunks = _CHECKPOINT_CHUNKS if checkpoint else 20
+            length = max(1, math.ceil((num_warmup + num_draws) / chunks))
             return length, length
         return max(num_warmup, 1), max(num_draws, 1)
 
@@ -298,7 +305,8 @@ class MCMC:
                                        dynamic, api=api, chain_keys=keys[1])
         return sampler.start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
-    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None):
+    def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
+                 checkpoint=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         sampler = sampler_for(fns, self.kernel)
         if mesh is not None:
@@ -316,39 +324,56 @@ class MCMC:
         )
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
-        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
+        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning,
+                                                 checkpoint is not None)
         keys = self._place(keys, mesh, PartitionSpec("chain"))
         schedule, chunk = warmup_schedule(self.num_warmup), sampler.chunk(length)
+        # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
+        record = RunRecord.open(
+            self, checkpoint, api, fns=fns, info=info, dynamic=dynamic, key=key, chain=chain,
+            length=length, init_params=init_params, post_warmup_state=pws,
+            place=lambda tree: self._place(tree, mesh, PartitionSpec("chain")))
+        chain = record.chain
+        # --
 
         def call(chain, start, num, sampling):
             span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
                         thinning=np.int32(thinning), offset=np.int32(num_warmup))
-            return chunk(chain, keys, span, schedule, dynamic)
+            return record.wait(chunk(chain, keys, span, schedule, dynamic))
 
-        values, stats, n_div = [], [], 0
+        n_div = 0
         total = num_warmup + num_draws * thinning
-        with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
-            for start in range(0, num_warmup, warmup_length):
+        done = record.warmup_done + record.draws_done * thinning
+        with tqdm.tqdm(total=total, initial=done, disable=not self.progress_bar,
+                       desc="warmup") as bar, record.catching():
+            for start in range(record.warmup_done, num_warmup, warmup_length):
                 num = min(warmup_length, num_warmup - start)
                 chain, _, _, nd = call(chain, start, num, False)
+                record.warmed(chain, start + num)
                 if self.progress_bar:
                     n_div += int(jnp.sum(nd))  # (a global array in a multi-process run)
                     _advance(bar, num, f"{n_div} divergences in warmup")
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
             n_div = 0
-            for start in range(0, num_draws, length):
+            for start in range(record.draws_done, num_draws, length):
                 num = min(length, num_draws - start)
                 # draws move the chain only: its kernel parameters are those of the warmup
                 out, v, st, _ = call(chain, start, num, True)
                 chain = chain._replace(state=out.state)
                 if num < length:
                     v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
-                values.append(v)
-                stats.append(st)
+                record.drew(chain, start + num, v, st)
                 if self.progress_bar:
                     n_div += int(jnp.sum(st["diverging"]))
                     _advance(bar, num * thinning, f"{n_div} divergences")
+        # what the run committed (all of it, unless Ctrl-C stopped it: then it is kept)
+        record.finish(num_warmup, num_draws)
+        chain, values, stats = record.chain, record.values, record.stats
+        if record.stopper.interrupted and (record.warmup_done < num_warmup
+                                           or (sample and not values)):
+            self._results = None  # nothing drawn: nothing to show (the checkpoint holds it)
+            return
         state = chain.state
         last = MCMCState(position=state.position, logdensity=state.logdensity,
                          logdensity_grad=state.logdensity_grad, step_size=chain.step_size,
@@ -361,7 +386,7 @@ class MCMC:
             samples, stats = readable((samples, stats))
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
-        self._warn_divergences(fns, num_draws)
+        self._warn_divergences(fns, record.draws_done)
 
     def _warn_divergences(self, fns, num_draws):
         n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
@@ -387,7 +412,8 @@ class MCMC:
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
                           init_params=init_params)
 
-    def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
+    def run(self, rng_key, *args, extra_fields=(), init_params=None, checkpoint=None,
+            **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
 
         **Arguments:**
@@ -403,13 +429,26 @@ class MCMC:
           value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
           unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
           constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
+        - `checkpoint`: a folder path (`"run.zarr"`) or `effppl.infer.Checkpoint(path,
+          every=seconds)`. The run goes in 100 compiled chunks and, after a chunk, every `every`
+          seconds (default 10), writes its draws, statistics and the chains' full state there,
+          atomically (a zarr store: `arviz.InferenceData.from_datatree(xarray.open_datatree(path,
+          engine="zarr"))` opens the draws). When the folder holds a checkpoint of this very run
+          (same model, data, settings and key), `run` continues where it stopped, and the draws
+          equal those of an uninterrupted run, bit for bit.
+
+        **Ctrl-C** stops the run after the chunk in progress (a second Ctrl-C at once) and
+        returns, keeping the draws so far (`get_samples`, and the checkpoint when one is set),
+        with an `InterruptedWarning` saying how many there are and how to continue.
 
         **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
 
         **Raises:** `InitializationError` when a chain finds no finite starting point, or
         `init_params` misses a site, has a wrong shape or a non-finite log density;
         `MCMCError` for a model without continuous latent sites, or `init_params` given while
-        `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
+        `post_warmup_state` is set; `CheckpointError` for a `checkpoint` of another run (naming
+        what differs), a damaged one, or a path that holds something else;
+        `ModelArgumentError` naming a model argument that cannot be
         data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
         (`InvalidParameterError`, with validation on) whose distribution parameter is invalid
         when no finite initial point is found.
@@ -418,10 +457,13 @@ class MCMC:
         density at a proposal counts as a divergence; it never stops sampling.
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
+        checkpoint = as_checkpoint(checkpoint, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
                 self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
-                          init_params=init_params)
+                          init_params=init_params, checkpoint=checkpoint)
+        if self._results is None:  # interrupted before the first draw
+            return
         stats = self._get("stats", "run")
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
