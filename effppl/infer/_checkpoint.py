@@ -34,6 +34,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -334,8 +335,12 @@ class Store:
               index: tuple = (), spec: dict | None = None) -> np.ndarray:
         """Array `name` (entries `[:count]` along `axis`, or `index`), checked block by block
         against `hashes`."""
+        import zarr
+
         try:
             array = self._opened[name] = self._zarr_group()[name]
+            if not isinstance(array, zarr.Array):
+                raise TypeError(f"{name} is a group")
             if count is not None:
                 index = (slice(None),) * axis + (slice(0, count),)
             values = np.asarray(array[index])
@@ -475,9 +480,10 @@ def _fill(values: np.ndarray):
 
 
 def _effppl_version() -> str:
-    from .. import __version__
-
-    return __version__
+    try:
+        return importlib.metadata.version("effppl")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on the path, not installed
+        return "unknown"
 
 
 def _versions() -> dict:

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from typing import Any
 
 import jax
 import numpy as np
 
+from ...effects import internal
 from .._arviz import _usable_dims
 from .._checkpoint import Store
 from .._compile._persistent import digest
@@ -81,7 +83,7 @@ def _identity(mcmc, fns, dynamic, key, chain, length, start) -> dict:
         "rng_key": f"{jax.random.key_impl(key)} "
                    f"{np.asarray(jax.random.key_data(key)).ravel().tolist()}",
         "start (init strategy, init_params or post_warmup_state)": start,
-        "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        "jax_enable_x64": bool(internal.config_value("jax_enable_x64")),
         "chains' state layout (effppl's and blackjax's)": _layout(chain),
     }
 
@@ -100,7 +102,7 @@ class RunRecord:
         self.chain, self.warmup_done, self.draws_done = chain, warmup_done, draws_done
         self.values, self.stats = values or [], stats or []
         self._unsaved: list = []  # (values, stats) of draws not yet in the checkpoint
-        self._info = None  # the model's `SiteInfo` (plate names of the draws' axes)
+        self._info: Any = None  # the model's `SiteInfo` (plate names of the draws' axes)
         self._saved_at = (warmup_done, draws_done)
 
     @classmethod
@@ -198,7 +200,8 @@ class RunRecord:
 
     def _dims(self, values, stats) -> dict:
         shapes = {n: v.shape[2:] for n, v in values.items()}
-        site_dims = tuple((site, names) for site, names in self._info.dims if site in values)
+        dims = self._info.dims if self._info is not None else ()
+        site_dims = tuple((site, names) for site, names in dims if site in values)
         usable = _usable_dims(site_dims, shapes, {*values, *stats})
         dims = {}
         for name, value in values.items():

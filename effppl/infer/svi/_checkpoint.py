@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...effects import internal
 from .. import _model
 from .._checkpoint import Store
 from .._compile._persistent import digest
@@ -77,7 +78,7 @@ def _identity(svi, key, state, dynamic, num_steps, length, stable, forward_mode)
         "data values": digest(*dynamic),
         "num_steps": int(num_steps), "stable_update": bool(stable),
         "forward_mode_differentiation": bool(forward_mode), "chunk length": int(length),
-        "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        "jax_enable_x64": bool(internal.config_value("jax_enable_x64")),
     }
 
 
