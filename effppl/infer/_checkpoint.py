@@ -5,26 +5,29 @@ A checkpoint is a folder (`run.zarr`), a zarr v3 group that xarray and arviz ope
 consolidated=False))`):
 
 - child arrays that grow along one axis as the run goes (MCMC's `posterior/<site>` and
-  `sample_stats/<statistic>`, `[chain, draw, ...]`; SVI's `losses`), stored in zarr chunks of
-  one *block* (what one compiled chunk of the run produces), so a save writes new chunk files;
+  `sample_stats/<statistic>`, `[chain, draw, ...]`; SVI's `losses`), in zarr chunks of about
+  1 MiB, so a save writes one or two chunk files per array;
 - the run's state, the root array `effppl_state`, `uint8[2, bytes]`: the bytes of its arrays in
   two slots, each save writing the one not in force;
 - the root group's metadata `zarr.json`, whose attribute `effppl_checkpoint` is the *manifest*:
   the version in force, what the run has done, its identity, the state slot, and checksums
-  (BLAKE2b) of every block, of every state leaf and of the manifest itself.
+  (BLAKE2b) of the entries each save added to each array (a *segment*), of the state and of the
+  manifest itself.
 
-**Atomicity.** Saving version `n + 1` grows the arrays and writes the new blocks (past version
+**Atomicity.** Saving version `n + 1` grows the arrays and writes the new entries (past version
 `n`'s counts, where no reader of version `n` looks) and the state slot that version `n` does not
 use, and only then replaces the root `zarr.json` (written to a temporary file, `fsync`ed, and
 moved in place by one `os.replace`). A process killed at any instant leaves manifest `n` or
-`n + 1`, each pointing at whole data. Reading checks every block and state leaf against the
-manifest, so a truncated, torn or bit-flipped checkpoint is refused, never read as draws.
-(zarr's `LocalStore` also writes each of its files by a rename since zarr 3.1.3, so the metadata
-of a grown array is never torn for a reader that opens the folder mid-save.)
+`n + 1`, each pointing at whole data. The one file of version `n` a save rewrites is an array's
+last, partly filled chunk, with version `n`'s entries unchanged in it; zarr's `LocalStore` writes
+each file by a rename (since zarr 3.1.3, the lowest version effppl takes), so that file too is
+the old or the new one, and both hold version `n`'s entries. Reading checks every segment and the
+state against the manifest, so a truncated, torn or bit-flipped checkpoint is refused, never
+read as draws.
 
 **Sharp edges.**
 - One process writes a checkpoint at a time (an advisory lock on the folder says so).
-- Against a power cut, the manifest is `fsync`ed but the blocks are not: a block lost there makes
+- Against a power cut, the manifest is `fsync`ed but the arrays are not: an entry lost there makes
   the checkpoint refused as damaged, not read wrong.
 """
 
@@ -81,9 +84,17 @@ class Checkpoint:
 
     **Raises:** `CheckpointError` (a `ValueError`) for a negative or non-finite `every`.
 
+    `Checkpoint(path).progress()` says how far the run saved there got.
+
+    **References:** the Zarr v3 specification (zarr-specs, "Zarr core specification, version
+    3"); Stan's CmdStan guide, "Stan CSV file format" (draws written as they are made); PyMC's
+    `ZarrTrace` (traces stored in zarr while sampling).
+
     Example:
         >>> Checkpoint("run.zarr", every=60.0)
         Checkpoint(path='run.zarr', every=60.0)
+        >>> Checkpoint("no-such-folder.zarr").progress() is None
+        True
     """
 
     path: str | os.PathLike
@@ -99,6 +110,17 @@ class Checkpoint:
                 or not np.isfinite(every) or every < 0:
             raise CheckpointError(f"`effppl.infer.Checkpoint(..., every=...)` expected seconds "
                                   f"between saves, a finite number >= 0, but got {every!r}.")
+
+    def progress(self) -> dict | None:
+        """How far the run saved at `path` got: for MCMC `{"warmup": steps, "draws": draws per
+        chain}`, for SVI `{"steps": steps, "skipped": steps skipped}`; None when nothing is
+        saved there yet. It reads the manifest only (`run` checks the whole checkpoint), and
+        may be called while another process writes it."""
+        try:
+            root = json.loads((Path(self.path) / _ROOT).read_text())
+            return dict(root["attributes"][_ATTR]["manifest"]["progress"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
 
 def as_checkpoint(value: Any, api: str) -> Checkpoint | None:
@@ -175,29 +197,30 @@ def _differences(saved: dict, wanted: dict) -> list[str]:
             for name in sorted(set(saved) | set(wanted)) if saved.get(name) != wanted.get(name)]
 
 
-def _blocks(values: np.ndarray, axis: int, block: int, start: int = 0):
-    """`values`' blocks of `block` entries along `axis`, from entry `start`."""
-    n = values.shape[axis]
-    for i in range(start, n, block):
-        yield np.take(values, np.arange(i, min(i + block, n)), axis=axis)
+def _slice(values: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
+    return values[(slice(None),) * axis + (slice(start, end),)]
+
+
+_CHUNK_BYTES = 2**20  # the arrays' zarr chunks hold about this many bytes
 
 
 class Store:
     """A checkpoint folder opened for one run (see the module's docstring).
 
-    - `Store.open(checkpoint, kind, identity, api, axis, block)` -> `(store, saved)`: `saved`
-      is the version in force (`Saved`), or None for a new checkpoint.
+    - `Store.open(checkpoint, kind, identity, api, axis, total)` -> `(store, saved)`: `saved`
+      is the version in force (`Saved`), or None for a new checkpoint; `total`: the arrays'
+      final length along `axis` (for their chunks' size).
     - `store.dims`: dict array name -> its axes' names (set before the first save).
     - `store.save(progress, state, appends)`: a new version; `appends` maps array names to
-      their new entries (along `axis`, starting at a block boundary).
+      their new entries (along `axis`).
     - `store.close()`: releases the lock.
     """
 
     def __init__(self, checkpoint: Checkpoint, kind: str, identity: dict, api: str, axis: int,
-                 block: int):
+                 total: int):
         self.checkpoint, self.kind, self.identity, self.api = checkpoint, kind, identity, api
         self.path = Path(checkpoint.path)
-        self.axis, self.block = axis, int(block)
+        self.axis, self.total = axis, max(int(total), 1)
         self.dims: dict = {}
         self.sequence = 0
         self.arrays: dict = {}  # name -> {"count", "dtype", "shape", "hashes"}
@@ -212,8 +235,8 @@ class Store:
 
     @classmethod
     def open(cls, checkpoint: Checkpoint, kind: str, identity: dict, api: str, *, axis: int,
-             block: int) -> tuple[Store, Saved | None]:
-        store = cls(checkpoint, kind, identity, api, axis, block)
+             total: int) -> tuple[Store, Saved | None]:
+        store = cls(checkpoint, kind, identity, api, axis, total)
         try:
             saved = store._open()
         except BaseException:
@@ -316,13 +339,14 @@ class Store:
                 "settings and key to resume it, or give a new path to start anew.")
         self.sequence, self.arrays = manifest["sequence"], manifest["arrays"]
         state = self._read_state(manifest["state"])
-        arrays = {name: self._read(name, spec["hashes"], axis=self.axis, count=spec["count"],
+        arrays = {name: self._read(name, spec["segments"], axis=self.axis, count=spec["count"],
                                    spec=spec)
                   for name, spec in self.arrays.items()}
         return Saved(manifest["progress"], state, arrays)
 
     def _read_state(self, spec: dict) -> dict:
-        data = self._read(_STATE, [spec["hash"]], axis=0, count=None, index=(spec["slot"],))
+        data = self._read(_STATE, [[0, None, spec["hash"]]], axis=0, count=None,
+                          index=(spec["slot"],))
         state = {}
         for leaf in spec["leaves"]:
             dtype = np.dtype(leaf["dtype"])
@@ -331,10 +355,10 @@ class Store:
             state[leaf["name"]] = np.frombuffer(raw.tobytes(), dtype).reshape(leaf["shape"])
         return state
 
-    def _read(self, name: str, hashes: list, *, axis: int, count: int | None,
+    def _read(self, name: str, segments: list, *, axis: int, count: int | None,
               index: tuple = (), spec: dict | None = None) -> np.ndarray:
-        """Array `name` (entries `[:count]` along `axis`, or `index`), checked block by block
-        against `hashes`."""
+        """Array `name` (entries `[:count]` along `axis`, or `index`), checked against the
+        checksums of its `segments`, `[start, end, hash]` (end None: the whole `index`)."""
         import zarr
 
         try:
@@ -355,10 +379,14 @@ class Store:
                 raise self._damaged(f"its array {name} has shape {values.shape} and dtype "
                                     f"{values.dtype}, but the manifest says {expected}, "
                                     f"{spec['dtype']}")
-        checked = [values] if count is None else _blocks(values, axis, self.block)
-        found = [_array_hash(b) for b in checked]
-        if found != list(hashes):
-            raise self._damaged(f"its array {name} does not match its checksums")
+        ends = [end for _, end, _ in segments]
+        if count is not None and (ends[-1:] != [count] or any(
+                a[1] != b[0] for a, b in zip(segments, segments[1:])) or segments[0][0] != 0):
+            raise self._damaged(f"the manifest's segments of its array {name} do not cover it")
+        for start, end, claimed in segments:
+            part = values if end is None else _slice(values, axis, start, end)
+            if _array_hash(part) != claimed:
+                raise self._damaged(f"its array {name} does not match its checksums")
         return values
 
     # -- saving ------------------------------------------------------------------------------
@@ -376,7 +404,7 @@ class Store:
         """Write a new version: `appends` (name -> new entries along `axis`) to the arrays,
         `state` (name -> array) to the slot not in force, then the manifest."""
         start = time.perf_counter()
-        arrays = {name: dict(spec, hashes=list(spec["hashes"]))
+        arrays = {name: dict(spec, segments=list(spec["segments"]))
                   for name, spec in self.arrays.items()}
         writes = []
         for name, values in appends.items():
@@ -435,8 +463,6 @@ class Store:
         """`(write, spec)`: a function writing `values` after the array's entries so far (the
         array created if need be; no write yet), and the array's new description."""
         count = 0 if spec is None else spec["count"]
-        if count % self.block:  # internal: appends start at a block boundary
-            raise AssertionError(f"append to {name} at {count}, not a multiple of {self.block}")
         axis, n = self.axis, values.shape[self.axis]
         trailing = values.shape[:axis] + values.shape[axis + 1:]
         group = self._zarr_group()
@@ -447,7 +473,9 @@ class Store:
             del group[name]  # left by a run killed before its first save of this array
             array = self._opened[name] = None
         if array is None:
-            chunks = values.shape[:axis] + (self.block,) + values.shape[axis + 1:]
+            entry = max(values.nbytes // max(n, 1), 1)
+            length = max(1, min(self.total, _CHUNK_BYTES // entry))
+            chunks = values.shape[:axis] + (length,) + values.shape[axis + 1:]
             dims = self.dims.get(name) or tuple(
                 f"{name.rsplit('/', 1)[-1]}_dim_{i}" for i in range(values.ndim))
             array = self._opened[name] = group.create_array(
@@ -460,10 +488,10 @@ class Store:
             if values.size:
                 array[(slice(None),) * axis + (slice(count, count + n),)] = values
 
-        hashes = ([] if spec is None else spec["hashes"]) + [
-            _array_hash(b) for b in _blocks(values, axis, self.block)]
+        segments = ([] if spec is None else spec["segments"]) + [
+            [count, count + n, _array_hash(values)]]
         return write, {"count": count + n, "dtype": values.dtype.str, "shape": list(trailing),
-                       "hashes": hashes}
+                       "segments": segments}
 
     def close(self) -> None:
         if self._lock is not None:

@@ -128,7 +128,8 @@ def test_resume_after_a_stop_in_warmup_or_sampling_gives_the_same_draws(snapshot
 
 
 def test_resume_after_a_save_killed_half_way(snapshots, tmp_path, reference):
-    """Blocks and the state slot of version n + 1 written, the manifest still version n."""
+    """The arrays (their last chunk rewritten) and the state slot of version n + 1 written, the
+    manifest still version n."""
     _run(Checkpoint(tmp_path / "run.zarr", every=0))
     (_, before), (_, after) = snapshots[WARMUP + 2], snapshots[WARMUP + 3]
     shutil.copy(before / "zarr.json", after / "zarr.json")
@@ -178,15 +179,15 @@ def test_checkpoint_of_other_data_values_or_model_is_refused(finished):
 
 def _damage(path, how):
     if how == "truncated block":
-        block = path / "posterior" / "mu" / "c" / "0" / "3"
+        block = path / "posterior" / "mu" / "c" / "0" / "0"
         block.write_bytes(block.read_bytes()[:5])
     elif how == "bit-flipped block":
-        block = path / "posterior" / "sigma" / "c" / "0" / "2"
+        block = path / "posterior" / "sigma" / "c" / "0" / "0"
         data = bytearray(block.read_bytes())
         data[len(data) // 2] ^= 0x10
         block.write_bytes(bytes(data))
     elif how == "deleted block":
-        (path / "sample_stats" / "lp" / "c" / "0" / "1").unlink()
+        (path / "sample_stats" / "lp" / "c" / "0" / "0").unlink()
     elif how == "bit-flipped state":
         block = path / "effppl_state" / "c" / "1" / "0"
         data = bytearray(block.read_bytes())
@@ -235,7 +236,7 @@ def test_path_holding_something_else_is_refused(tmp_path):
 
 def test_second_writer_is_refused(tmp_path):
     store, _ = store_module.Store.open(Checkpoint(tmp_path / "run.zarr"), "MCMC", {}, "test",
-                                       axis=1, block=1)
+                                       axis=1, total=1)
     try:
         with pytest.raises(CheckpointError, match="another process is writing"):
             _run(Checkpoint(tmp_path / "run.zarr"))

@@ -10,7 +10,6 @@ test kills twice (once in warmup, once in sampling) and the slow ones a dozen ti
 twice (SVI; the in-process tests of `test_checkpoint.py` resume SVI fast).
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from effppl.infer import Checkpoint
 
 from . import _checkpoint_worker as worker
 
@@ -51,10 +52,8 @@ def _start(path, out, env, kind="mcmc"):
 
 def _progress(path, kind="mcmc") -> int:
     """Steps the checkpoint holds (warmup steps + draws, or SVI steps); -1 before the first."""
-    try:
-        root = json.loads((path / "zarr.json").read_text())
-        progress = root["attributes"]["effppl_checkpoint"]["manifest"]["progress"]
-    except (OSError, ValueError, KeyError):  # none yet (or replaced while read)
+    progress = Checkpoint(path).progress()
+    if progress is None:
         return -1
     return progress["steps"] if kind == "svi" else progress["warmup"] + progress["draws"]
 

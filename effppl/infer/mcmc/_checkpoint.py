@@ -106,7 +106,7 @@ class RunRecord:
         self._saved_at = (warmup_done, draws_done)
 
     @classmethod
-    def open(cls, mcmc, checkpoint, api, *, fns, info, dynamic, key, chain, length,
+    def open(cls, mcmc, checkpoint, api, *, fns, info, dynamic, key, chain, length, num_draws,
              init_params, post_warmup_state, place):
         """A record of the run starting at `chain`, or resumed from `checkpoint`'s version in
         force. `place(tree)` puts a restored chain state where the chains run.
@@ -118,7 +118,7 @@ class RunRecord:
             return cls(api, stopper, None, chain)
         start = _start(mcmc.kernel, init_params, post_warmup_state)
         identity = _identity(mcmc, fns, dynamic, key, chain, length, start)
-        store, saved = Store.open(checkpoint, "MCMC", identity, api, axis=1, block=length)
+        store, saved = Store.open(checkpoint, "MCMC", identity, api, axis=1, total=num_draws)
         record = cls(api, stopper, store, chain)
         record._info = info
         if saved is None:
@@ -230,9 +230,9 @@ class RunRecord:
             kept = (f"after {self.draws_done} of {num_draws} draws per chain; they are in "
                     f"`mcmc.get_samples()`")
         if self.store is not None:
-            how = (f"The checkpoint {str(self.store.path)!r} holds them: run the same call again "
-                   f"to continue where it stopped (the draws will be those of an uninterrupted "
-                   f"run).")
+            how = (f"The checkpoint {str(self.store.path)!r} holds what it did: run the same "
+                   f"call again to continue where it stopped (the draws will be those of an "
+                   f"uninterrupted run).")
         else:
             how = ("Without a checkpoint the run cannot continue where it stopped: pass "
                    "`checkpoint='run.zarr'` to `run` to make runs resumable; to draw more now, "

@@ -331,7 +331,7 @@ class MCMC:
         # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
         record = RunRecord.open(
             self, checkpoint, api, fns=fns, info=info, dynamic=dynamic, key=key, chain=chain,
-            length=length, init_params=init_params, post_warmup_state=pws,
+            length=length, num_draws=num_draws, init_params=init_params, post_warmup_state=pws,
             place=lambda tree: self._place(tree, mesh, PartitionSpec("chain")))
         chain = record.chain
         # --
@@ -433,7 +433,7 @@ class MCMC:
           every=seconds)`. The run goes in 100 compiled chunks and, after a chunk, every `every`
           seconds (default 10), writes its draws, statistics and the chains' full state there,
           atomically (a zarr store: `arviz.InferenceData.from_datatree(xarray.open_datatree(path,
-          engine="zarr"))` opens the draws). When the folder holds a checkpoint of this very run
+          engine="zarr", consolidated=False))` opens the draws). When the folder holds a checkpoint of this very run
           (same model, data, settings and key), `run` continues where it stopped, and the draws
           equal those of an uninterrupted run, bit for bit.
 

@@ -105,7 +105,7 @@ class StepRecord:
         if checkpoint is None:
             return cls(api, stopper, None, state)
         identity = _identity(svi, key, state, dynamic, num_steps, length, stable, forward_mode)
-        store, saved = Store.open(checkpoint, "SVI", identity, api, axis=0, block=length)
+        store, saved = Store.open(checkpoint, "SVI", identity, api, axis=0, total=num_steps)
         store.dims = {"losses": ("step",)}
         record = cls(api, stopper, store, state)
         if saved is None:
