@@ -39,7 +39,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def _saving_seconds():
     """Patch the checkpoint store to add up the seconds its saves take: `(list, undo)`."""
-    from effppl.infer import _checkpoint
+    from effppl.infer import _checkpoint_store as _checkpoint
 
     seconds, save = [], _checkpoint.Store.save
 

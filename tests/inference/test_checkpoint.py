@@ -27,7 +27,8 @@ from effppl.infer import (
     InterruptedWarning,
     Trace_ELBO,
 )
-from effppl.infer import _checkpoint as store_module
+from effppl.infer import _checkpoint as checkpoint_module
+from effppl.infer import _checkpoint_store as store_module
 from effppl.infer.autoguide import AutoNormal
 from effppl.infer.mcmc import _checkpoint as mcmc_checkpoint
 
@@ -218,10 +219,10 @@ def test_checkpoint_of_another_layout_version_is_refused(finished, tmp_path):
     root = json.loads((path / "zarr.json").read_text())
     manifest = root["attributes"]["effppl_checkpoint"]["manifest"]
     manifest.pop("hash")
-    manifest["format"] = store_module.FORMAT + 1
-    manifest["hash"] = store_module._hash(json.dumps(manifest, sort_keys=True).encode())
+    manifest["format"] = checkpoint_module.FORMAT + 1
+    manifest["hash"] = checkpoint_module.hash_bytes(json.dumps(manifest, sort_keys=True).encode())
     (path / "zarr.json").write_text(json.dumps(root))
-    with pytest.raises(CheckpointError, match=f"checkpoint format {store_module.FORMAT + 1}"):
+    with pytest.raises(CheckpointError, match=f"checkpoint format {checkpoint_module.FORMAT + 1}"):
         _run(Checkpoint(path))
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ...effects import internal
 from .._arviz import _usable_dims
-from .._checkpoint import Store
+from .._checkpoint_store import Store
 from .._compile._persistent import digest
 from .._interrupt import InterruptedWarning, Stopper
 

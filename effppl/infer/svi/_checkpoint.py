@@ -30,7 +30,7 @@ import numpy as np
 
 from ...effects import internal
 from .. import _model
-from .._checkpoint import Store
+from .._checkpoint_store import Store
 from .._compile._persistent import digest
 from .._interrupt import InterruptedWarning, Stopper
 
