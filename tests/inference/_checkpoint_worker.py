@@ -3,9 +3,12 @@
 `python -m tests.inference._checkpoint_worker PATH OUT [float32|float64]`: runs `MCMC(NUTS(model),
 ...)` (or, with `svi` as a fourth argument, `SVI`) with `checkpoint=Checkpoint(PATH, every=0)`,
 and on return writes the draws (or params) to `OUT` (an `.npz`) and prints `DONE <draws per
-chain>`. Killed, it leaves its checkpoint; run again, it resumes.
+chain>`. Killed, it leaves its checkpoint; run again, it resumes. With `EFFPPL_TEST_STALL=N:MARKER`
+in its environment, the save that takes it past N steps stops half-way (`stall_in_save`).
 """
 
+import json
+import os
 import sys
 
 import jax
@@ -49,8 +52,35 @@ def run_svi(path, dtype, checkpoint=True):
                    checkpoint=Checkpoint(path, every=0) if checkpoint else None)
 
 
+def stall_in_save(path, target, marker):
+    """Make the save that first takes the checkpoint past `target` steps (warmup + draws) stop
+    half-way, for the test to kill it there: its arrays and state slot written, the new
+    manifest's temporary file half written, the manifest in force still the previous one. The
+    file `marker` says it stopped there."""
+    import os
+    import time
+    from pathlib import Path
+
+    from effppl.infer import _checkpoint_store
+
+    write = _checkpoint_store.write_atomic
+
+    def stalling(file, data):
+        manifest = json.loads(data)["attributes"]["effppl_checkpoint"].get("manifest")
+        if manifest and sum(manifest["progress"].values()) >= target:
+            Path(f"{file}.{os.getpid()}.partial").write_bytes(data[:len(data) // 2])
+            Path(marker).write_text(json.dumps(manifest["progress"]))
+            time.sleep(600)
+        write(file, data)
+
+    _checkpoint_store.write_atomic = stalling
+
+
 def main(path, out, dtype="float64", kind="mcmc"):
     jax.config.update("jax_enable_x64", dtype == "float64")
+    if "EFFPPL_TEST_STALL" in os.environ:  # "target:marker"
+        target, marker = os.environ["EFFPPL_TEST_STALL"].split(":", 1)
+        stall_in_save(path, int(target), marker)
     if kind == "svi":
         result = run_svi(path, dtype)
         np.savez(out, losses=result.losses, **{f"param_{k}": np.asarray(v)

@@ -7,7 +7,10 @@ save), or as a save killed half-way left it; real kills of a process are in
 """
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -107,6 +110,31 @@ def test_checkpointed_run_equals_uninterrupted_run_and_opens_in_arviz(reference,
     stats = reference.get_extra_fields(group_by_chain=True)
     for k, v in stats.items():
         np.testing.assert_array_equal(idata.sample_stats[k].values, np.asarray(v))
+
+
+_OPEN_WITHOUT_EFFPPL = """
+import sys, warnings
+import arviz as az, numpy as np, xarray as xr
+warnings.simplefilter("ignore", RuntimeWarning)  # no consolidated metadata
+idata = az.InferenceData.from_datatree(xr.open_datatree(sys.argv[1], engine="zarr",
+                                                        consolidated=False))
+assert not [m for m in sys.modules if m.split(".")[0] == "effppl"], "effppl was imported"
+np.savez(sys.argv[2], **{f"posterior_{k}": v.values for k, v in idata.posterior.items()},
+         **{f"sample_stats_{k}": v.values for k, v in idata.sample_stats.items()})
+"""
+
+
+def test_checkpoint_opens_in_arviz_in_a_process_without_effppl(finished, reference, tmp_path):
+    path, out = finished[0], tmp_path / "draws.npz"
+    subprocess.run([sys.executable, "-c", _OPEN_WITHOUT_EFFPPL, str(path), str(out)],
+                   check=True, cwd=tmp_path, env={k: v for k, v in os.environ.items()
+                                                 if k != "PYTHONPATH"})
+    opened = np.load(out)
+    expected = {f"posterior_{k}": v for k, v in reference.get_samples(True).items()} | {
+        f"sample_stats_{k}": v for k, v in reference.get_extra_fields(True).items()}
+    assert set(opened.files) == set(expected)
+    for k, v in expected.items():
+        np.testing.assert_array_equal(opened[k], np.asarray(v), err_msg=k)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

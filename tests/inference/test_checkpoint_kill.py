@@ -7,9 +7,11 @@ The oracle is the uninterrupted run (no checkpoint) in this process, on the same
 settings and key (`_checkpoint_worker.py`). Each process start costs a few seconds (JAX's import;
 the compiled programs come from effppl's persistent cache, on in these processes), so the fast
 test kills twice (once in warmup, once in sampling) and the slow ones a dozen times (MCMC) and
-twice (SVI; the in-process tests of `test_checkpoint.py` resume SVI fast).
+twice (SVI; the in-process tests of `test_checkpoint.py` resume SVI fast); one more kills a
+float32 run twice in the middle of a save.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -26,6 +29,7 @@ from . import _checkpoint_worker as worker
 
 ROOT = Path(__file__).resolve().parents[2]
 TOTAL = worker.SETTINGS["num_warmup"] + worker.SETTINGS["num_samples"]
+CHUNK = TOTAL // 100  # steps per chunk: a run with a checkpoint goes in 100 chunks
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +48,9 @@ def reference():
                for k, v in mcmc.get_extra_fields(group_by_chain=True).items()})
 
 
-def _start(path, out, env, kind="mcmc"):
+def _start(path, out, env, kind="mcmc", dtype="float64"):
     return subprocess.Popen([sys.executable, "-m", "tests.inference._checkpoint_worker", str(path),
-                             str(out), "float64", kind], cwd=ROOT, env=env,
+                             str(out), dtype, kind], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -134,6 +138,37 @@ def test_killed_svi_run_resumes_to_the_uninterrupted_params(tmp_path, env):
     np.testing.assert_array_equal(result["losses"], reference.losses)
     for k, v in reference.params.items():
         np.testing.assert_array_equal(result[f"param_{k}"], np.asarray(v), err_msg=k)
+
+
+def test_run_killed_during_its_saves_resumes_to_the_uninterrupted_draws_float32(tmp_path, env):
+    """SIGKILL in the middle of a save (arrays and state slot of the new version written, the new
+    manifest half written), once in warmup and once in sampling, in float32."""
+    with jax.enable_x64(False):
+        mcmc = worker.run_mcmc(None, "float32", checkpoint=False)
+        reference = {f"site_{k}": np.asarray(v)
+                     for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    path, out = tmp_path / "run.zarr", tmp_path / "out.npz"
+    before = -1
+    for target in (20, worker.SETTINGS["num_warmup"] + 40):
+        marker = tmp_path / f"stalled-{target}"
+        proc = _start(path, out, dict(env, EFFPPL_TEST_STALL=f"{target}:{marker}"),
+                      dtype="float32")
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        proc.kill()
+        proc.communicate()
+        stalled = sum(json.loads(marker.read_text()).values())
+        assert target <= stalled < target + CHUNK, stalled
+        kept = _progress(path)  # the manifest in force: the save before the killed one
+        assert before < kept == stalled - CHUNK, (before, kept, stalled)
+        assert (path / f"zarr.json.{proc.pid}.partial").exists()  # killed writing the manifest
+        before = kept
+    _finish(_start(path, out, env, dtype="float32"))
+    result = np.load(out)
+    for k, v in reference.items():
+        assert result[k].dtype == np.float32
+        np.testing.assert_array_equal(result[k], v, err_msg=k)
 
 
 def test_ctrl_c_returns_with_the_draws_kept_and_says_how_to_continue(tmp_path, env, reference):
