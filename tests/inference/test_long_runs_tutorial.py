@@ -1,4 +1,4 @@
-"""docs/tutorials/long_runs.md runs as written: its code blocks, top to bottom, in one namespace
+"""docs/tutorials/long-runs.md runs as written: its code blocks, top to bottom, in one namespace
 (the checks it makes are its own asserts: resumed draws equal uninterrupted ones)."""
 
 import pathlib
@@ -9,7 +9,7 @@ import pytest
 
 from effppl.infer import InterruptedWarning
 
-TUTORIAL = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "long_runs.md"
+TUTORIAL = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "long-runs.md"
 
 
 @pytest.mark.slow
