@@ -9,6 +9,7 @@ arguments, so repeated runs on new data of the same shapes do not recompile.
 
 from ..handlers import InferDiscreteError, config_enumerate, infer_discrete
 from . import autoguide  # noqa: F401  (effppl.infer.autoguide, as NumPyro's module)
+from ._checkpoint import Checkpoint, CheckpointError
 from ._compile._arguments import ModelArgumentError
 from ._compile._cache import UnhashableArgumentError, clear_cache
 from ._compile._fns import StaticArgumentWarning
@@ -20,6 +21,7 @@ from ._init import (
     init_to_value,
 )
 from ._init_site import init_to_feasible, init_to_mean, init_to_sample
+from ._interrupt import InterruptedWarning
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
@@ -45,6 +47,9 @@ from .svi._tracegraph import TraceGraph_ELBO
 
 __all__ = [
     "MCMC",
+    "Checkpoint",
+    "CheckpointError",
+    "InterruptedWarning",
     "initialize_model",
     "NUTS",
     "HMC",

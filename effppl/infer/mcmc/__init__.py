@@ -8,6 +8,8 @@ driven by `MCMC`.
   `_adaptation.py`: the schemes by `mass_matrix=` name; `_warmup_check.py`: what makes a
   warmup degenerate, and the warnings naming such chains; `_mixing.py`: chains that
   disagree after the draws.
+- `_checkpoint.py`: what a run has done, saved to a checkpoint and kept on Ctrl-C
+  (the store itself: `effppl/infer/_checkpoint_store.py`).
 """
 
 from ._driver import MCMC, DivergenceWarning, MCMCError, MCMCState

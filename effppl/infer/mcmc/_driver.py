@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..._keys import typed_key
 from ...handlers.internal import check_enumerable
+from .._checkpoint import as_checkpoint
 from .._compile._arguments import leaked_tracers
 from .._compile._fns import prepare
 from .._compile._persistent import stored
@@ -24,6 +25,7 @@ from .._init import InitializationError, find_initial_params, given_initial_para
 from .._model import explained_by_parameters, site_errors
 from .._sharding import place, place_data, readable
 from . import _sharded
+from ._checkpoint import RunRecord
 from ._empty import draws_without_latents
 from ._kernels import _HMCFamily
 from ._mixing import ChainMixingWarning, warn_mixing
@@ -39,6 +41,7 @@ _CHAIN_METHODS = ("vectorized", "sharded")
 # NumPyro's names: its chains run one after another ("sequential") or one per device under
 # `pmap` ("parallel"); effppl's "vectorized" and "sharded" give the same draws in one program
 _NUMPYRO_CHAIN_METHODS = {"sequential": "vectorized", "parallel": "sharded"}
+_CHECKPOINT_CHUNKS = 100  # chunks of a run with a checkpoint, whatever the progress bar
 
 
 def _as_key(rng_key, api, error: type[Exception] = MCMCError):
@@ -200,14 +203,18 @@ class MCMC(MCMCResultsView):
             return tree
         return place(tree, NamedSharding(mesh, spec))
 
-    def _chunk_plan(self, num_warmup: int, num_draws: int) -> tuple[int, int]:
+    def _chunk_plan(self, num_warmup: int, num_draws: int,
+                    checkpoint: bool = False) -> tuple[int, int]:
         """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
 
         Without a progress bar each phase is one call, and the buffer length is the number of
-        draws (warmup records nothing, so its calls are not bounded by the buffer).
+        draws (warmup records nothing, so its calls are not bounded by the buffer). With a
+        checkpoint, `_CHECKPOINT_CHUNKS` chunks whatever the progress bar, so that a resumed run
+        cuts the run where the interrupted one did.
         """
-        if self.progress_bar:
-            length = max(1, math.ceil((num_warmup + num_draws) / 20))
+        if self.progress_bar or checkpoint:
+            chunks = _CHECKPOINT_CHUNKS if checkpoint else 20
+            length = max(1, math.ceil((num_warmup + num_draws) / chunks))
             return length, length
         return max(num_warmup, 1), max(num_draws, 1)
 
@@ -274,7 +281,7 @@ class MCMC(MCMCResultsView):
         return start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
-                 collect_warmup: bool = False):
+                 collect_warmup: bool = False, checkpoint=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
             return self._without_latents(fns, info, dynamic, sample)
@@ -294,42 +301,63 @@ class MCMC(MCMCResultsView):
         )
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
-        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning)
+        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning,
+                                                 checkpoint is not None)
         if collect_warmup:  # warmup transitions recorded into the draws' buffers
             warmup_length = min(warmup_length, length)
         keys = self._place(keys, mesh, PartitionSpec("chain"))
         schedule, chunk = sampler.schedule(self.num_warmup), sampler.chunk(length)
+        # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
+        record = RunRecord.open(
+            self, checkpoint, api, fns=fns, info=info, dynamic=dynamic, key=key, chain=chain,
+            length=length, num_draws=num_draws, init_params=init_params, post_warmup_state=pws,
+            place=lambda tree: self._place(tree, mesh, PartitionSpec("chain")))
+        chain = record.chain
+        # --
 
-        def call(chain, keys, start, num, sampling, record=False):
+        def call(chain, keys, start, num, sampling, collect=False):
             span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
                         thinning=np.int32(thinning), offset=np.int32(num_warmup),
-                        record=np.bool_(record))
-            return chunk(chain, keys, span, schedule, dynamic)
+                        record=np.bool_(collect))
+            return record.wait(chunk(chain, keys, span, schedule, dynamic))
 
         total = num_warmup + num_draws * thinning
-        with tqdm.tqdm(total=total, disable=not self.progress_bar, desc="warmup") as bar:
+        done = record.warmup_done + record.draws_done * thinning
+        # A warmup resumed from a checkpoint cannot restart a chain from its initial point
+        # (a degenerate chain is then named in a StuckChainWarning instead).
+        can_restart = init_params is None and record.warmup_done == 0
+        values, stats = [], []  # (the warmup's, when collected; a Ctrl-C may stop it first)
+        with tqdm.tqdm(total=total, initial=done, disable=not self.progress_bar,
+                       desc="warmup") as bar, record.catching():
             chain, keys, values, stats = warm_up(
                 call, chain, keys, num_warmup, warmup_length, collect=collect_warmup,
-                restart=None if init_params is not None else functools.partial(
-                    self._restart, sampler, fns, init_key, dynamic, mesh, api),
-                model=fns.name, **self._warmup_progress(bar))
+                restart=functools.partial(self._restart, sampler, fns, init_key, dynamic, mesh,
+                                          api) if can_restart else None,
+                model=fns.name, start_at=record.warmup_done, on_warmed=record.warmed,
+                **self._warmup_progress(bar))
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
-            if sample:
-                values, stats = [], []
             n_div = 0
-            for start in range(0, num_draws, length):
+            for start in range(record.draws_done, num_draws, length):
                 num = min(length, num_draws - start)
                 # draws move the chain only: its kernel parameters are those of the warmup
                 out, v, st, _ = call(chain, keys, start, num, True)
                 chain = chain._replace(state=out.state)
                 if num < length:
                     v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
-                values.append(v)
-                stats.append(st)
+                record.drew(chain, start + num, v, st)
                 if self.progress_bar:
                     n_div += int(jnp.sum(st["diverging"]))
                     _advance(bar, num * thinning, f"{n_div} divergences")
+        # what the run committed (all of it, unless Ctrl-C stopped it: then it is kept)
+        record.finish(num_warmup, num_draws)
+        chain = record.chain
+        if sample:
+            values, stats = record.values, record.stats
+        if record.stopper.interrupted and (record.warmup_done < num_warmup
+                                           or (sample and not values)):
+            self._results = None  # nothing drawn: nothing to show (the checkpoint holds it)
+            return
         state = chain.state
         last = MCMCState(position=state.position, logdensity=state.logdensity,
                          logdensity_grad=state.logdensity_grad, step_size=chain.step_size,
@@ -345,7 +373,7 @@ class MCMC(MCMCResultsView):
             samples, stats = readable((samples, stats))
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
-        self._warn_divergences(fns, num_draws)
+        self._warn_divergences(fns, record.draws_done)
         warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
         warn_mixing(fns.name, self._results.stats, self._results.samples)
 
@@ -431,7 +459,8 @@ class MCMC(MCMCResultsView):
             stats = self._get("stats", "warmup")
             stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
 
-    def run(self, rng_key, *args, extra_fields=(), init_params=None, **kwargs) -> None:
+    def run(self, rng_key, *args, extra_fields=(), init_params=None, checkpoint=None,
+            **kwargs) -> None:
         """Initialise, warm up (unless `post_warmup_state` is set) and sample the chains.
 
         **Arguments:**
@@ -447,6 +476,17 @@ class MCMC(MCMCResultsView):
           value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
           unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
           constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
+        - `checkpoint`: a folder path (`"run.zarr"`) or `effppl.infer.Checkpoint(path,
+          every=seconds)`. The run goes in 100 compiled chunks and, after a chunk, every `every`
+          seconds (default 10), writes its draws, statistics and the chains' full state there,
+          atomically (a zarr store: `arviz.InferenceData.from_datatree(xarray.open_datatree(path,
+          engine="zarr", consolidated=False))` opens the draws). When the folder holds a checkpoint of this very run
+          (same model, data, settings and key), `run` continues where it stopped, and the draws
+          equal those of an uninterrupted run, bit for bit.
+
+        **Ctrl-C** stops the run after the chunk in progress (a second Ctrl-C at once) and
+        returns, keeping the draws so far (`get_samples`, and the checkpoint when one is set),
+        with an `InterruptedWarning` saying how many there are and how to continue.
 
         **Returns:** `None`; see `get_samples`, `get_extra_fields`, `print_summary`, `to_arviz`.
 
@@ -455,7 +495,9 @@ class MCMC(MCMCResultsView):
         `MCMCError` for a model whose latent sites are discrete and not enumerated (a model
         with no latent site runs no sampler: its draws hold its deterministic sites, as
         NumPyro's), or `init_params` given while
-        `post_warmup_state` is set; `ModelArgumentError` naming a model argument that cannot be
+        `post_warmup_state` is set; `CheckpointError` for a `checkpoint` of another run (naming
+        what differs), a damaged one, or a path that holds something else;
+        `ModelArgumentError` naming a model argument that cannot be
         data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
         (`InvalidParameterError`, with validation on) whose distribution parameter is invalid
         when no finite initial point is found.
@@ -467,9 +509,12 @@ class MCMC(MCMCResultsView):
         chains far below the best chain's log density (`_mixing.py`).
         """
         aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
+        checkpoint = as_checkpoint(checkpoint, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
                 self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
-                          init_params=init_params)
+                          init_params=init_params, checkpoint=checkpoint)
+        if self._results is None:  # interrupted before the first draw
+            return
         stats = self._get("stats", "run")
         stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})

@@ -26,14 +26,17 @@ def _trim(tree, num):
 
 
 def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, restart, model: str,
-            on_chunk=None, on_restart=None):
+            start_at: int = 0, on_warmed=None, on_chunk=None, on_restart=None):
     """Run `num_warmup` warmup transitions in chunks of `length`, restarting degenerate chains.
 
     **Arguments:** `call(chain, keys, start, num, sampling, record) -> (chain, values, stats,
     n_div)`: one compiled chunk; `chain`, `keys`: the starting `ChainState` and the run's keys
     `[chain, step]`; `collect`: keep the warmup's transitions; `restart(first, keys, bad,
     attempt) -> (first, keys)`, or `None` when no restart is possible (the user gave the initial
-    point); `model`: the model's name, for the warning; `on_chunk(num, n_div)` and
+    point); `model`: the model's name, for the warning; `start_at`: the transitions already done
+    (a run resumed from a checkpoint: `chain` is the state reached); `on_warmed(chain, done)`:
+    commits progress (a checkpoint), called after every chunk of the first attempt but its last,
+    and once with the final state after the checks and restarts; `on_chunk(num, n_div)` and
     `on_restart(bad)`: progress callbacks (optional).
 
     **Returns:** `(chain, keys, values, stats)`: the warmed-up `ChainState`, the keys in use
@@ -45,7 +48,7 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
     first = chain
     for attempt in range(RETRIES + 1):
         values, stats, chain = [], [], first
-        for start in range(0, num_warmup, length):
+        for start in range(start_at if attempt == 0 else 0, num_warmup, length):
             num = min(length, num_warmup - start)
             chain, v, st, nd = call(chain, keys, start, num, False, collect)
             if collect:
@@ -53,6 +56,8 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
                 stats.append(_trim(st, num))
             if on_chunk is not None:
                 on_chunk(num, nd)
+            if on_warmed is not None and attempt == 0 and start + num < num_warmup:
+                on_warmed(chain, start + num)
         bad = degenerate_chains(chain, num_warmup)
         if not bad or attempt == RETRIES or restart is None:
             break
@@ -61,6 +66,8 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
             on_restart(bad)
     if bad:
         warn_degenerate(model, np.shape(keys)[0], bad, RETRIES if restart is not None else 0)
+    if on_warmed is not None and num_warmup > start_at:
+        on_warmed(chain, num_warmup)
     return chain, keys, values, stats
 
 

@@ -2,6 +2,7 @@
 (`autoguide/`) and `NeuTraReparam`.
 
 - `_svi.py`: the `SVI` driver (compiled, chunked updates; NumPyro's API).
+- `_checkpoint.py`: what a run has done, saved to a checkpoint and kept on Ctrl-C.
 - `_elbo.py`: `Trace_ELBO`, `TraceMeanField_ELBO`, `TraceEnum_ELBO`, `RenyiELBO`.
 - `_optim.py`: optax transformations and NumPyro-style optimisers behind one interface.
 - `_neutra.py`: neural-transport reparametrization with a fitted `AutoContinuous` guide.

@@ -25,10 +25,12 @@ from ... import handlers
 from ..._errors import EffpplError
 from ..._keys import key_data
 from ...effects.internal import describe_non_array
+from .._checkpoint import as_checkpoint
 from .._compile._arguments import model_arguments, names_leaks
 from .._compile._cache import cached, split_cache_key
 from .._sharding import check_data, check_mesh, data_rows, place_data, readable
 from ..mcmc._driver import _advance
+from ._checkpoint import StepRecord
 from ._optim import as_optimizer
 from .autoguide._prototype import first_run
 
@@ -424,7 +426,7 @@ class SVI:
     def run(self, rng_key, num_steps: int, *args, progress_bar: bool = True,
             stable_update: bool = False, forward_mode_differentiation: bool = False,
             init_state: SVIState | None = None, init_params: dict | None = None,
-            **kwargs) -> SVIRunResult:
+            checkpoint=None, **kwargs) -> SVIRunResult:
         """Run `num_steps` updates from `init_state` (or a fresh `init`).
 
         With `progress_bar`, the steps run in about 20 compiled chunks under a tqdm bar showing
@@ -432,13 +434,22 @@ class SVI:
         which compiles); without, in one compiled call. With `stable_update`, non-finite steps
         are skipped (a warning counts them).
 
+        With `checkpoint` (a folder path, or `effppl.infer.Checkpoint(path, every=seconds)`),
+        the steps run in 100 compiled chunks and, after a chunk, every `every` seconds (default
+        10), the state (params, optimiser state, key) and the losses so far are written there
+        atomically; rerunning the same call resumes where it stopped, and the final params equal
+        those of an uninterrupted run, bit for bit. Ctrl-C stops after the chunk in progress and
+        returns the result so far, with an `InterruptedWarning`.
+
         **Returns:** `SVIRunResult(params, state, losses)`.
 
         **Raises:** `SVIError` at the first non-finite loss (without `stable_update`), naming
         the step and the params whose gradient is not finite; its `result` attribute holds
-        the `SVIRunResult` of the steps before it.
+        the `SVIRunResult` of the steps before it; `CheckpointError` for a `checkpoint` of
+        another run (naming what differs), a damaged one, or a path that holds something else.
         """
         api = "effppl.infer.SVI.run"
+        checkpoint = as_checkpoint(checkpoint, api)
         if isinstance(num_steps, (bool, np.bool_)) or not isinstance(num_steps, (int, np.integer)) \
                 or num_steps < 1:
             raise SVIError(f"`{api}(rng_key, num_steps={num_steps!r}, ...)` expected a positive "
@@ -451,27 +462,36 @@ class SVI:
             self._check_state(init_state, api)
             state = init_state
         fns, dynamic = self._compiled(api, args, kwargs, forward_mode_differentiation)
-        length = math.ceil(num_steps / 20) if progress_bar else int(num_steps)
+        chunks = 100 if checkpoint is not None else 20 if progress_bar else 1
+        length = math.ceil(num_steps / chunks)
         chunk = fns.chunk(length, bool(stable_update))
-        losses, skipped = [], 0
-        with tqdm.tqdm(total=num_steps, disable=not progress_bar, desc="SVI") as bar:
-            for start in range(0, num_steps, length):
+        # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
+        record = StepRecord.open(self, checkpoint, api, key=_raw_key(rng_key, api),
+                                 state=state, dynamic=dynamic,
+                                 num_steps=num_steps, length=length, stable=stable_update,
+                                 forward_mode=forward_mode_differentiation)
+        state = record.state
+        # --
+        with tqdm.tqdm(total=num_steps, initial=record.done, disable=not progress_bar,
+                       desc="SVI") as bar, record.catching():
+            for start in range(record.done, num_steps, length):
                 num = min(length, num_steps - start)
-                state, chunk_losses, grad_ok, applied, failed = chunk(
-                    state, self._constraints, dynamic, np.int32(num))
+                state, chunk_losses, grad_ok, applied, failed = record.wait(chunk(
+                    state, self._constraints, dynamic, np.int32(num)))
                 chunk_losses, grad_ok, applied, failed = readable(
                     (chunk_losses, grad_ok, applied, failed))
                 chunk_losses = np.asarray(chunk_losses[:num])
                 applied = np.asarray(applied[:num])
                 if bool(failed):
                     sites, nan_data = fns.nonfinite_sites(state, self._constraints, dynamic)
-                    self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok, losses,
-                                          state, sites, nan_data)
-                skipped += int(np.sum(~applied))
-                losses.append(chunk_losses)
+                    self._raise_nonfinite(api, start, chunk_losses, applied, grad_ok,
+                                          record.losses, state, sites, nan_data)
+                record.stepped(state, start + num, chunk_losses, int(np.sum(~applied)))
                 if progress_bar:
                     _advance(bar, num, f"loss={np.nanmean(chunk_losses):.4g}")
-        losses = np.concatenate(losses)
+        record.finish(num_steps)
+        state, skipped = record.state, record.skipped
+        losses = np.concatenate(record.losses) if record.losses else np.zeros((0,))
         if skipped:
             warnings.warn(f"{api}: {skipped} of {num_steps} steps had a non-finite loss or gave "
                           f"non-finite params and were skipped (stable_update=True).",
