@@ -209,10 +209,11 @@ def _sample_batch_rule(args, dims, *, in_tree, static):
 def _per_element(value):
     """`value` batched along the nearest `jax.vmap` of the model around it, if any: one value
     per element, so a deterministic site under a `vmap` is laid out as a sample site is (a
-    leading batch axis), whether or not its value depends on the mapped data."""
+    leading batch axis), whether or not its value depends on the mapped data. Not across a
+    derivative taken inside the `vmap` (`jax.jacfwd`'s tangents are mapped, its primal is not)."""
     if _runtime.is_set("in_clause"):
         return value
-    index = internal.vmap_index()
+    index = internal.vmap_index(across_derivatives=False)
     return value if index is None else jnp.where(index >= 0, value, value)
 
 

@@ -261,13 +261,19 @@ def scan_counts(params) -> tuple[int, int]:
     return len(consts), len(carry)
 
 
-def vmap_index():
+def vmap_index(*, across_derivatives: bool = True):
     """Inside a `jax.vmap` being traced, the batched index of the current element (int array
     batched along the vmapped axis); else None. Lets an operation under a `vmap` see the batch
     even when none of its arguments depend on it. The nearest enclosing `vmap` counts also from
-    inside a loop body or branch being traced under it (the index is then closed over)."""
+    inside a loop body or branch being traced under it (the index is then closed over).
+
+    With `across_derivatives=False`, a `vmap` outside a derivative being taken (a `jvp`, as
+    `jax.jacfwd` and `jax.hessian` map one over tangents) does not count: a value batched by it
+    would make the primal output batched, which `jacfwd` refuses."""
     trace = _core.trace_ctx.trace
     while trace is not None and not isinstance(trace, batching.BatchTrace):
+        if not across_derivatives and isinstance(trace, (ad.JVPTrace, ad.LinearizeTrace)):
+            return None
         trace = getattr(trace, "parent_trace", None)
     if trace is None:
         return None

@@ -57,6 +57,7 @@ class Checkpoint:
     `ZarrTrace` (traces stored in zarr while sampling).
 
     Example:
+        >>> from effppl.infer import Checkpoint
         >>> Checkpoint("run.zarr", every=60.0)
         Checkpoint(path='run.zarr', every=60.0)
         >>> Checkpoint("no-such-folder.zarr").progress() is None

@@ -56,6 +56,31 @@ def test_deterministic_site_under_vmap_has_the_batch_axis_whatever_its_value():
     np.testing.assert_array_equal(tr["d"]["value"], -0.5)
 
 
+def test_jacfwd_and_hessian_of_a_log_density_with_a_deterministic_site_on_the_path():
+    """`jax.hessian` (jacfwd over jacrev) of the log density of a model whose likelihood reads a
+    deterministic site raised "got axis spec None but output was batched": the site was batched
+    along jacfwd's `vmap` of tangents, so the primal was too (AutoLaplaceApproximation failed).
+    Oracle: the same derivatives of the hand-written density."""
+    x = jnp.array([0.0, 1.0, 2.0])
+    y = jnp.array([0.1, 0.5, -0.2])
+
+    def model():
+        a = effppl.sample("a", dist.Normal(0.0, 1.0))
+        m = effppl.deterministic("m", a * x)
+        effppl.sample("y", dist.Normal(m, 1.0), obs=y)
+
+    def ours(a):
+        return log_density(model, (), {}, {"a": a})[0]
+
+    def hand(a):
+        return dist.Normal(0.0, 1.0).log_prob(a) + jnp.sum(dist.Normal(a * x, 1.0).log_prob(y))
+
+    a = jnp.asarray(0.3)
+    np.testing.assert_allclose(jax.jacfwd(ours)(a), jax.grad(hand)(a), rtol=1e-12)
+    np.testing.assert_allclose(jax.hessian(ours)(a), jax.hessian(hand)(a), rtol=1e-12)
+    np.testing.assert_allclose(jax.hessian(ours)(a), -1.0 - jnp.sum(x ** 2), rtol=1e-12)
+
+
 def test_log_likelihood_of_a_model_without_latent_sites_has_a_batch_of_one():
     """`log_likelihood(model, {}, y)` for a model whose sites are all observed raised JAX's
     "vmap must have at least one non-None value in in_axes"; NumPyro returns a batch of one."""
