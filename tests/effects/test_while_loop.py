@@ -209,3 +209,28 @@ def test_bad_body_and_condition_are_type_errors():
         fx.while_loop(lambda c: c < 1.0, lambda c: (c, c), 0.0, max_steps=3)
     with pytest.raises(TypeError, match="cond_fun"):
         fx.while_loop(lambda c: c, lambda c: c + 1.0, 0.0, max_steps=3)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_gradient_through_an_iteration_that_fails_after_reading_the_checked_value(bounded):
+    """`fail_if(..., carry=c)` in the body, its result read by the rest of the body (a `log` of
+    it): the iteration that fails contributes nothing, so the caught function's derivative is
+    that of its failure value (0 here), and, when nothing fails, that of the loop (analytic:
+    x -> 2 x + a log x, once from x = 1.0 at a threshold that stops it after one step)."""
+    def program(a, x, limit):
+        def body(c):
+            y = fx.fail_if(c > 5.0, "too big {}", c, carry=c)
+            return 2.0 * y + a * jnp.log(y)
+        if bounded:
+            return fx.while_loop(lambda c: c < limit, body, x, max_steps=20)
+        return jax.lax.while_loop(lambda c: c < limit, body, x)
+
+    def run(a, limit):
+        return fx.catch(lambda a: program(a, 1.0, limit), lambda message, c: 0.0 * a - 1.0)(a)
+
+    derivative = jax.grad(run) if bounded else jax.jacfwd(run)  # (no reverse mode for lax's)
+    assert float(run(0.1, 1e3)) == -1.0  # 1 -> 2 -> 4.07 -> 8.3: fails
+    assert float(derivative(0.1, 1e3)) == 0.0
+    # two steps, no failure: 1 -> 2 -> 4 + a log 2
+    assert float(run(0.1, 3.0)) == pytest.approx(4.0 + 0.1 * np.log(2.0), rel=1e-14)
+    assert float(derivative(0.1, 3.0)) == pytest.approx(np.log(2.0), rel=1e-14)

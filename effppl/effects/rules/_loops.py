@@ -264,7 +264,7 @@ def _abortive_rewrite(eqn, key):
             c, flag, _ = state
             return jnp.logical_and(flag == 0, _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *c)[0])
 
-        intercept = _recorded if _recordable(loop.body.jaxpr, key.op) else _intercepted
+        intercept = _recorded if _recordable(loop.body.jaxpr, key) else _intercepted
 
         def step(state):
             c, _, args = state
@@ -277,14 +277,20 @@ def _abortive_rewrite(eqn, key):
     return program
 
 
-def _recordable(body, op) -> bool:
-    """Whether, in a loop body, nothing after the first equation that performs `op` performs
-    another operation or has a side effect, and no loop inside the body performs `op`: then an
-    iteration that performs `op` may run to its end, its outputs discarded (`_recorded`), with
-    the same result as stopping it there (`_intercepted`), and without a branch around the rest
-    of the body. (The body of a `_recorded` handler, for another signature of `op`, is read in
-    its place: it is the same body.)"""
+def _recordable(body, key) -> bool:
+    """Whether, in a loop body, `key`'s operation returns nothing, nothing after the first
+    equation that performs it performs another operation or has a side effect, and no loop
+    inside the body performs it: then an iteration that performs it may run to its end, its
+    outputs discarded (`_recorded`), with the same result as stopping it there (`_intercepted`),
+    and without a branch around the rest of the body. (A result the rest of the body reads
+    would be `_recorded`'s zeros there, and a derivative through them NaN, which `where` does
+    not mask: `0 * inf`. The body of a `_recorded` handler, for another signature of the
+    operation, is read in its place: it is the same body.)"""
     from .._walk import iter_eqns
+
+    op = key.op
+    if op.result_type(key.in_tree, key.in_avals, key.static)[1]:
+        return False
 
     def eqns(jaxpr):
         for eqn in jaxpr.eqns:
