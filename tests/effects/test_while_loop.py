@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.core import check_jaxpr
+from jax.extend.core import ClosedJaxpr, check_jaxpr, jaxpr_as_fun
 
 from effppl import effects as fx
 from effppl.effects import _bounded
@@ -234,3 +234,24 @@ def test_gradient_through_an_iteration_that_fails_after_reading_the_checked_valu
     # two steps, no failure: 1 -> 2 -> 4 + a log 2
     assert float(run(0.1, 3.0)) == pytest.approx(4.0 + 0.1 * np.log(2.0), rel=1e-14)
     assert float(derivative(0.1, 3.0)) == pytest.approx(np.log(2.0), rel=1e-14)
+
+
+def test_dead_code_elimination_keeps_the_carry_that_outputs_and_condition_read():
+    """Only `x` is used after the loop and the condition reads `z`: dead code elimination keeps
+    those two carry leaves and drops `y` (its doubling); the pruned program computes the same."""
+    from effppl.effects.internal import dce
+
+    def f(x):
+        return fx.while_loop(lambda c: c[0] < 5.0 + c[2],
+                             lambda c: (c[0] + 1.0, c[1] * 2.0, c[2]), (x, x, 0.5 * x),
+                             max_steps=10)[0]
+
+    closed = jax.make_jaxpr(f)(1.0)
+    pruned = dce(closed)
+    check_jaxpr(pruned)
+    (loop,) = [e for e in pruned.eqns if e.primitive.name == "bounded_while"]
+    assert len(loop.outvars) == 2
+    assert "mul" not in {e.primitive.name for e in loop.params["body_jaxpr"].jaxpr.eqns}
+    for x, want in ((1.0, 6.0), (3.2, 7.2)):  # x + 1 until x >= 5 + x0 / 2
+        assert float(jaxpr_as_fun(ClosedJaxpr(pruned, closed.consts))(x)[0]) == \
+            pytest.approx(want)
