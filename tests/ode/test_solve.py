@@ -123,6 +123,19 @@ def test_first_step_is_diffrax_s_choice(solver, rtol, atol, y0):
     assert float(ours) == pytest.approx(float(theirs), rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("t1", [10.0, 1.0, 1e-30, 0.0, -1.0, 1e30])
+def test_clip_floor_is_100_ulps_below_t1(dtype, t1):
+    """The floor past which a step ends at `t1` (Diffrax's 100 ULPs, bit arithmetic here): NumPy's
+    `nextafter` towards -inf, 100 times (across 0 too: `t1 = 0` is 100 subnormals below)."""
+    from effppl.ode._loop import _floor
+    want = dtype(t1)
+    for _ in range(100):
+        want = np.nextafter(want, dtype(-np.inf))
+    got = _floor(jnp.asarray(dtype(t1)))
+    assert got.dtype == dtype and float(got) == float(want)
+
+
 def test_outputs_at_t0_and_many_per_step():
     """`ts` with `t0` itself and more outputs than a dense-output window in one step."""
     ts = np.concatenate([np.zeros(2), np.linspace(0.01, 0.02, 40), np.array([3.0])])
