@@ -153,14 +153,23 @@ def _intercepted(key, body, stopped_outs, args):
     op = key.op
 
     def clause(params, *op_args, resume, **static):
-        leaves, tree = jax.tree_util.tree_flatten(op_args)
-        avals = tuple(_compat.abstractify(x) for x in leaves)
-        if (tree, avals, tuple(sorted(static.items()))) == (key.in_tree, key.in_avals, key.static):
+        leaves = _signature_leaves(key, op_args, static)
+        if leaves is not None:
             return list(stopped_outs), jnp.int32(1), leaves
         return resume(params, op(*op_args, **static))
 
     return handle(lambda: list(body()), clauses={op: clause},
                   ret=lambda _, r: (r, jnp.int32(0), list(args)))()
+
+
+def _signature_leaves(key, op_args, static):
+    """The flattened arguments of a perform of `key.op` when it has `key`'s signature (tree,
+    types, static arguments), else None: the perform the local handlers stop at."""
+    leaves, tree = jax.tree_util.tree_flatten(op_args)
+    avals = tuple(_compat.abstractify(x) for x in leaves)
+    if (tree, avals, tuple(sorted(static.items()))) == (key.in_tree, key.in_avals, key.static):
+        return leaves
+    return None
 
 
 def _perform_again(key, flag, args, outs):
@@ -327,9 +336,8 @@ def _recorded(key, body, stopped_outs, args):
     out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
 
     def clause(params, *op_args, resume, **static):
-        leaves, tree = jax.tree_util.tree_flatten(op_args)
-        avals = tuple(_compat.abstractify(x) for x in leaves)
-        if (tree, avals, tuple(sorted(static.items()))) != (key.in_tree, key.in_avals, key.static):
+        leaves = _signature_leaves(key, op_args, static)
+        if leaves is None:
             return resume(params, op(*op_args, **static))
         flag, recorded = params
         recorded = [jnp.where(flag == 1, r, x) for r, x in zip(recorded, leaves)]
