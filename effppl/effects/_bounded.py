@@ -166,9 +166,10 @@ def _run(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, max_steps, c
 
 
 def _dce(used_outputs, eqn):
-    """Dead code elimination (JAX's rule for `while_loop`, restated): keep the carry leaves
-    that are outputs used after the loop, or read by the condition or by kept leaves, prune the
-    body and condition to them, and drop the constants nothing kept reads."""
+    """Dead code elimination (JAX has none for `while_loop`; this is its `scan` rule's carry
+    fixpoint): keep the carry leaves that are outputs used after the loop, or read by the
+    condition or by kept leaves, prune the body and condition to them, and drop the constants
+    nothing kept reads."""
     p = eqn.params
     cond, body, ncc, nbc = p["cond_jaxpr"], p["body_jaxpr"], p["cond_nconsts"], p["body_nconsts"]
     if not any(used_outputs) and not _compat.pe.has_effects(eqn):

@@ -170,6 +170,19 @@ def fail_if(pred, message: str, *values, carry: Any = None) -> Any:
 
     **Raises:** `FailureError` at once, outside every JAX transformation with a concrete true
     `pred`; else as `fail`. `TypeError` for a `pred` that is not a bool scalar.
+
+    **Example:** a check attached to the value it guards (under `jax.jit` and outside every
+    handler, a pure callback on its path):
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl import effects as fx
+    >>> checked_log = jax.jit(lambda x: jnp.log(fx.fail_if(x <= 0, "log of {}", x, carry=x)))
+    >>> checked_log(jnp.float32(1.0))
+    Array(0., dtype=float32)
+    >>> fx.catch(checked_log, lambda message, x: jnp.float32(-1.0))(jnp.float32(-2.0))
+    Array(-1., dtype=float32)
+
+    **References:** the paper "Handling JAX" (exceptions as an abortive effect, App. B.2).
     """
     _check_message("fail_if", message)
     pred = pred if isinstance(pred, _compat.Tracer) else jnp.asarray(pred)
@@ -200,6 +213,20 @@ def catch(fn: Callable, on_failure: Callable[..., Any]) -> Callable:
     **Returns:** the handled function.
 
     **Raises:** `TypeError` when `on_failure` returns another type than `fn`.
+
+    **Example:** the first failure of a loop stops it, and its value is the result:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from effppl import effects as fx
+    >>> def total(xs):
+    ...     def step(acc, x):
+    ...         fx.fail_if(x < 0, "negative {}", x)
+    ...         return acc + x, None
+    ...     return jax.lax.scan(step, jnp.float32(0.0), xs)[0]
+    >>> fx.catch(total, lambda message, x: 100 * x)(jnp.array([1.0, -2.0, -3.0]))
+    Array(-200., dtype=float32)
+
+    **References:** the paper "Handling JAX" §3 (abortive clauses) and App. B.2 (across loops).
     """
     def clause(params, when, carry, values, *, resume, message):
         del params, when, carry, resume

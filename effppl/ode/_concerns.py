@@ -173,6 +173,15 @@ class PIDController(NamedTuple):
     (to `[factormin, safety]` after a rejection, and at least 1 after an acceptance), then to
     `dtmax`.
 
+    **Example:** a PI controller (coefficients Diffrax's docs list for moderately hard problems):
+
+    >>> import jax.numpy as jnp
+    >>> from effppl import ode
+    >>> sol = ode.solve(lambda t, y, a: -y, jnp.array([1.0]), 0.0, 1.0,
+    ...                 controller=ode.PIDController(pcoeff=0.4, icoeff=0.3))
+    >>> round(float(sol.ys[0, 0]), 5)
+    0.36788
+
     **References:** Söderlind (2003), "Digital filters in adaptive time-stepping", ACM TOMS
     29(1); Hairer, Nørsett & Wanner (1993), "Solving Ordinary Differential Equations I", §II.4;
     Diffrax's `PIDController`.

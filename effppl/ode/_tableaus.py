@@ -26,6 +26,17 @@ class Tableau(NamedTuple):
     - `c`: `(s,)` nodes; `a`: `(s, s)` strictly lower-triangular stage weights.
     - `b`: `(s,)` solution weights; `b_error`: `(s,)` `b - b_hat`, the embedded error weights.
     - `dense`: `(s, degree)` dense-output coefficients (module docstring).
+
+    **Example:** Tsitouras' pair, seven stages, first same as last:
+
+    >>> from effppl import ode
+    >>> tab = ode.TABLEAUS["tsit5"]
+    >>> tab.stages, tab.order, bool((tab.a[-1] == tab.b).all()), float(tab.c[-1])
+    (7, 5, True, 1.0)
+
+    **References:** Tsitouras (2011), Comput. Math. Appl. 62(2); Dormand & Prince (1980), J.
+    Comp. Appl. Math. 6; Shampine (1986), Math. Comp. 46(173); Bogacki & Shampine (1989), Appl.
+    Math. Lett. 2(4) (each table's source is beside it in `_tableaus.py`).
     """
 
     name: str

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.core import check_jaxpr
+from jax.extend.core import ClosedJaxpr, check_jaxpr, jaxpr_as_fun
 
 from effppl import effects as fx
 from effppl.effects import _bounded
@@ -209,3 +209,49 @@ def test_bad_body_and_condition_are_type_errors():
         fx.while_loop(lambda c: c < 1.0, lambda c: (c, c), 0.0, max_steps=3)
     with pytest.raises(TypeError, match="cond_fun"):
         fx.while_loop(lambda c: c, lambda c: c + 1.0, 0.0, max_steps=3)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_gradient_through_an_iteration_that_fails_after_reading_the_checked_value(bounded):
+    """`fail_if(..., carry=c)` in the body, its result read by the rest of the body (a `log` of
+    it): the iteration that fails contributes nothing, so the caught function's derivative is
+    that of its failure value (0 here), and, when nothing fails, that of the loop (analytic:
+    x -> 2 x + a log x, once from x = 1.0 at a threshold that stops it after one step)."""
+    def program(a, x, limit):
+        def body(c):
+            y = fx.fail_if(c > 5.0, "too big {}", c, carry=c)
+            return 2.0 * y + a * jnp.log(y)
+        if bounded:
+            return fx.while_loop(lambda c: c < limit, body, x, max_steps=20)
+        return jax.lax.while_loop(lambda c: c < limit, body, x)
+
+    def run(a, limit):
+        return fx.catch(lambda a: program(a, 1.0, limit), lambda message, c: 0.0 * a - 1.0)(a)
+
+    derivative = jax.grad(run) if bounded else jax.jacfwd(run)  # (no reverse mode for lax's)
+    assert float(run(0.1, 1e3)) == -1.0  # 1 -> 2 -> 4.07 -> 8.3: fails
+    assert float(derivative(0.1, 1e3)) == 0.0
+    # two steps, no failure: 1 -> 2 -> 4 + a log 2
+    assert float(run(0.1, 3.0)) == pytest.approx(4.0 + 0.1 * np.log(2.0), rel=1e-14)
+    assert float(derivative(0.1, 3.0)) == pytest.approx(np.log(2.0), rel=1e-14)
+
+
+def test_dead_code_elimination_keeps_the_carry_that_outputs_and_condition_read():
+    """Only `x` is used after the loop and the condition reads `z`: dead code elimination keeps
+    those two carry leaves and drops `y` (its doubling); the pruned program computes the same."""
+    from effppl.effects.internal import dce
+
+    def f(x):
+        return fx.while_loop(lambda c: c[0] < 5.0 + c[2],
+                             lambda c: (c[0] + 1.0, c[1] * 2.0, c[2]), (x, x, 0.5 * x),
+                             max_steps=10)[0]
+
+    closed = jax.make_jaxpr(f)(1.0)
+    pruned = dce(closed)
+    check_jaxpr(pruned)
+    (loop,) = [e for e in pruned.eqns if e.primitive.name == "bounded_while"]
+    assert len(loop.outvars) == 2
+    assert "mul" not in {e.primitive.name for e in loop.params["body_jaxpr"].jaxpr.eqns}
+    for x, want in ((1.0, 6.0), (3.2, 7.2)):  # x + 1 until x >= 5 + x0 / 2
+        assert float(jaxpr_as_fun(ClosedJaxpr(pruned, closed.consts))(x)[0]) == \
+            pytest.approx(want)

@@ -99,6 +99,43 @@ def test_default_first_step_and_pytree_state():
     np.testing.assert_allclose(sol.ys["v"], 2 * (1 - np.exp(-1.0)), rtol=1e-8)
 
 
+@pytest.mark.parametrize("solver, rtol, atol, y0", [
+    ("tsit5", 1e-6, 1e-8, Y0), ("bosh3", 1e-3, 1e-6, Y0),
+    ("tsit5", 1e-6, 1e-8, np.zeros(2)),  # |y0| = 0: the small branch (h0 = 1e-6)
+])
+def test_first_step_is_diffrax_s_choice(solver, rtol, atol, y0):
+    """Without `dt0`: Diffrax's own starting step (Hairer, Nørsett & Wanner §II.4) for an
+    unwrapped `ODETerm`, to rounding."""
+    pid = pytest.importorskip("diffrax._step_size_controller.pid")
+    select = getattr(pid, "_select_initial_step", None)  # private in Diffrax 0.7
+    if select is None:
+        pytest.skip("this Diffrax has no _select_initial_step")
+    import optimistix
+
+    from effppl.ode._solve import _initial_step
+    field = lambda t, y, a: lotka_volterra(t, y, a) + 1.0  # noqa: E731  (nonzero at y = 0)
+    t0, y0 = jnp.float64(0.0), jnp.asarray(y0)
+    order = ode.TABLEAUS[solver].order
+    theirs = select(diffrax.ODETerm(field), t0, y0, ARGS, lambda term, t, y, a: term.vf(t, y, a),
+                    order, rtol, atol, optimistix.rms_norm)
+    ours = _initial_step(field, t0, y0, field(t0, y0, ARGS), ARGS, order, jnp.float64(rtol),
+                         jnp.float64(atol))
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("t1", [10.0, 1.0, 1e-30, 0.0, -1.0, 1e30])
+def test_clip_floor_is_100_ulps_below_t1(dtype, t1):
+    """The floor past which a step ends at `t1` (Diffrax's 100 ULPs, bit arithmetic here): NumPy's
+    `nextafter` towards -inf, 100 times (across 0 too: `t1 = 0` is 100 subnormals below)."""
+    from effppl.ode._loop import _floor
+    want = dtype(t1)
+    for _ in range(100):
+        want = np.nextafter(want, dtype(-np.inf))
+    got = _floor(jnp.asarray(dtype(t1)))
+    assert got.dtype == dtype and float(got) == float(want)
+
+
 def test_outputs_at_t0_and_many_per_step():
     """`ts` with `t0` itself and more outputs than a dense-output window in one step."""
     ts = np.concatenate([np.zeros(2), np.linspace(0.01, 0.02, 40), np.array([3.0])])

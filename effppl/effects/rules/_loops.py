@@ -153,14 +153,23 @@ def _intercepted(key, body, stopped_outs, args):
     op = key.op
 
     def clause(params, *op_args, resume, **static):
-        leaves, tree = jax.tree_util.tree_flatten(op_args)
-        avals = tuple(_compat.abstractify(x) for x in leaves)
-        if (tree, avals, tuple(sorted(static.items()))) == (key.in_tree, key.in_avals, key.static):
+        leaves = _signature_leaves(key, op_args, static)
+        if leaves is not None:
             return list(stopped_outs), jnp.int32(1), leaves
         return resume(params, op(*op_args, **static))
 
     return handle(lambda: list(body()), clauses={op: clause},
                   ret=lambda _, r: (r, jnp.int32(0), list(args)))()
+
+
+def _signature_leaves(key, op_args, static):
+    """The flattened arguments of a perform of `key.op` when it has `key`'s signature (tree,
+    types, static arguments), else None: the perform the local handlers stop at."""
+    leaves, tree = jax.tree_util.tree_flatten(op_args)
+    avals = tuple(_compat.abstractify(x) for x in leaves)
+    if (tree, avals, tuple(sorted(static.items()))) == (key.in_tree, key.in_avals, key.static):
+        return leaves
+    return None
 
 
 def _perform_again(key, flag, args, outs):
@@ -264,7 +273,7 @@ def _abortive_rewrite(eqn, key):
             c, flag, _ = state
             return jnp.logical_and(flag == 0, _compat.eval_jaxpr(loop.cond.jaxpr, loop.cond.consts, *cc, *c)[0])
 
-        intercept = _recorded if _recordable(loop.body.jaxpr, key.op) else _intercepted
+        intercept = _recorded if _recordable(loop.body.jaxpr, key) else _intercepted
 
         def step(state):
             c, _, args = state
@@ -277,14 +286,20 @@ def _abortive_rewrite(eqn, key):
     return program
 
 
-def _recordable(body, op) -> bool:
-    """Whether, in a loop body, nothing after the first equation that performs `op` performs
-    another operation or has a side effect, and no loop inside the body performs `op`: then an
-    iteration that performs `op` may run to its end, its outputs discarded (`_recorded`), with
-    the same result as stopping it there (`_intercepted`), and without a branch around the rest
-    of the body. (The body of a `_recorded` handler, for another signature of `op`, is read in
-    its place: it is the same body.)"""
+def _recordable(body, key) -> bool:
+    """Whether, in a loop body, `key`'s operation returns nothing, nothing after the first
+    equation that performs it performs another operation or has a side effect, and no loop
+    inside the body performs it: then an iteration that performs it may run to its end, its
+    outputs discarded (`_recorded`), with the same result as stopping it there (`_intercepted`),
+    and without a branch around the rest of the body. (A result the rest of the body reads
+    would be `_recorded`'s zeros there, and a derivative through them NaN, which `where` does
+    not mask: `0 * inf`. The body of a `_recorded` handler, for another signature of the
+    operation, is read in its place: it is the same body.)"""
     from .._walk import iter_eqns
+
+    op = key.op
+    if op.result_type(key.in_tree, key.in_avals, key.static)[1]:
+        return False
 
     def eqns(jaxpr):
         for eqn in jaxpr.eqns:
@@ -321,9 +336,8 @@ def _recorded(key, body, stopped_outs, args):
     out_tree, out_avals = op.result_type(key.in_tree, key.in_avals, key.static)
 
     def clause(params, *op_args, resume, **static):
-        leaves, tree = jax.tree_util.tree_flatten(op_args)
-        avals = tuple(_compat.abstractify(x) for x in leaves)
-        if (tree, avals, tuple(sorted(static.items()))) != (key.in_tree, key.in_avals, key.static):
+        leaves = _signature_leaves(key, op_args, static)
+        if leaves is None:
             return resume(params, op(*op_args, **static))
         flag, recorded = params
         recorded = [jnp.where(flag == 1, r, x) for r, x in zip(recorded, leaves)]
