@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 from ... import distributed
 from .._compile._cache import cached
 from .._compile._persistent import stored
-from .._sharding import ShardingError, check_data
+from .._sharding import ShardingError, check_data, check_mesh
 from ._sampler import split_run_key
 
 __all__ = ["ShardedSampler", "chain_mesh", "run_keys", "sharded_sampler", "check_run"]
@@ -52,7 +52,7 @@ def chain_mesh(num_chains: int, mesh, api: str):
             return distributed.make_mesh()
         n = max(d for d in range(1, len(devices) + 1) if num_chains % d == 0)
         return distributed.make_mesh(chain=n, devices=devices[:n])
-    distributed._check_mesh(mesh, api)
+    check_mesh(mesh, api)
     if num_chains % mesh.shape[distributed.CHAIN]:
         raise ShardingError(
             f"`{api}`: num_chains={num_chains} must be a multiple of the mesh's chain axis "
