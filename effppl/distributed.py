@@ -164,12 +164,17 @@ def process_rows(num_rows: int, mesh: Mesh) -> slice:
     _check_mesh(mesh, "effppl.distributed.process_rows")
     n_data = mesh.shape[DATA]
     _check_rows(num_rows, n_data, "effppl.distributed.process_rows")
-    mine = [i for i in range(n_data)
-            if any(d.process_index == jax.process_index() for d in mesh.devices[:, i])]
+    mine = _held_shards(mesh)
     if not mine:
         return slice(0, 0)
     per = num_rows // n_data
     return slice(min(mine) * per, (max(mine) + 1) * per)
+
+
+def _held_shards(mesh: Mesh) -> list[int]:
+    """The indices along `mesh`'s data axis of the shards this process's devices hold."""
+    return [i for i in range(mesh.shape[DATA])
+            if any(d.process_index == jax.process_index() for d in mesh.devices[:, i])]
 
 
 def _check_rows(num_rows, n_data, api):
@@ -205,9 +210,7 @@ def shard(x, mesh: Mesh, axis: int = 0) -> jax.Array:
         raise DistributedError(f"`{api}(x, mesh, axis={axis})`: x of shape {x.shape} has no "
                                f"axis {axis}.")
     n_data = mesh.shape[DATA]
-    held = [i for i in range(n_data)
-            if any(d.process_index == jax.process_index() for d in mesh.devices[:, i])]
-    blocks = len(held) or 1
+    blocks = len(_held_shards(mesh)) or 1
     if x.shape[axis] % blocks:
         raise DistributedError(
             f"`{api}`: this process holds {blocks} of the {n_data} data shards, but x has "
@@ -251,8 +254,11 @@ def spans_processes(tree) -> bool:
         >>> ed.spans_processes({"a": jax.numpy.ones(2), "n": 3})
         False
     """
-    return any(isinstance(x, jax.Array) and not x.is_fully_addressable
-               and not x.is_fully_replicated for x in jax.tree.leaves(tree))
+    return any(_spans(x) for x in jax.tree.leaves(tree))
+
+
+def _spans(x) -> bool:
+    return isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated
 
 
 def gather(tree):
@@ -268,8 +274,7 @@ def gather(tree):
         array([1., 1.], dtype=float32)
     """
     leaves, treedef = jax.tree.flatten(tree)
-    spanning = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)
-                and not x.is_fully_addressable and not x.is_fully_replicated]
+    spanning = [i for i, x in enumerate(leaves) if _spans(x)]
     if spanning:
         from jax.experimental import multihost_utils
 

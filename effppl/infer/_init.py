@@ -325,7 +325,8 @@ def rounding_error(params: dict, pe, grad: dict) -> np.ndarray:
     position in floating point is divergent, and dual averaging settles on a step size
     (1e-20 and below) at which the position no longer changes. Such a point is finite but not a
     usable start (an ARMA model with an explosive moving-average root starts at potentials of
-    1e23 to 1e42)."""
+    1e23 to 1e42). Chains split over processes are read to the host first."""
+    params, pe, grad = readable((params, pe, grad))
     pe = np.asarray(pe)
     eps = np.finfo(pe.dtype if np.issubdtype(pe.dtype, np.floating) else float).eps
     total = np.abs(pe).astype(np.float64)

@@ -100,3 +100,12 @@ def test_predictive_and_log_likelihood_take_a_mesh():
                                   log_likelihood(_model, post, y)["y"])
     with pytest.raises(ValueError, match="axes 'chain' and 'data'"):
         Predictive(_model, post, mesh="mesh")
+
+
+def test_sharded_mcmc_refuses_a_foreign_mesh_as_predictive_does():
+    """A mesh not from `make_mesh`: the same `ShardingError` (a ValueError) as Predictive's."""
+    mcmc = MCMC(NUTS(_model), num_warmup=5, num_samples=5, num_chains=2,
+                chain_method="sharded", mesh="mesh", progress_bar=False)
+    with pytest.raises(ValueError, match="axes 'chain' and 'data'") as err:
+        mcmc.run(jax.random.key(0), np.ones(4))
+    assert isinstance(err.value, effppl.EffpplError)

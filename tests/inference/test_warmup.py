@@ -204,6 +204,10 @@ def test_fisher_warmup_seeds_the_mass_matrix_from_the_gradient():
     init, _, final, seed = _fisher.fisher_engine(low_rank=False, target_accept_prob=0.8)
     state = seed(init({"a": jnp.zeros(3)}, 1.0, 100), {"a": jnp.asarray([2.0, -4.0, 0.0])})
     np.testing.assert_allclose(final(state)[1], [0.5, 0.25, 1.0])
+    init, _, final, seed = _fisher.fisher_engine(low_rank=True, target_accept_prob=0.8)
+    imm = final(seed(init({"a": jnp.zeros(3)}, 1.0, 100), {"a": jnp.asarray([2.0, -4.0, 0.0])}))[1]
+    np.testing.assert_allclose(imm.sigma ** 2, [0.5, 0.25, 1.0], rtol=1e-6)  # no correction yet
+    np.testing.assert_array_equal(imm.U, 0.0)
 
 
 @pytest.mark.parametrize("kwargs, match", [

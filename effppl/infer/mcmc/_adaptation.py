@@ -40,27 +40,22 @@ class Scheme(NamedTuple):
     schedule: Callable
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
+def _table(build: Callable, num_warmup: int) -> np.ndarray:
+    """`build(num_warmup)`'s schedule as a read-only `int32[max(num_warmup, 1), 2]` (one row of
+    zeros for no warmup), computed once per `(build, num_warmup)`."""
+    if num_warmup == 0:
+        sched = np.zeros((1, 2), np.int32)
+    else:
+        with jax.ensure_compile_time_eval():
+            sched = np.asarray(build(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
+    sched.setflags(write=False)
+    return sched
+
+
 def warmup_schedule(num_warmup: int) -> np.ndarray:
     """Stan's warmup schedule, `int32[max(num_warmup, 1), 2]`, rows `(slow?, ends a window?)`."""
-    if num_warmup == 0:
-        sched = np.zeros((1, 2), np.int32)
-    else:
-        with jax.ensure_compile_time_eval():
-            sched = np.asarray(build_schedule(num_warmup), dtype=np.int32).reshape(num_warmup, 2)
-    sched.setflags(write=False)
-    return sched
-
-
-@functools.lru_cache(maxsize=32)
-def _fisher_schedule(num_warmup: int) -> np.ndarray:
-    if num_warmup == 0:
-        sched = np.zeros((1, 2), np.int32)
-    else:
-        with jax.ensure_compile_time_eval():
-            sched = _fisher.fisher_schedule(num_warmup)
-    sched.setflags(write=False)
-    return sched
+    return _table(build_schedule, num_warmup)
 
 
 def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure) -> Scheme:
@@ -72,7 +67,7 @@ def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure) 
 
 def _nutpie(low_rank: bool, target_accept_prob: float) -> Scheme:
     init, update, final, seed = _fisher.fisher_engine(low_rank, target_accept_prob)
-    return Scheme(init, update, final, seed, _fisher_schedule)
+    return Scheme(init, update, final, seed, functools.partial(_table, _fisher.fisher_schedule))
 
 
 def scheme_for(mass_matrix: str, target_accept_prob: float, *, dense_mass=None,

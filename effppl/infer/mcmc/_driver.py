@@ -30,7 +30,7 @@ from ._empty import draws_without_latents
 from ._kernels import _HMCFamily
 from ._mixing import ChainMixingWarning, warn_mixing
 from ._results import DivergenceWarning, MCMCError, MCMCResults, MCMCResultsView, MCMCState
-from ._sampler import Span, sampler_for
+from ._sampler import Span, sampler_for, split_run_key
 from ._warmup import restarted, warm_up
 from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning, warn_tree_depth
 
@@ -73,15 +73,10 @@ def _numpyro_fields(extra_fields, api):
     return tuple(f for f in extra_fields if f in _NUMPYRO_FIELDS)
 
 
-def _run_keys(key, num_chains, num_steps):
-    """`(init_key, its split per chain, the chains' keys per step)` of a run with key `key`:
-    one program (stored across processes, as the sampler's), not a few eager splits."""
-    init_key, run_key = jax.random.split(key)
-    steps = jax.vmap(lambda k: jax.random.split(k, num_steps))(jax.random.split(run_key, num_chains))
-    return init_key, jax.random.split(init_key, num_chains), steps
-
-
-_run_keys = stored(jax.jit(_run_keys, static_argnums=(1, 2)), None, "keys", static_argnums=(1, 2))
+# the run's keys (`split_run_key`): one program (stored across processes, as the sampler's),
+# not a few eager splits
+_run_keys = stored(jax.jit(split_run_key, static_argnums=(1, 2)), None, "keys",
+                   static_argnums=(1, 2))
 
 
 def _advance(bar, num: int, postfix: str) -> None:

@@ -13,7 +13,7 @@ def draws_without_latents(fns, dynamic, num_chains: int, num_draws: int):
     site: its deterministic sites (constant over draws: nothing random moves them), and
     statistics of transitions that never move (nothing diverges, every proposal is accepted, no
     leapfrog step)."""
-    values = fns.constrain({}, dynamic) if dynamic is not None else {}
+    values = fns.constrain({}, dynamic)
     samples = {name: jnp.broadcast_to(jnp.asarray(v), (num_chains, num_draws, *jnp.shape(v)))
                for name, v in values.items()}
     zeros = np.zeros((num_chains, num_draws))

@@ -32,7 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.adaptation.low_rank_adaptation import build_growing_window_schedule
 from blackjax.adaptation.metric_estimators import fisher_score_diagonal_from_moments
-from blackjax.adaptation.metric_recipes import LowRankMetricCoreState, lookup_recipe
+from blackjax.adaptation.metric_recipes import (
+    LowRankMetricCoreState,
+    lookup_recipe,
+    seed_low_rank_sigma_from_grad,
+)
 from blackjax.adaptation.step_size import dual_averaging_adaptation
 from blackjax.mcmc.metrics import LowRankInverseMassMatrix
 
@@ -141,11 +145,18 @@ def fisher_engine(low_rank: bool, target_accept_prob: float):
                            zero, zero, zero, zero)
 
     def seed(state, grad):
-        g = jnp.abs(jax.flatten_util.ravel_pytree(grad)[0])
-        scale = jnp.where(g < 1e-10, 1.0, 1.0 / jnp.clip(g, 1e-20, 1e20))  # M^-1 = 1/|grad|
+        # nutpie's start M^-1 = 1/|grad| (1 where the gradient vanishes), as blackjax's
+        # `seed_low_rank_sigma_from_grad` sets it: sigma = M^-1/2 (a diagonal: sigma^2)
         imm = state.inverse_mass_matrix
-        imm = imm._replace(sigma=jnp.sqrt(scale)) if low_rank else scale
-        return state._replace(inverse_mass_matrix=imm)
+        d, dtype = state.draws.shape[1], state.draws.dtype
+        low = imm if low_rank else LowRankInverseMassMatrix(
+            sigma=imm, U=jnp.zeros((d, 0), dtype), lam=jnp.ones(0, dtype))
+        core = LowRankMetricCoreState(inverse_mass_matrix=low, mu_star=None, draws_buffer=None,
+                                      grads_buffer=None, buffer_idx=0, background_split=0,
+                                      recompute_counter=0)
+        sigma = seed_low_rank_sigma_from_grad(core, grad).inverse_mass_matrix.sigma.astype(dtype)
+        return state._replace(inverse_mass_matrix=imm._replace(sigma=sigma) if low_rank
+                              else sigma ** 2)
 
     def estimate(state):
         n = state.background + state.foreground

@@ -29,7 +29,7 @@ from .._compile._persistent import stored
 from ._adaptation import identity_like, scheme_for, warmup_schedule
 from ._mass import structure
 
-__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "warmup_schedule"]
+__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "split_run_key", "warmup_schedule"]
 
 
 class ChainState(NamedTuple):
@@ -61,6 +61,15 @@ class Span(NamedTuple):
     thinning: Any
     offset: Any
     record: Any = np.bool_(False)
+
+
+def split_run_key(key, num_chains: int, num_steps: int):
+    """`(init_key, its split per chain, keys[chain, step])` of a run with key `key`: chain `c`'s
+    transition keys are `split(split(split(key)[1], num_chains)[c], num_steps)`, whatever the
+    layout of the chains over devices."""
+    init_key, run_key = jax.random.split(key)
+    steps = jax.vmap(lambda k: jax.random.split(k, num_steps))(jax.random.split(run_key, num_chains))
+    return init_key, jax.random.split(init_key, num_chains), steps
 
 
 def _strong(tree):

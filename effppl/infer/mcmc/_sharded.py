@@ -29,7 +29,8 @@ from jax.sharding import PartitionSpec as P
 from ... import distributed
 from .._compile._cache import cached
 from .._compile._persistent import stored
-from .._sharding import ShardingError, check_data
+from .._sharding import ShardingError, check_data, check_mesh
+from ._sampler import split_run_key
 
 __all__ = ["ShardedSampler", "chain_mesh", "run_keys", "sharded_sampler", "check_run"]
 
@@ -51,7 +52,7 @@ def chain_mesh(num_chains: int, mesh, api: str):
             return distributed.make_mesh()
         n = max(d for d in range(1, len(devices) + 1) if num_chains % d == 0)
         return distributed.make_mesh(chain=n, devices=devices[:n])
-    distributed._check_mesh(mesh, api)
+    check_mesh(mesh, api)
     if num_chains % mesh.shape[distributed.CHAIN]:
         raise ShardingError(
             f"`{api}`: num_chains={num_chains} must be a multiple of the mesh's chain axis "
@@ -62,17 +63,13 @@ def chain_mesh(num_chains: int, mesh, api: str):
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _keys(key, num_chains, num_steps, mesh):
-    init_key, run_key = jax.random.split(key)
-    steps = jax.vmap(lambda k: jax.random.split(k, num_steps))(
-        jax.random.split(run_key, num_chains))
-    init_keys = jax.random.split(init_key, num_chains)
     chains = NamedSharding(mesh, _CHAINS)
     return jax.lax.with_sharding_constraint(
-        (init_key, init_keys, steps), (NamedSharding(mesh, P()), chains, chains))
+        split_run_key(key, num_chains, num_steps), (NamedSharding(mesh, P()), chains, chains))
 
 
 def run_keys(key, num_chains: int, num_steps: int, mesh):
-    """`(init_key, its split per chain, keys[chain, step])` as the driver's `_run_keys` makes
+    """`(init_key, its split per chain, keys[chain, step])` as `_sampler.split_run_key` makes
     them, placed on `mesh`: split per chain over its chain axis (so that the initial points'
     programs, partitioned along it, also compute each device's chains at that device's batch
     size: XLA's rounding of a batched matrix product depends on it), `init_key` replicated."""

@@ -4,9 +4,9 @@ not break), building one raises an error naming what effppl offers instead.
 effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
 enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
 subsampling HMC (`HMCECS`), no HMC-within-Gibbs over discrete sites (`HMCGibbs`,
-`DiscreteHMCGibbs`, `MixedHMC`) and no affine-invariant ensemble sampler (`AIES`); its
-elliptical slice sampler and Barker proposal need a driver for gradient-free and non-HMC
-kernels, which effppl's `MCMC` does not have.
+`DiscreteHMCGibbs`, `MixedHMC`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble
+sampler; its Barker proposal needs a driver for non-HMC kernels, which effppl's `MCMC` does
+not have.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ _WHY = {
     "BarkerMH": ("effppl's `MCMC` drives HMC-family kernels only (blackjax's Barker proposal "
                  "needs its own driver). " + _GRADIENT),
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
-    "ESS": ("effppl's `MCMC` drives HMC-family kernels only (blackjax's elliptical slice "
-            "sampler needs a Gaussian prior split out and its own driver). " + _GRADIENT),
+    "ESS": ("NumPyro's ensemble slice sampler (Karamanis & Beutler 2021, a gradient-free "
+            "ensemble method; not the elliptical slice sampler) has no blackjax kernel. "
+            + _GRADIENT),
 }
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from blackjax.mcmc.metrics import LowRankInverseMassMatrix
 from jax.flatten_util import ravel_pytree
 
+from .._sharding import readable
 from ._adaptation import imm_problems
 
 __all__ = ["StuckChainWarning", "MaxTreeDepthWarning", "warmup_problems", "stuck_threshold",
@@ -82,8 +83,12 @@ def degenerate_chains(chain_state, num_warmup: int) -> dict:
     when every chain is sound, or there was no warmup)."""
     if num_warmup == 0:
         return {}
-    flat = np.asarray(jax.vmap(lambda p: ravel_pytree(p)[0])(chain_state.state.position))
-    return warmup_problems(chain_state, num_warmup, flat)
+    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chain_state.state.position)
+    # (read to the host, also from chains split over processes)
+    step, imm, stuck, flat = readable((chain_state.step_size, chain_state.inverse_mass_matrix,
+                                       chain_state.stuck_for, flat))
+    checked = chain_state._replace(step_size=step, inverse_mass_matrix=imm, stuck_for=stuck)
+    return warmup_problems(checked, num_warmup, np.asarray(flat))
 
 
 def warn_degenerate(model: str, num_chains: int, bad: dict, retries: int) -> None:
