@@ -2,9 +2,46 @@
 
 from __future__ import annotations
 
+import numpyro.distributions as dist
+import numpyro.primitives
+
+from .._errors import EffpplError
 from .._site_fns import ask
-from ..primitives import SampleMsg, _plate_frames, rewriting_sites
+from ..primitives import (
+    SampleMsg,
+    SiteError,
+    _plate_frames,
+    factor,
+    param,
+    rewriting_sites,
+    sample,
+)
 from ._handler import Handler
+
+
+class RefusedSiteError(SiteError, AssertionError):
+    """A reparameterizer's refusal of a site: a `SiteError` naming the site, and the
+    `AssertionError` NumPyro's reparameterizers raise (programs catching it keep working)."""
+
+
+class _EffpplPrimitives(numpyro.primitives.Messenger):
+    """On NumPyro's handler stack while a reparameterizer runs: its `numpyro.sample`, `factor`
+    and `param` become effppl's, so NumPyro's reparameterizers (`numpyro.infer.reparam`) and
+    users' own run unchanged under effppl's handlers."""
+
+    def process_message(self, msg):
+        kind, name = msg["type"], msg["name"]
+        if kind == "sample" and isinstance(msg["fn"], dist.Unit):  # what numpyro.factor sends
+            factor(name, msg["fn"].log_factor)
+        elif kind == "sample":
+            msg["value"] = sample(name, msg["fn"], obs=msg["value"], infer=msg["infer"] or None)
+        elif kind == "param":  # (numpyro keeps a callable init_value in its `fn`'s defaults)
+            init = msg["args"][0] if msg["args"] else \
+                (msg["fn"].__kwdefaults__ or {}).get("init_value")
+            msg["value"] = param(name, init, **msg["kwargs"])
+        else:
+            return  # another primitive: left to NumPyro (inside a model, effppl's guard refuses it)
+        msg["stop"] = True
 
 
 class reparam(Handler):
@@ -26,8 +63,12 @@ class reparam(Handler):
     (`substitute`, `condition`) reaches the deterministic site, not the reparameterizer
     (NumPyro's reparameterizers raise for it).
 
-    **Raises:** `TypeError` without `config`; reparameterizers raise `SiteError` naming the site
-    for one they cannot reparametrize.
+    The reparameterizers are `effppl.infer.reparam`'s or any of NumPyro's (`numpyro.infer.reparam`,
+    a user's subclass of its `Reparam`): the `numpyro.sample`, `factor` and `param` they make are
+    effppl's.
+
+    **Raises:** `TypeError` without `config`; `SiteError` naming the site for one a
+    reparameterizer cannot reparametrize (also an `AssertionError`, as NumPyro's refusals).
 
     **Example:** `reparam(model, config={"x": LocScaleReparam(centered=0)})`
     (`effppl.infer.reparam`).
@@ -56,7 +97,16 @@ class reparam(Handler):
         strategy = self._strategy(name, fn, obs, infer)
         if strategy is None:
             return None
-        return strategy(name, fn, obs)
+        try:
+            with _EffpplPrimitives():
+                return strategy(name, fn, obs)
+        except (AssertionError, ValueError) as err:  # NumPyro's refusals name no site
+            if isinstance(err, EffpplError):
+                raise
+            raise RefusedSiteError(
+                f"effppl.handlers.reparam: {type(strategy).__name__} cannot reparametrize site "
+                f"`{name}` ({type(fn).__name__}{', observed' if obs is not None else ''}): "
+                f"{err or 'its check of the site failed'}.") from err
 
     def clauses(self):
         return {}

@@ -17,7 +17,7 @@ the inference code that uses it.
   `marginal_log_joint` (the log joint with the marked sites summed out).
 - **The primitives** a guide or reparameterizer is written with (`sample`, `param`, `plate`,
   `factor`, `deterministic`, `get_mask`), and their machinery: `prng_key_op`, `raw_key` (a key from `seed`, also under eager blocks),
-  `callback_site_errors`, `SiteError`, `InvalidParameterError`, and the runtime flags (`flag`, `is_set`) inference sets while it
+  `callback_site_errors`, `SiteError`, `RefusedSiteError` (a reparameterizer's), `InvalidParameterError`, and the runtime flags (`flag`, `is_set`) inference sets while it
   draws initial points (`"initialising"`) or runs a guide for the first time
   (`"guide_first_run"`).
 """
@@ -48,6 +48,7 @@ from ._handler import (
     run_in_blocks,
     run_outermost,
 )
+from ._reparam import RefusedSiteError
 from ._sites import unconstrained_type
 from ._trace import is_enumerated, recorded, trace
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
@@ -56,7 +57,7 @@ __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
-           "SiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "plate",
+           "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "plate",
            "factor", "deterministic", "get_mask"]
 
 

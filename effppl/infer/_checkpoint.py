@@ -2,13 +2,15 @@
 
 A checkpoint is a folder, a zarr v3 store (`run.zarr`) holding the draws (or losses) so far, the
 run's full state and a manifest with checksums. This module holds the user's setting
-(`Checkpoint`), its error, and what defines the layout: the format number, the checksums, the
-version stamps and the atomic file write. `_checkpoint_store.py` writes and reads the store
-(atomically: see there); `mcmc/_checkpoint.py` and `svi/_checkpoint.py` say what a run saves.
+(`Checkpoint`), its error, what defines the layout: the format number, the checksums, the
+version stamps and the atomic file write, and `Record`, what MCMC's and SVI's records of a run's
+committed progress share. `_checkpoint_store.py` writes and reads the store (atomically: see
+there); `mcmc/_checkpoint.py` and `svi/_checkpoint.py` say what a run saves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -22,7 +24,8 @@ import numpy as np
 from .._errors import EffpplError
 
 __all__ = ["Checkpoint", "CheckpointError", "as_checkpoint", "FORMAT", "hash_bytes", "array_hash",
-           "effppl_version", "versions", "write_atomic", "root_metadata", "differences"]
+           "effppl_version", "versions", "write_atomic", "root_metadata", "differences", "shapes",
+           "layout", "Record"]
 
 FORMAT = 1
 """The checkpoint layout's version: bump it when the manifest, the state or the arrays change."""
@@ -160,6 +163,27 @@ def root_metadata(manifest: dict) -> bytes:
                        "attributes": {ATTR: manifest}}, sort_keys=True).encode()
 
 
+def _dtype(x) -> str:
+    return str(x.dtype) if hasattr(x, "dtype") else str(np.result_type(x))
+
+
+def shapes(tree) -> list:
+    """`[[shape], dtype]` of each leaf of `tree` (a run's identity: its data's shapes)."""
+    import jax
+
+    return [[list(np.shape(x)), _dtype(x)] for x in jax.tree.leaves(tree)]
+
+
+def layout(tree) -> str:
+    """A digest of `tree`'s structure and its leaves' shapes and dtypes (a run's identity)."""
+    import jax
+
+    from ._compile._persistent import digest
+
+    leaves, treedef = jax.tree.flatten(tree)
+    return digest(str(treedef), [(tuple(np.shape(x)), _dtype(x)) for x in leaves])
+
+
 def differences(saved: dict, wanted: dict) -> list[str]:
     """`"name: checkpoint <saved>, this run <wanted>"` for each entry that differs."""
     def show(v):
@@ -168,3 +192,83 @@ def differences(saved: dict, wanted: dict) -> list[str]:
 
     return [f"{name}: checkpoint {show(saved.get(name))}, this run {show(wanted.get(name))}"
             for name in sorted(set(saved) | set(wanted)) if saved.get(name) != wanted.get(name)]
+
+
+# -- a run's record ------------------------------------------------------------------------------
+
+class Record:
+    """The committed progress of one chunked run, saved to `store` (a `Store`, or None without a
+    checkpoint) and kept on Ctrl-C (`stopper`, a `Stopper`). Subclasses (`RunRecord`,
+    `StepRecord`) say what progress is (`_progress`) and how it saves (`_save`)."""
+
+    def __init__(self, api, stopper, store):
+        self.api, self.stopper, self.store = api, stopper, store
+        self._unsaved: list = []  # what the chunks since the last save added to the arrays
+        self._saved_at = None  # `_progress()` at the last save (or at the start)
+
+    def _progress(self):
+        raise NotImplementedError
+
+    def _save(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _state(tree, prefix: str) -> dict:
+        """The leaves of `tree` as numpy arrays, by their slot names in the store."""
+        import jax
+
+        return {f"{prefix}_{i:04d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(tree))}
+
+    @staticmethod
+    def _restored(tree, prefix: str, state: dict):
+        """`tree` with its leaves read from a saved `state` (`_state`'s names)."""
+        import jax
+
+        leaves, treedef = jax.tree.flatten(tree)
+        return jax.tree.unflatten(treedef, [state[f"{prefix}_{i:04d}"]
+                                            for i in range(len(leaves))])
+
+    def wait(self, outputs):
+        """A chunk's outputs once computed (Ctrl-C stays responsive meanwhile)."""
+        return self.stopper.wait(outputs)
+
+    @contextlib.contextmanager
+    def catching(self):
+        """The context the chunks run in: Ctrl-C ends it, with the run's progress kept; another
+        error saves that progress, releases the checkpoint and propagates."""
+        try:
+            with self.stopper.catching():
+                yield
+        except BaseException:
+            try:
+                self._maybe_save(force=True)  # keep what the run did before the error
+            except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                pass
+            finally:
+                self.close()
+            raise
+
+    def _committed(self) -> None:
+        """After a chunk's progress is committed: save if due, stop if Ctrl-C was pressed."""
+        self._maybe_save()
+        self.stopper.check()
+
+    def _maybe_save(self, force: bool = False) -> None:
+        if self.store is None or self._progress() == self._saved_at:
+            return
+        if force or self.stopper.requested or self.store.due():
+            self._save()
+            self._unsaved, self._saved_at = [], self._progress()
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def _end(self) -> bool:
+        """After the chunks: save what is not saved and release the checkpoint; whether the
+        run was interrupted."""
+        try:
+            self._maybe_save(force=True)
+        finally:
+            self.close()
+        return self.stopper.interrupted

@@ -154,9 +154,7 @@ class Store:
         for name in entries:  # a run killed before its first save left these: start anew
             target = path / name
             shutil.rmtree(target) if target.is_dir() else target.unlink()
-        write_atomic(path / ROOT, json.dumps(
-            {"zarr_format": 3, "node_type": "group", "attributes": {ATTR: {"format": FORMAT}}},
-            sort_keys=True).encode())
+        write_atomic(path / ROOT, root_metadata({"format": FORMAT}))
         return None
 
     def _take_lock(self) -> None:

@@ -16,41 +16,24 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+import numpyro.infer.reparam
 
-from ..handlers.internal import SiteError, param, sample
+from ..handlers.internal import RefusedSiteError, SiteError, param, sample
 
 
-class Reparam:
-    """Base class of reparameterizers (NumPyro's `Reparam`)."""
+class Reparam(numpyro.infer.reparam.Reparam):
+    """Base class of effppl's reparameterizers: NumPyro's `Reparam` (its `_unwrap` and `_wrap`),
+    leaving the site alone unless a subclass says otherwise."""
 
     def __call__(self, name, fn, obs):
         return fn, obs
 
-    @staticmethod
-    def _unwrap(fn):
-        """`(base, expand_shape, event_dim)`: `fn` without its `Independent`/`Expanded` layers,
-        which `_wrap` puts back around another distribution."""
-        shape, event_dim = fn.shape(), fn.event_dim
-        while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
-            fn = fn.base_dist
-        return fn, shape[:len(shape) - fn.event_dim], event_dim
-
-    @staticmethod
-    def _wrap(fn, expand_shape, event_dim):
-        fn = fn.expand(expand_shape)
-        return fn.to_event(event_dim - fn.event_dim) if fn.event_dim < event_dim else fn
-
-
-class _ObservedSiteError(SiteError, AssertionError):
-    """A reparameterizer given an observed site: a `SiteError`, and an `AssertionError` as
-    NumPyro's reparameterizers raise (programs that catch it keep working)."""
-
 
 def _latent_only(kind, name, obs):
     if obs is not None:
-        raise _ObservedSiteError(f"effppl.infer.reparam.{kind}: site `{name}` is observed; "
-                                 f"{kind} does not support observe statements (only latent "
-                                 f"sites can be reparametrized, as in NumPyro).")
+        raise RefusedSiteError(f"effppl.infer.reparam.{kind}: site `{name}` is observed; "
+                               f"{kind} does not support observe statements (only latent "
+                               f"sites can be reparametrized, as in NumPyro).")
 
 
 class LocScaleReparam(Reparam):

@@ -1,7 +1,11 @@
-"""`effppl.infer.reparam`: reparameterizers for `effppl.handlers.reparam` (NumPyro's names)."""
+"""`effppl.infer.reparam`: reparameterizers for `effppl.handlers.reparam` (NumPyro's names).
 
-from ._reparam import LocScaleReparam, Reparam, TransformReparam
-from ._reparam_transforms import (
+The coordinate-changing ones are NumPyro's own classes (`numpyro.infer.reparam`): under
+`effppl.handlers.reparam`, the `numpyro.sample`, `factor` and `param` they make are effppl's,
+so any NumPyro reparameterizer, a user's included, works unchanged.
+"""
+
+from numpyro.infer.reparam import (
     CircularReparam,
     DiscreteCosineReparam,
     ExplicitReparam,
@@ -9,6 +13,8 @@ from ._reparam_transforms import (
     ProjectedNormalReparam,
     UnitJacobianReparam,
 )
+
+from ._reparam import LocScaleReparam, Reparam, TransformReparam
 from .svi._neutra import NeuTraReparam
 
 __all__ = ["Reparam", "LocScaleReparam", "TransformReparam", "NeuTraReparam",

@@ -231,3 +231,49 @@ def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
     with pytest.raises(TypeError, match="not_an_option"):
         NUTS(model, not_an_option=1)
     NUTS(model, forward_mode_differentiation=False, regularize_mass_matrix=True)  # defaults
+
+
+class _UsersScaleReparam(np_reparam.Reparam):
+    """A user's NumPyro reparameterizer using `numpyro.sample`, `param` and `factor`."""
+
+    def __call__(self, name, fn, obs):
+        assert obs is None, "latent sites only"
+        s = numpyro.param(f"{name}_s", 2.0)
+        z = numpyro.sample(f"{name}_z", dist.Normal(0.0, 1.0))
+        numpyro.factor(f"{name}_jac", jnp.log(s))
+        value = fn.loc + fn.scale * z * s
+        numpyro.factor(f"{name}_fix", fn.log_prob(value) - dist.Normal(0.0, 1.0).log_prob(z)
+                       - jnp.log(fn.scale))
+        return None, value
+
+
+def test_a_users_numpyro_reparameterizer_runs_under_effppls_handler_as_numpyros():
+    def model(sample):
+        def body():
+            sample("x", dist.Normal(1.5, 0.7))
+        return body
+    point = {"x_z": jnp.array(0.3), "x_s": jnp.array(2.0)}
+    lp, tr = effppl.log_density(handlers.reparam(model(effppl.sample), config={
+        "x": _UsersScaleReparam()}), (), {}, point)
+    np_lp, np_tr = numpyro.infer.util.log_density(nh.reparam(model(numpyro.sample), config={
+        "x": _UsersScaleReparam()}), (), {}, point)
+    _close(lp, np_lp)
+    _close(tr["x"]["value"], np_tr["x"]["value"])
+    _close(tr["x"]["value"], 1.5 + 0.7 * 0.3 * 2.0)
+    assert tr["x_s"]["type"] == "param" and tr["x_jac"]["type"] == "sample"
+
+
+def test_numpyros_reparameterizer_refusing_a_site_raises_naming_it():
+    def model():
+        effppl.sample("y", dist.Normal(0.0, 1.0).expand([4]).to_event(1), obs=jnp.zeros(4))
+    for refusal in (AssertionError, effppl.EffpplError, ValueError):
+        with pytest.raises(refusal, match="HaarReparam cannot reparametrize site `y`"):
+            handlers.trace(handlers.seed(handlers.reparam(model, config={
+                "y": ep_reparam.HaarReparam()}), 0)).get_trace()
+
+    def gamma():
+        effppl.sample("g", dist.Gamma(2.0, 1.0))
+    with pytest.raises(effppl.EffpplError, match="ProjectedNormalReparam cannot reparametrize "
+                                                 "site `g` \\(Gamma\\)"):
+        handlers.trace(handlers.seed(handlers.reparam(gamma, config={
+            "g": ep_reparam.ProjectedNormalReparam()}), 0)).get_trace()

@@ -22,7 +22,6 @@ an error naming it; a checkpoint is never resumed by another run.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 
 from ...effects import internal
 from .._arviz import _usable_dims
+from .._checkpoint import Record, layout, shapes
 from .._checkpoint_store import Store
 from .._compile._persistent import digest
 from .._interrupt import InterruptedWarning, Stopper
@@ -38,24 +38,8 @@ from .._interrupt import InterruptedWarning, Stopper
 __all__ = ["RunRecord"]
 
 
-def _dtype(x) -> str:
-    return str(x.dtype) if hasattr(x, "dtype") else str(np.result_type(x))
-
-
 _GROUPS = ("posterior", "sample_stats")
-
-
-def _leaf_name(i: int) -> str:
-    return f"chain_state_{i:04d}"
-
-
-def _layout(tree) -> str:
-    leaves, treedef = jax.tree.flatten(tree)
-    return digest(str(treedef), [(tuple(np.shape(x)), _dtype(x)) for x in leaves])
-
-
-def _shapes(tree) -> list:
-    return [[list(np.shape(x)), _dtype(x)] for x in jax.tree.leaves(tree)]
+_STATE = "chain_state"  # the chains' state's leaves in the store: `chain_state_0000`, ...
 
 
 def _start(kernel, init_params, post_warmup_state) -> str:
@@ -75,7 +59,7 @@ def _identity(mcmc, fns, dynamic, key, chain, length, start) -> dict:
         "model": fns.name,
         "model program": fns.fingerprint(one_chain, dynamic) or "unknown (a callback)",
         "latent sites": {n: [list(s.shape), str(s.dtype)] for n, s in one_chain.items()},
-        "data shapes": _shapes(dynamic),
+        "data shapes": shapes(dynamic),
         "data values": digest(*dynamic),
         "kernel": f"{type(kernel).__qualname__} {kernel.settings()!r}",
         "num_warmup": mcmc.num_warmup, "num_samples": mcmc.num_samples,
@@ -84,11 +68,11 @@ def _identity(mcmc, fns, dynamic, key, chain, length, start) -> dict:
                    f"{np.asarray(jax.random.key_data(key)).ravel().tolist()}",
         "start (init strategy, init_params or post_warmup_state)": start,
         "jax_enable_x64": bool(internal.config_value("jax_enable_x64")),
-        "chains' state layout (effppl's and blackjax's)": _layout(chain),
+        "chains' state layout (effppl's and blackjax's)": layout(chain),
     }
 
 
-class RunRecord:
+class RunRecord(Record):
     """The committed progress of one run (see the module's docstring).
 
     Built by `RunRecord.open(...)`; `chain`, `warmup_done`, `draws_done` are where the run
@@ -96,14 +80,15 @@ class RunRecord:
     and statistic). `wait`, `warmed`, `drew`, `catching`, `finish` are called by the driver.
     """
 
-    def __init__(self, api, stopper, store, chain, warmup_done=0, draws_done=0, values=None,
-                 stats=None):
-        self.api, self.stopper, self.store = api, stopper, store
-        self.chain, self.warmup_done, self.draws_done = chain, warmup_done, draws_done
-        self.values, self.stats = values or [], stats or []
-        self._unsaved: list = []  # (values, stats) of draws not yet in the checkpoint
+    def __init__(self, api, stopper, store, chain):
+        super().__init__(api, stopper, store)
+        self.chain, self.warmup_done, self.draws_done = chain, 0, 0
+        self.values, self.stats = [], []  # `_unsaved`: (values, stats) not yet in the checkpoint
         self._info: Any = None  # the model's `SiteInfo` (plate names of the draws' axes)
-        self._saved_at = (warmup_done, draws_done)
+        self._saved_at = self._progress()
+
+    def _progress(self):
+        return self.warmup_done, self.draws_done
 
     @classmethod
     def open(cls, mcmc, checkpoint, api, *, fns, info, dynamic, key, chain, length, num_draws,
@@ -123,12 +108,10 @@ class RunRecord:
         record._info = info
         if saved is None:
             return record
-        leaves, treedef = jax.tree.flatten(chain)
-        restored = [np.asarray(saved.state[_leaf_name(i)]) for i in range(len(leaves))]
-        record.chain = place(jax.tree.unflatten(treedef, restored))
+        record.chain = place(record._restored(chain, _STATE, saved.state))
         record.warmup_done = int(saved.progress["warmup"])
         record.draws_done = int(saved.progress["draws"])
-        record._saved_at = (record.warmup_done, record.draws_done)
+        record._saved_at = record._progress()
         if record.draws_done:
             record.values = [{k[len("posterior/"):]: v for k, v in saved.arrays.items()
                               if k.startswith("posterior/")}]
@@ -136,35 +119,10 @@ class RunRecord:
                              if k.startswith("sample_stats/")}]
         return record
 
-    def wait(self, outputs):
-        """A chunk's outputs once computed (Ctrl-C stays responsive meanwhile)."""
-        return self.stopper.wait(outputs)
-
-    @contextlib.contextmanager
-    def catching(self):
-        """The context the chunks run in: Ctrl-C ends it, with the run's progress kept; another
-        error saves that progress, releases the checkpoint and propagates."""
-        try:
-            with self.stopper.catching():
-                yield
-        except BaseException:
-            try:
-                self._maybe_save(force=True)  # keep what the run did before the error
-            except Exception:  # noqa: BLE001 - the run's own error is the one to raise
-                pass
-            finally:
-                self.close()
-            raise
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-
     def warmed(self, chain, done: int) -> None:
         """Commit `done` warmup steps, reaching `chain`."""
         self.chain, self.warmup_done = chain, done
-        self._maybe_save()
-        self.stopper.check()
+        self._committed()
 
     def drew(self, chain, done: int, values, stats) -> None:
         """Commit draws up to `done`, the new ones `values`, `stats`, reaching `chain`."""
@@ -172,14 +130,7 @@ class RunRecord:
         self.chain, self.values, self.stats, self.draws_done, self._unsaved = (
             chain, self.values + [values], self.stats + [stats], done,
             self._unsaved + [(values, stats)])
-        self._maybe_save()
-        self.stopper.check()
-
-    def _maybe_save(self, force: bool = False) -> None:
-        if self.store is None or (self.warmup_done, self.draws_done) == self._saved_at:
-            return
-        if force or self.stopper.requested or self.store.due():
-            self._save()
+        self._committed()
 
     def _save(self) -> None:
         assert self.store is not None
@@ -193,10 +144,8 @@ class RunRecord:
                 self.store.dims = self._dims(values, stats)
             appends.update({f"posterior/{k}": v for k, v in values.items()})
             appends.update({f"sample_stats/{k}": v for k, v in stats.items()})
-        state = {_leaf_name(i): np.asarray(x) for i, x in enumerate(jax.tree.leaves(self.chain))}
         progress = {"warmup": self.warmup_done, "draws": self.draws_done}
-        self.store.save(progress, state, appends)
-        self._unsaved, self._saved_at = [], (self.warmup_done, self.draws_done)
+        self.store.save(progress, self._state(self.chain, _STATE), appends)
 
     def _dims(self, values, stats) -> dict:
         shapes = {n: v.shape[2:] for n, v in values.items()}
@@ -217,11 +166,7 @@ class RunRecord:
     def finish(self, num_warmup: int, num_draws: int) -> None:
         """After the chunks: save what is not saved, release the checkpoint, and say what an
         interrupted run kept (an `InterruptedWarning`)."""
-        try:
-            self._maybe_save(force=True)
-        finally:
-            self.close()
-        if not self.stopper.interrupted:
+        if not self._end():
             return
         if self.warmup_done < num_warmup:
             kept = (f"in warmup, after {self.warmup_done} of {num_warmup} steps per chain: no "

@@ -21,7 +21,6 @@ data's shapes, dtypes and values, `num_steps`, `stable_update`,
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import jax
@@ -30,6 +29,7 @@ import numpy as np
 
 from ...effects import internal
 from .. import _model
+from .._checkpoint import Record, layout, shapes
 from .._checkpoint_store import Store
 from .._compile._persistent import digest
 from .._interrupt import InterruptedWarning, Stopper
@@ -37,12 +37,7 @@ from .._interrupt import InterruptedWarning, Stopper
 __all__ = ["StepRecord"]
 
 
-def _dtype(x) -> str:
-    return str(x.dtype) if hasattr(x, "dtype") else str(np.result_type(x))
-
-
-def _leaf_name(i: int) -> str:
-    return f"svi_state_{i:04d}"
+_STATE = "svi_state"  # the `SVIState`'s leaves in the store: `svi_state_0000`, ...
 
 
 def _optimizer_probe(optimizer, state) -> str:
@@ -65,16 +60,15 @@ def _loss(loss) -> str:
 
 
 def _identity(svi, key, state, dynamic, num_steps, length, stable, forward_mode) -> dict:
-    leaves, treedef = jax.tree.flatten(state)
     return {
         "model": _model.model_name(svi.model), "guide": _model.model_name(svi.guide),
         "loss": _loss(svi.loss),
         "optimizer (its first step on a probe)": _optimizer_probe(svi._optimizer, state),
         "rng_key": np.asarray(key).ravel().tolist(),
-        "initial state (params' initial values, optimizer state)": digest(*leaves),
-        "state layout": digest(str(treedef), [(np.shape(x), _dtype(x))
-                                              for x in leaves]),
-        "data shapes": [[list(np.shape(x)), _dtype(x)] for x in dynamic],
+        "initial state (params' initial values, optimizer state)": digest(
+            *jax.tree.leaves(state)),
+        "state layout": layout(state),
+        "data shapes": shapes(dynamic),
         "data values": digest(*dynamic),
         "num_steps": int(num_steps), "stable_update": bool(stable),
         "forward_mode_differentiation": bool(forward_mode), "chunk length": int(length),
@@ -82,17 +76,18 @@ def _identity(svi, key, state, dynamic, num_steps, length, stable, forward_mode)
     }
 
 
-class StepRecord:
+class StepRecord(Record):
     """The committed progress of one `SVI.run` (see the module's docstring): `state`, `done`
     (steps), `losses` (list of numpy arrays), `skipped`; `wait`, `stepped`, `catching`,
     `finish` are called by `SVI.run`."""
 
-    def __init__(self, api, stopper, store, state, done=0, losses=None, skipped=0):
-        self.api, self.stopper, self.store = api, stopper, store
-        self.state, self.done, self.skipped = state, done, skipped
-        self.losses = losses or []
-        self._unsaved: list = []
-        self._saved_at = done
+    def __init__(self, api, stopper, store, state):
+        super().__init__(api, stopper, store)
+        self.state, self.done, self.skipped, self.losses = state, 0, 0, []
+        self._saved_at = self._progress()
+
+    def _progress(self):
+        return self.done
 
     @classmethod
     def open(cls, svi, checkpoint, api, *, key, state, dynamic, num_steps, length, stable,
@@ -110,65 +105,30 @@ class StepRecord:
         record = cls(api, stopper, store, state)
         if saved is None:
             return record
-        leaves, treedef = jax.tree.flatten(state)
-        restored = [jnp.asarray(saved.state[_leaf_name(i)]) for i in range(len(leaves))]
-        record.state = jax.tree.unflatten(treedef, restored)
+        record.state = jax.tree.map(jnp.asarray, record._restored(state, _STATE, saved.state))
         record.done = record._saved_at = int(saved.progress["steps"])
         record.skipped = int(saved.progress["skipped"])
         if record.done:
             record.losses = [saved.arrays["losses"]]
         return record
 
-    def wait(self, outputs):
-        """A chunk's outputs once computed (Ctrl-C stays responsive meanwhile)."""
-        return self.stopper.wait(outputs)
-
-    @contextlib.contextmanager
-    def catching(self):
-        """The context the chunks run in: Ctrl-C ends it, keeping the progress; another error
-        (a non-finite loss) saves the progress, releases the checkpoint and propagates."""
-        try:
-            with self.stopper.catching():
-                yield
-        except BaseException:
-            try:
-                self._maybe_save(force=True)
-            except Exception:  # noqa: BLE001 - the run's own error is the one to raise
-                pass
-            finally:
-                self.close()
-            raise
-
     def stepped(self, state, done: int, losses: np.ndarray, skipped: int) -> None:
         """Commit the steps up to `done`: their `losses`, `skipped` more skipped steps."""
         self.state, self.done, self.losses, self.skipped, self._unsaved = (
             state, done, self.losses + [losses], self.skipped + skipped,
             self._unsaved + [losses])
-        self._maybe_save()
-        self.stopper.check()
+        self._committed()
 
-    def _maybe_save(self, force: bool = False) -> None:
-        if self.store is None or self.done == self._saved_at:
-            return
-        if force or self.stopper.requested or self.store.due():
-            appends = {"losses": np.concatenate(self._unsaved)} if self._unsaved else {}
-            state = {_leaf_name(i): np.asarray(x)
-                     for i, x in enumerate(jax.tree.leaves(self.state))}
-            self.store.save({"steps": self.done, "skipped": self.skipped}, state, appends)
-            self._unsaved, self._saved_at = [], self.done
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+    def _save(self) -> None:
+        assert self.store is not None
+        appends = {"losses": np.concatenate(self._unsaved)} if self._unsaved else {}
+        self.store.save({"steps": self.done, "skipped": self.skipped},
+                        self._state(self.state, _STATE), appends)
 
     def finish(self, num_steps: int) -> None:
         """After the chunks: save what is not saved, release the checkpoint, and say what an
         interrupted run kept (an `InterruptedWarning`)."""
-        try:
-            self._maybe_save(force=True)
-        finally:
-            self.close()
-        if not self.stopper.interrupted:
+        if not self._end():
             return
         how = (f"The checkpoint {str(self.store.path)!r} holds them: run the same call again to "
                f"continue where it stopped (the params will be those of an uninterrupted run)."
