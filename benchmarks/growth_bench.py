@@ -197,7 +197,9 @@ def _data(T, seed=0):
     return jnp.asarray(np.sin(np.arange(T) / 5.0) * 2 + 2 + 0.3 * rng.standard_normal(T))
 
 
-def _points(model_name, T):
+def points(model_name, T):
+    """`(constrained, unconstrained)` latent values of `model_name` ("hmm" or "local_level")
+    at `T` steps (`tests/inference/test_loop_growth.py` compiles its programs at these)."""
     if model_name == "hmm":
         trans = jnp.full((K, K), 1.0 / K) + 0.1 * jnp.eye(K)
         con = {"trans": trans / trans.sum(-1, keepdims=True), "locs": jnp.array([0.0, 2.0, 4.0])}
@@ -211,7 +213,7 @@ def _entries(model_name, T, evals):
     """name -> (effppl call, hand-written call), each a thunk."""
     y = _data(T)
     model = hmm if model_name == "hmm" else local_level
-    con, unc = _points(model_name, T)
+    con, unc = points(model_name, T)
     hand_ld = hand_hmm_log_density if model_name == "hmm" else hand_local_level_log_density
     hand_pe = hand_hmm_potential if model_name == "hmm" else hand_local_level_potential
     grad = jax.value_and_grad
