@@ -169,7 +169,7 @@ def test_blackjax_is_reached_through_public_names_only():
     for path in _sources():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blackjax"):
-                names = node.module.split(".") + [a.name for a in node.names]
+                names = (node.module or "").split(".") + [a.name for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [p for a in node.names if a.name.startswith("blackjax")
                          for p in a.name.split(".")]
