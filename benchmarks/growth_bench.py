@@ -43,6 +43,8 @@ from effppl.handlers import log_density, potential_energy
 from effppl.infer import SVI, Predictive, Trace_ELBO, TraceEnum_ELBO, log_likelihood
 from effppl.infer.autoguide import AutoDelta, AutoNormal
 
+from ._measure import _eval_loop
+
 K = 3  # the HMM's states
 DRAWS = 100  # posterior draws given to log_likelihood and Predictive
 
@@ -165,18 +167,9 @@ def hand_hmm_predictive(key, draws, y):
 # ---- timing -----------------------------------------------------------------------------------
 
 def _looped(fn, evals):
-    """`evals` evaluations of `fn(x, *data)` (a pytree out) in one jitted `fori_loop`, each at
-    a point moved by the last output (no evaluation can be hoisted)."""
-    def run(x, *data):
-        def body(i, carry):
-            x, acc = carry
-            out = fn(x, *data)
-            leaves = jax.tree.leaves(out)
-            s = sum(jnp.sum(leaf) for leaf in leaves)
-            x = jax.tree.map(lambda a: a + 1e-12 * jnp.tanh(s), x)
-            return x, acc + s
-        return jax.lax.fori_loop(0, evals, body, (x, 0.0))[1]
-    return jax.jit(run)
+    """`evals` evaluations of `fn`'s value and gradient in one jitted `fori_loop` (the main
+    benchmark's loop, `_measure._eval_loop`)."""
+    return jax.jit(_eval_loop(fn, evals))
 
 
 def _best(pairs, repeats):
@@ -197,7 +190,9 @@ def _data(T, seed=0):
     return jnp.asarray(np.sin(np.arange(T) / 5.0) * 2 + 2 + 0.3 * rng.standard_normal(T))
 
 
-def _points(model_name, T):
+def points(model_name, T):
+    """`(constrained, unconstrained)` latent values of `model_name` ("hmm" or "local_level")
+    at `T` steps (`tests/inference/test_loop_growth.py` compiles its programs at these)."""
     if model_name == "hmm":
         trans = jnp.full((K, K), 1.0 / K) + 0.1 * jnp.eye(K)
         con = {"trans": trans / trans.sum(-1, keepdims=True), "locs": jnp.array([0.0, 2.0, 4.0])}
@@ -211,16 +206,15 @@ def _entries(model_name, T, evals):
     """name -> (effppl call, hand-written call), each a thunk."""
     y = _data(T)
     model = hmm if model_name == "hmm" else local_level
-    con, unc = _points(model_name, T)
+    con, unc = points(model_name, T)
     hand_ld = hand_hmm_log_density if model_name == "hmm" else hand_local_level_log_density
     hand_pe = hand_hmm_potential if model_name == "hmm" else hand_local_level_potential
-    grad = jax.value_and_grad
     out = {}
-    f = _looped(grad(lambda p, y: log_density(model, (y,), {}, p)[0]), evals)
-    g = _looped(grad(hand_ld), evals)
+    f = _looped(lambda p, y: log_density(model, (y,), {}, p)[0], evals)
+    g = _looped(hand_ld, evals)
     out["log_density"] = (lambda f=f: f(con, y), lambda g=g: g(con, y))
-    f = _looped(grad(lambda u, y: potential_energy(model, (y,), {}, u)), evals)
-    g = _looped(grad(hand_pe), evals)
+    f = _looped(lambda u, y: potential_energy(model, (y,), {}, u), evals)
+    g = _looped(hand_pe, evals)
     out["potential_energy"] = (lambda f=f: f(unc, y), lambda g=g: g(unc, y))
 
     key = jax.random.PRNGKey(0)
@@ -230,8 +224,8 @@ def _entries(model_name, T, evals):
         guide, elbo, hand_elbo = AutoNormal(local_level), Trace_ELBO(), hand_local_level_elbo
     svi = SVI(model, guide, effppl.optim.Adam(0.01), elbo)
     params = svi.get_params(svi.init(key, y))
-    f = _looped(grad(lambda p, y: elbo.loss(key, p, model, guide, y)), evals)
-    g = _looped(grad(lambda p, y: hand_elbo(key, p, y)), evals)
+    f = _looped(lambda p, y: elbo.loss(key, p, model, guide, y), evals)
+    g = _looped(lambda p, y: hand_elbo(key, p, y), evals)
     out["elbo"] = (lambda f=f: f(params, y), lambda g=g: g(params, y))
 
     draws = jax.tree.map(lambda a: jnp.broadcast_to(a, (DRAWS, *jnp.shape(a))), con)

@@ -1,11 +1,11 @@
 """MkDocs hooks of effppl's site: run the tutorials' code at build time, and list every tutorial.
 
 A tutorial is plain Markdown: every fenced block whose info string is exactly `python` runs, in
-order, in one namespace per page (as a reader runs them in one session), in JAX's default
-float32. What a block prints (and the warnings effppl gives) goes into the page below it as a
-`text` block, and every matplotlib figure left open goes in as a PNG image (then closed). A block that raises stops the build with
-the page, the block's first line and the traceback. Blocks with any other info string
-(`python title="..."`, `pycon`, `bash`, ...) are shown, not run. A block whose info string is
+order, in one namespace per page (as a reader runs them in one session), in JAX's default float32.
+What a block prints (and the warnings effppl gives) goes into the page below it as a `text` block,
+and every matplotlib figure left open goes in as a PNG image (then closed). A block that raises
+stops the build with the page, the block's first line and the traceback. Blocks with any other info
+string (`python title="..."`, `pycon`, `bash`, ...) are shown, not run. A block whose info string is
 `python check` runs in the same namespace and is *not* shown: the page's assertions on its own
 results (the values its text states), so a build that passes has checked them.
 

@@ -1,8 +1,9 @@
 """The docstring examples run and print what they show: every module of `effppl.effects`, the
 PPL's public entry modules, and the docstring of every public name (found through the public
-namespaces, as the API reference finds them: `tests/test_docs.py`). Equivalent to `python -m pytest --doctest-modules effppl/effects`
-(which also passes), but inside the suite's test command and in float32, JAX's default, which the
-examples assume (the suite's conftest turns on float64 for numeric oracles)."""
+namespaces, as the API reference finds them: `tests/test_docs.py`). Equivalent to `python -m
+pytest --doctest-modules effppl/effects` (which also passes), but inside the suite's test command
+and in float32, JAX's default, which the examples assume (the suite's conftest turns on float64
+for numeric oracles)."""
 
 import doctest
 import importlib
@@ -37,13 +38,9 @@ def test_the_modules_hold_examples():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    try:
+    with jax.enable_x64(False):
         failed, _ = doctest.testmod(importlib.import_module(name), verbose=False, report=True,
                                     optionflags=doctest.ELLIPSIS)
-    finally:
-        jax.config.update("jax_enable_x64", x64)
     assert failed == 0, f"{failed} docstring example(s) of {name} failed (printed above)"
 
 
@@ -72,15 +69,10 @@ def test_the_inference_entry_points_hold_examples():
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_public_docstring_examples(name):
-    obj = PUBLIC[name]
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    try:
-        for test in doctest.DocTestFinder().find(obj, name, globs={}):
+    with jax.enable_x64(False):
+        for test in doctest.DocTestFinder().find(PUBLIC[name], name, globs={}):
             runner.run(test)
-    finally:
-        jax.config.update("jax_enable_x64", x64)
     assert runner.failures == 0, f"{runner.failures} docstring example(s) of {name} failed"
 
 

@@ -115,18 +115,17 @@ def _assert_equal(result, reference):
         np.testing.assert_array_equal(result[k], v, err_msg=k)
 
 
-def test_killed_run_resumes_to_the_uninterrupted_draws(tmp_path, env, reference):
-    targets = _targets(np.random.default_rng(0), 1, 1)
-    killed, result = _kill_and_resume(tmp_path, env, targets, seed=0)
-    _assert_killed_in_both_phases(killed, 2)
-    _assert_equal(result, reference)
-
-
-@pytest.mark.slow
-def test_run_killed_a_dozen_times_resumes_to_the_uninterrupted_draws(tmp_path, env, reference):
-    targets = _targets(np.random.default_rng(1), 6, 6)
-    killed, result = _kill_and_resume(tmp_path, env, targets, seed=1)
-    _assert_killed_in_both_phases(killed, 10)
+@pytest.mark.parametrize("per_phase, min_kills, seed", [
+    pytest.param(1, 2, 0, id="twice"),
+    pytest.param(6, 10, 1, marks=pytest.mark.slow, id="a-dozen-times"),
+])
+def test_killed_run_resumes_to_the_uninterrupted_draws(tmp_path, env, reference, per_phase,
+                                                       min_kills, seed):
+    """Killed at `per_phase` random moments in warmup and as many in sampling; at least
+    `min_kills` of the kills land before a run ends."""
+    targets = _targets(np.random.default_rng(seed), per_phase, per_phase)
+    killed, result = _kill_and_resume(tmp_path, env, targets, seed=seed)
+    _assert_killed_in_both_phases(killed, min_kills)
     _assert_equal(result, reference)
 
 

@@ -15,49 +15,15 @@ import jax.numpy as jnp
 import pytest
 
 import effppl
-from effppl import distributions as dist
+from benchmarks.growth_bench import hmm, local_level, points
 from effppl.handlers import log_density, potential_energy, seed, substitute, trace
 from effppl.infer import SVI, Trace_ELBO, TraceEnum_ELBO
 from effppl.infer.autoguide import AutoDelta, AutoNormal
 
 from .._hlo_loops import loop_count, per_step_work
 
-T = 173  # longer than every other axis of the models
-
-
-def hmm(y):
-    trans = effppl.sample("trans", dist.Dirichlet(jnp.ones((3, 3))).to_event(1))
-    locs = effppl.sample("locs", dist.Normal(2.0 * jnp.arange(3), 1.0).to_event(1))
-
-    def step(z_prev, y_t):
-        z = effppl.sample("z", dist.Categorical(trans[z_prev]), infer={"enumerate": "parallel"})
-        effppl.sample("y", dist.Normal(locs[z], 1.0), obs=y_t)
-        return z, None
-
-    jax.lax.scan(step, 0, y)
-
-
-def local_level(y):
-    sigma = effppl.sample("sigma", dist.HalfNormal(1.0))
-
-    def step(x_prev, y_t):
-        x = effppl.sample("x", dist.Normal(x_prev, sigma))
-        effppl.sample("y", dist.Normal(x, 0.5), obs=y_t)
-        return x, None
-
-    jax.lax.scan(step, 0.0, y)
-
-
+T = 173  # longer than every other axis of the models (the benchmark's, timed there)
 MODELS = {"hmm": hmm, "local_level": local_level}
-
-
-def _points(name):
-    if name == "hmm":
-        trans = jnp.full((3, 3), 1 / 3)
-        return ({"trans": trans, "locs": jnp.arange(3.0)},
-                {"trans": jnp.zeros((3, 2)), "locs": jnp.arange(3.0)})
-    x = jnp.sin(jnp.arange(T) / 5.0)
-    return {"sigma": jnp.array(0.7), "x": x}, {"sigma": jnp.array(-0.3), "x": x}
 
 
 def _assert_linear(fn, *args):
@@ -69,14 +35,14 @@ def _assert_linear(fn, *args):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_log_density_gradient_copies_no_loop_length_buffer_per_step(name):
-    model, (con, _) = MODELS[name], _points(name)
+    model, (con, _) = MODELS[name], points(name, T)
     _assert_linear(jax.value_and_grad(lambda p, y: log_density(model, (y,), {}, p)[0]), con,
                    jnp.zeros(T))
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_potential_energy_gradient_copies_no_loop_length_buffer_per_step(name):
-    model, (_, unc) = MODELS[name], _points(name)
+    model, (_, unc) = MODELS[name], points(name, T)
     _assert_linear(jax.value_and_grad(lambda u, y: potential_energy(model, (y,), {}, u)), unc,
                    jnp.zeros(T))
 
@@ -94,7 +60,7 @@ def test_elbo_gradient_copies_no_loop_length_buffer_per_step(name):
 def test_trace_of_draws_copies_no_loop_length_buffer_per_step():
     """What `Predictive` and `log_likelihood` run: the model traced at each of a batch of
     draws, every site recorded."""
-    con, _ = _points("local_level")
+    con, _ = points("local_level", T)
     draws = jax.tree.map(lambda a: jnp.broadcast_to(a, (4, *jnp.shape(a))), con)
 
     def traced(draws, y):

@@ -120,8 +120,8 @@ def analyze(model) -> tuple[dict, dict]:
 
 
 def expr_shape(expr, plates):
-    if isinstance(expr, S.PlateVec):
-        size, dim = plates[expr.plate]
+    if isinstance(expr, S.Var) and expr.kind == "plate":
+        size, dim = plates[expr.name]
         return (size,) + (1,) * (-dim - 1)
     if isinstance(expr, S.Add):
         return jnp.broadcast_shapes(expr_shape(expr.a, plates), expr_shape(expr.b, plates))

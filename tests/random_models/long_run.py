@@ -1,10 +1,11 @@
 """The long run of the random models: `python -m tests.random_models.long_run --count 100000`.
 
-Runs `--count` random models (hypothesis draws them, seeded by `--seed`; no shrinking), each
-through `compare.check` (one in 8 with `log_likelihood`, one in 16 compiled; `--seconds` stops it early), and writes one
-JSON line per mismatch to `--log` (the model's description, its seed, the error) and a summary
-line every `--every` models: how many ran, how many mismatched, and the distinct errors (their
-kind and first line). Run it on one core: `taskset -c 0 python -m tests.random_models.long_run`.
+Runs `--count` random models (hypothesis draws them, seeded by `--seed`; no shrinking), each through
+`compare.check` (one in 8 with `log_likelihood`, one in 16 compiled; `--seconds` stops it early),
+and writes one JSON line per mismatch to `--log` (the model's description, its seed, the error) and
+a summary line every `--every` models: how many ran, how many mismatched, and the distinct errors
+(their kind and first line). Run it on one core:
+`taskset -c 0 python -m tests.random_models.long_run`.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A model is a tuple of statements run in order. Sites (`Sample`, `Deterministic`,
 in `Plate`s, plain `lax.scan`s (`Scan`), `lax.cond`/`lax.switch` branches (`Cond`), `jax.vmap`s
 (`Vmap`) and handlers (`Handle`: mask, scale, condition, substitute, block, do), nested any way
 the generator allows. Distribution parameters are small expressions (`Expr`) of the values
-computed before them: earlier sites (through `Ref`: `tanh(mean(value))`), a scan's carry and its
-`xs`, a vmap's mapped feature, a plate's position vector.
+computed before them (`Var`): earlier sites (`tanh(mean(value))`), a scan's carry and its `xs`,
+a vmap's mapped feature, a plate's position vector.
 
 Nothing here imports effppl: the description is read by two interpreters, `build` (the effppl
 model, and the NumPyro model where NumPyro can express it) and `evaluator` (the independent
@@ -34,31 +34,14 @@ class Const:
 
 
 @dataclass(frozen=True)
-class Ref:
-    """`tanh(mean(v))` of the latest value `v` of a site, deterministic, scan (its final carry),
-    cond (its branch's result) or vmap (the mean of its elements' results) named `name`."""
+class Var:
+    """A value computed before the expression, by `kind` (`VARS`): `ref`, `tanh(mean(v))` of the
+    latest value `v` of the site, deterministic, scan (its final carry), cond (its branch's
+    result) or vmap (the mean of its elements' results) named `name`; `carry`/`xs`, scan
+    `name`'s carry/`xs` element; `vmapx`, vmap `name`'s feature; `plate`, `linspace(-1, 1,
+    size)` along plate `name`'s dim."""
+    kind: str
     name: str
-
-
-@dataclass(frozen=True)
-class Carry:
-    scan: str
-
-
-@dataclass(frozen=True)
-class Xs:
-    scan: str
-
-
-@dataclass(frozen=True)
-class VmapX:
-    vmap: str
-
-
-@dataclass(frozen=True)
-class PlateVec:
-    """`linspace(-1, 1, size)` along the plate's dim."""
-    plate: str
 
 
 @dataclass(frozen=True)
@@ -134,8 +117,8 @@ class Cond:
 
 @dataclass(frozen=True)
 class Vmap:
-    """`jax.vmap` over `size` elements, each with its feature `VmapX` (`0.3 * b - 0.2`) and its
-    slices of the data and handler values inside."""
+    """`jax.vmap` over `size` elements, each with its feature (`Var("vmapx", name)`: `0.3 * b -
+    0.2`) and its slices of the data and handler values inside."""
     name: str
     size: int
     body: tuple
@@ -143,10 +126,10 @@ class Vmap:
 
 @dataclass(frozen=True)
 class Handle:
-    """A handler around `body`: `mask` (payload: True/False, or a plate name: mask `PlateVec >
-    -0.3`), `scale` (a float, or a plate name: `0.5 + PlateVec ** 2`), `condition`/`substitute`/
-    `do` (payload: the names of latent sites inside whose values it gives), `block` (the names
-    it hides)."""
+    """A handler around `body`: `mask` (payload: True/False, or a plate name: mask `v > -0.3`,
+    `v` the plate's `Var("plate", name)`), `scale` (a float, or a plate name: `0.5 + v ** 2`),
+    `condition`/`substitute`/`do` (payload: the names of latent sites inside whose values it
+    gives), `block` (the names it hides)."""
     name: str
     kind: str
     body: tuple
@@ -268,20 +251,22 @@ def plate_vector(size, dim):
     return jnp.linspace(-1.0, 1.0, size).reshape((size,) + (1,) * (-dim - 1))
 
 
+# what a `Var` of each kind reads in a `Scope`
+VARS = {
+    "ref": lambda scope, name: summary(scope.refs[name]),
+    "carry": lambda scope, name: scope.carries[name],
+    "xs": lambda scope, name: scope.xs[name],
+    "vmapx": lambda scope, name: scope.vmapx[name],
+    "plate": lambda scope, name: plate_vector(*scope.plates[name]),
+}
+
+
 def evaluate(expr, scope: Scope):
     """The value of `expr` in `scope` (an array)."""
     if isinstance(expr, Const):
         return jnp.asarray(expr.value, jnp.float64)
-    if isinstance(expr, Ref):
-        return summary(scope.refs[expr.name])
-    if isinstance(expr, Carry):
-        return scope.carries[expr.scan]
-    if isinstance(expr, Xs):
-        return scope.xs[expr.scan]
-    if isinstance(expr, VmapX):
-        return scope.vmapx[expr.vmap]
-    if isinstance(expr, PlateVec):
-        return plate_vector(*scope.plates[expr.plate])
+    if isinstance(expr, Var):
+        return VARS[expr.kind](scope, expr.name)
     if isinstance(expr, Add):
         return evaluate(expr.a, scope) + evaluate(expr.b, scope)
     if isinstance(expr, Mul):
@@ -333,16 +318,8 @@ def last_value_name(body):
 def show_expr(e) -> str:
     if isinstance(e, Const):
         return f"{e.value:g}"
-    if isinstance(e, Ref):
-        return f"ref({e.name})"
-    if isinstance(e, Carry):
-        return f"carry({e.scan})"
-    if isinstance(e, Xs):
-        return f"xs({e.scan})"
-    if isinstance(e, VmapX):
-        return f"vx({e.vmap})"
-    if isinstance(e, PlateVec):
-        return f"pv({e.plate})"
+    if isinstance(e, Var):
+        return f"{e.kind}({e.name})"
     if isinstance(e, Add):
         return f"({show_expr(e.a)} + {show_expr(e.b)})"
     if isinstance(e, Mul):

@@ -54,23 +54,27 @@ class _Names:
 
 
 @st.composite
-def exprs(draw, ctx: Ctx, unbatched=False, depth=0):
+def exprs(draw, ctx: Ctx, unbatched=False, depth=0, scalar=False):
+    """An expression of the values in `ctx`: without those batched along a vmap (`unbatched`),
+    and without plate vectors (`scalar`: a `Cond`'s predicate)."""
+    def var(kind, names):
+        return st.builds(S.Var, st.just(kind), st.sampled_from(names))
+
     atoms = [st.builds(S.Const, st.sampled_from([-1.0, -0.5, 0.0, 0.3, 1.0]))]
     refs = [r for r in ctx.refs if not (unbatched and r in ctx.in_vmap_refs)]
     if refs:
-        atoms.append(st.builds(S.Ref, st.sampled_from(refs)))
+        atoms.append(var("ref", refs))
     if ctx.scans and not unbatched:
-        atoms.append(st.builds(S.Carry, st.sampled_from(ctx.scans)))
-        atoms.append(st.builds(S.Xs, st.sampled_from(ctx.scans)))
+        atoms += [var("carry", ctx.scans), var("xs", ctx.scans)]
     if ctx.vmaps and not unbatched:
-        atoms.append(st.builds(S.VmapX, st.sampled_from(ctx.vmaps)))
-    if ctx.plates and not unbatched:
-        atoms.append(st.builds(S.PlateVec, st.sampled_from([p for p, _ in ctx.plates])))
+        atoms.append(var("vmapx", ctx.vmaps))
+    if ctx.plates and not unbatched and not scalar:
+        atoms.append(var("plate", [p for p, _ in ctx.plates]))
     e = draw(st.one_of(atoms))
     if depth < 1 and draw(st.integers(0, 2)) == 0:
         kind = draw(st.sampled_from(["add", "mul", "tanh"]))
         if kind == "add":
-            e = S.Add(e, draw(exprs(ctx, unbatched, depth + 1)))
+            e = S.Add(e, draw(exprs(ctx, unbatched, depth + 1, scalar)))
         elif kind == "mul":
             e = S.Mul(draw(st.sampled_from([-1.5, 0.5, 2.0])), e)
         else:
@@ -186,7 +190,7 @@ def scans(draw, ctx, names):
 @st.composite
 def conds(draw, ctx, names):
     name = names("c")
-    pred = draw(exprs(ctx, unbatched=bool(ctx.vmaps)))
+    pred = draw(exprs(ctx, unbatched=bool(ctx.vmaps), scalar=True))
     num = draw(st.sampled_from([2, 2, 3]))
     inner = ctx.with_(depth=ctx.depth + 1)
     branches, status, shared = [], {}, []
