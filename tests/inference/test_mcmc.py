@@ -14,7 +14,6 @@ from effppl import sample
 from effppl.infer import HMC, MCMC, NUTS, DivergenceWarning, KernelSettingsError, MCMCError, _model
 from effppl.infer._compile._cache import split_cache_key
 from effppl.infer._compile._fns import model_fns
-from effppl.infer.mcmc import _driver as _mcmc
 from effppl.infer.mcmc import _sampler
 
 from . import _models as m
@@ -135,15 +134,17 @@ def test_progress_bar_rate_and_eta_leave_out_the_first_chunks_compilation():
 
     import tqdm
 
+    from effppl.infer._progress import advance
+
     now = [0.0]
     bar = tqdm.tqdm(total=100, file=io.StringIO(), mininterval=0)
     bar._time = lambda: now[0]  # a fake clock
     now[0] = 30.0  # the first chunk of 10 steps: 29 s compiling, 1 s sampling
-    _mcmc._advance(bar, 10, "0 divergences")
+    advance(bar, 10, "0 divergences")
     assert bar.n == 10 and bar.format_dict["elapsed"] == 0
     assert "?" in str(bar)  # no rate yet, instead of 10 steps / 30 s
     now[0] = 31.0
-    _mcmc._advance(bar, 10, "0 divergences")
+    advance(bar, 10, "0 divergences")
     assert bar.n == 20 and bar.format_dict["rate"] == pytest.approx(10.0)  # steps/s
     assert "00:08" in str(bar)  # 80 steps left at 10/s (with compilation counted: ~2 min)
     bar.close()

@@ -23,6 +23,7 @@ from .._compile._fns import prepare
 from .._compile._persistent import stored
 from .._init import InitializationError, find_initial_params, given_initial_params
 from .._model import explained_by_parameters, site_errors
+from .._progress import advance
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._checkpoint import RunRecord
@@ -77,19 +78,6 @@ def _numpyro_fields(extra_fields, api):
 # not a few eager splits
 _run_keys = stored(jax.jit(split_run_key, static_argnums=(1, 2)), None, "keys",
                    static_argnums=(1, 2))
-
-
-def _advance(bar, num: int, postfix: str) -> None:
-    """Count `num` more steps on the progress bar `bar`. After the first chunk, whose call also
-    compiled the sampler, the bar's clock restarts: its rate and ETA then measure sampling alone,
-    not compilation (the elapsed time shown counts from there)."""
-    bar.set_postfix_str(postfix, refresh=False)
-    if bar.n:
-        bar.update(num)
-        return
-    bar.reset()
-    bar.n = bar.last_print_n = bar.initial = num  # a rate from later chunks only; ETA "?" until then
-    bar.refresh()
 
 
 def _concat(parts):
@@ -343,7 +331,7 @@ class MCMC(MCMCResultsView):
                 record.drew(chain, start + num, v, st)
                 if self.progress_bar:
                     n_div += int(jnp.sum(st["diverging"]))
-                    _advance(bar, num * thinning, f"{n_div} divergences")
+                    advance(bar, num * thinning, f"{n_div} divergences")
         # what the run committed (all of it, unless Ctrl-C stopped it: then it is kept)
         record.finish(num_warmup, num_draws)
         chain = record.chain
@@ -390,7 +378,7 @@ class MCMC(MCMCResultsView):
 
         def on_chunk(num, nd):
             n_div[0] += int(jnp.sum(nd))  # (a global array in a multi-process run)
-            _advance(bar, num, f"{n_div[0]} divergences in warmup")
+            advance(bar, num, f"{n_div[0]} divergences in warmup")
 
         def on_restart(bad):
             n_div[0] = 0
