@@ -148,20 +148,28 @@ def promote_batch_shape(fn):
     shape), with every `ExpandedDistribution` in `fn` rebuilt by `expand`: numpyro's rule for it
     updates the batch shapes but keeps the old expansion sizes, so `sample` drew the wrong shape
     (a `plate` or `sample_shape` site inside `jax.vmap` or a loop)."""
-    return _rebuild_expanded(batch_util.promote_batch_shape(fn))
-
-
-def _rebuild_expanded(fn):
     if isinstance(fn, dist.ExpandedDistribution):
-        return _rebuild_expanded(fn.base_dist).expand(fn.batch_shape)
+        return _promote_expanded(fn)
     if isinstance(fn, dist.Independent):
-        return _rebuild_expanded(fn.base_dist).to_event(fn.reinterpreted_batch_ndims)
+        return promote_batch_shape(fn.base_dist).to_event(fn.reinterpreted_batch_ndims)
     if isinstance(fn, dist.TransformedDistribution):
         # numpyro promotes neither the base nor the batch shape kept at construction (an
         # ordered site in a plate under `vmap` drew one value per element, not per plate row)
-        base = _rebuild_expanded(batch_util.promote_batch_shape(fn.base_dist))
-        return dist.TransformedDistribution(base, fn.transforms)
-    return _promote_held(fn)
+        return dist.TransformedDistribution(promote_batch_shape(fn.base_dist), fn.transforms)
+    return _promote_held(batch_util.promote_batch_shape(fn))
+
+
+def _promote_expanded(fn):
+    """An `ExpandedDistribution`'s new leading axes are those its promoted base gained, and the
+    axes it expanded become size-1 axes of the base (numpyro's rule, which read the new axes off
+    numpyro's own promotion of the base: none for a `TransformedDistribution`, so a `LogNormal`
+    in a plate in a loop kept its per-step batch shape and could not be scored)."""
+    old = fn.base_dist.batch_shape
+    new = promote_batch_shape(fn.base_dist).batch_shape
+    new = new[:len(new) - len(old)]
+    axes = tuple(range(len(new), len(new) + len(fn.batch_shape) - len(old)))
+    base = jax.tree.map(lambda x: jnp.expand_dims(x, axes), fn.base_dist) if axes else fn.base_dist
+    return promote_batch_shape(base).expand((*new, *fn.batch_shape))
 
 
 def _promote_held(fn):
@@ -173,7 +181,7 @@ def _promote_held(fn):
         return fn
     fn = copy.copy(fn)
     for k, v in held.items():
-        setattr(fn, k, _rebuild_expanded(batch_util.promote_batch_shape(v)))
+        setattr(fn, k, promote_batch_shape(v))
     return fn
 
 
