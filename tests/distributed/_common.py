@@ -80,3 +80,14 @@ def new_modules(folder, before, name):
     """The modules named `jit_<name>` dumped since `before` (a previous `dumped`)."""
     return {f: v for f, v in dumped(folder).items()
             if f not in before and re.search(rf"\.jit_{name}\.", f)}
+
+
+def modules_since(folder, before):
+    """`{program name: {collective: count}}` of the modules dumped since `before`, the
+    largest count of each collective where a name was compiled more than once."""
+    out: dict = {}
+    for f, counts in dumped(folder).items():
+        if f not in before:
+            name = f.split(".")[1]
+            out[name] = {k: max(v, out.get(name, {}).get(k, 0)) for k, v in counts.items()}
+    return out

@@ -58,14 +58,18 @@ sharded_data = c.run((xs, ys), num_chains=2, chain_method="sharded", mesh=mesh_d
 out["data_chunks"] = list(c.new_modules(DUMP, before, "chunk").values())
 out["data_vs_ref"] = c.max_diff(c.draws(sharded_data), ref)
 ll_ref = log_likelihood(c.logistic, {k: ref[k] for k in ("w", "b")}, x, y, batch_ndims=2)["y"]
+before = c.dumped(DUMP)
 ll = log_likelihood(c.logistic, {k: ref[k] for k in ("w", "b")}, xs, ys, batch_ndims=2,
                     mesh=mesh_d)["y"]
+out["loglik_modules"] = c.modules_since(DUMP, before)
 out["loglik_diff"] = float(np.max(np.abs(np.asarray(ll) - np.asarray(ll_ref))))
 idata = sharded_data.to_arviz()
 out["arviz_loglik_shape"] = list(idata["log_likelihood"]["y"].shape)
 post = {k: ref[k].reshape((-1,) + ref[k].shape[2:]) for k in ("w", "b")}
 pred_ref = Predictive(c.logistic, post)(jax.random.key(2), x)["y"]
+before = c.dumped(DUMP)
 pred = Predictive(c.logistic, post, mesh=mesh4)(jax.random.key(2), x)["y"]
+out["predictive_modules"] = c.modules_since(DUMP, before)
 out["predictive_diff"] = float(np.max(np.abs(np.asarray(pred) - np.asarray(pred_ref))))
 
 # SVI on sharded data equals SVI on the whole data on one device.
@@ -73,7 +77,10 @@ losses = []
 for args, mesh in (((x, y), None), ((xs, ys), mesh_d)):
     svi = SVI(c.logistic, AutoNormal(c.logistic), __import__("optax").adam(0.05), Trace_ELBO(),
               mesh=mesh)
+    before = c.dumped(DUMP)
     losses.append(svi.run(jax.random.key(3), 30, *args, progress_bar=False).losses)
+    if mesh is not None:
+        out["svi_modules"] = c.modules_since(DUMP, before)
 out["svi_diff"] = float(np.max(np.abs(losses[0] - losses[1])))
 
 # Refused: latent per-row sites and subsampling on sharded data; chains that do not divide.

@@ -4,7 +4,8 @@ Oracles: the vectorized run on one device (the same keys: chain c's keys are `sp
 whatever the number of chains), bit for bit when each device runs as many chains as that run
 (two), to 1e-9 in float64 when the data rows are split over devices (the log density's sum is
 added in another order); the compiled programs' HLO for the collectives (none in the chain
-sampler, one all-reduce of the log density and its gradient with data split).
+sampler, one all-reduce of the log density and its gradient with data split, one of the ELBO
+and its gradient in SVI's steps, none in Predictive and the pointwise log-likelihood).
 """
 
 
@@ -36,6 +37,17 @@ def test_results_of_sharded_data_are_read_whole(four):
     assert four["arviz_loglik_shape"] == [2, 30, 16]
     assert four["predictive_diff"] == 0.0
     assert four["svi_diff"] <= 1e-9
+
+
+def test_svi_predictive_and_log_likelihood_programs_communicate_only_to_sum(four):
+    """Counted in XLA's optimized programs: SVI's compiled steps sum the ELBO and its gradient
+    over the data's shards with one all-reduce; the pointwise log-likelihood (rows stay on
+    their device) and Predictive (draws split over devices) need none."""
+    svi = four["svi_modules"]
+    assert svi["jit_run"]["all-reduce"] == 1
+    assert sum(sum(counts.values()) for counts in svi.values()) == 1
+    for name in ("loglik_modules", "predictive_modules"):
+        assert four[name] and all(not any(c.values()) for c in four[name].values()), four[name]
 
 
 def test_persistent_cache_keys_a_program_by_its_mesh_devices_in_order(four):
