@@ -21,7 +21,8 @@ the store, so the machine's load moves them least). The draws of all variants mu
 (asserted).
 
 Usage: `python -m benchmarks.checkpoint_bench [--mode quick|paper] [--size quick]
-[--models proportion_test,hmm] [--repeats 3] [--every 10] [--json PATH]`.
+[--models proportion_test,hmm] [--repeats 3] [--every 10] [--variants plain,checkpoint]
+[--json PATH]`.
 """
 
 import argparse
@@ -63,7 +64,7 @@ def _timed(fn):
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bench_model(name, mode, size, repeats, every, folder):
+def bench_model(name, mode, size, repeats, every, folder, variants=("checkpoint", "every_chunk")):
     import importlib
 
     from effppl.infer import MCMC, NUTS, Checkpoint, DivergenceWarning
@@ -75,6 +76,7 @@ def bench_model(name, mode, size, repeats, every, folder):
                 num_chains=mode.num_chains, progress_bar=False)
     runs = iter(range(10_000))
     every_of = {"plain": None, "checkpoint": every, "every_chunk": 0.0}
+    every_of = {v: e for v, e in every_of.items() if v == "plain" or v in variants}
 
     def run(key, variant):
         path = None if every_of[variant] is None else \
@@ -127,6 +129,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--every", type=float, default=10.0,
                         help="seconds between saves (Checkpoint.every; default its default)")
+    parser.add_argument("--variants", default="checkpoint,every_chunk",
+                        help="variants timed beside `plain`")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     mode = MODES[args.mode]
@@ -134,10 +138,12 @@ def main(argv=None):
     out = Path(args.json) if args.json else RESULTS / f"checkpoint_{args.mode}_cpu.json"
     with tempfile.TemporaryDirectory(prefix="effppl-checkpoint-bench-") as folder:
         for name in args.models.split(","):
-            row = bench_model(name, mode, args.size, args.repeats, args.every, Path(folder))
+            variants = [v for v in args.variants.split(",") if v != "plain"]
+            row = bench_model(name, mode, args.size, args.repeats, args.every, Path(folder),
+                              variants)
             rows.append(row)
             print(f"{name:22s} plain {row['plain_wall_s']:7.2f} s", end="")
-            for v in ("checkpoint", "every_chunk"):
+            for v in variants:
                 print(f" | {v} {row[f'{v}_wall_s']:7.2f} s wall {row[f'{v}_wall_overhead']:+6.1%}"
                       f" cpu {row[f'{v}_cpu_overhead']:+6.1%}"
                       f" {row[f'{v}_ms_per_chunk']:+6.1f} ms/chunk,"

@@ -36,11 +36,16 @@ def key_data(rng_key: Any, what: str, *, seeds: bool = True) -> jax.Array:
                     f"of keys), but got {got}.")
 
 
-def typed_key(rng_key: Any, what: str) -> jax.Array:
+def typed_key(rng_key: Any, what: str, error: type[Exception] = TypeError) -> jax.Array:
     """`rng_key` (a typed or raw key, never an int seed, as NumPyro's `MCMC.run` takes) as a typed
-    key. **Raises:** `TypeError` as `key_data`."""
+    key. **Raises:** `error` (default `TypeError`) with `key_data`'s message."""
     dtype = getattr(rng_key, "dtype", None)
     if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key) \
             and np.shape(rng_key) == ():
         return rng_key  # as it is: keeps its PRNG implementation
-    return jax.random.wrap_key_data(key_data(rng_key, what, seeds=False))
+    try:
+        return jax.random.wrap_key_data(key_data(rng_key, what, seeds=False))
+    except TypeError as err:
+        if error is TypeError:
+            raise
+        raise error(str(err)) from None

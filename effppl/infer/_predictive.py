@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from .._errors import EffpplError
+from .._keys import typed_key
 from ..effects.internal import describe_non_array
 from ..handlers import mask
 from ..handlers.internal import SiteError
@@ -17,7 +18,6 @@ from ._compile._cache import cached
 from ._compile._fns import model_fns, prepare
 from ._model import site_errors
 from ._sharding import check_mesh, place_data, readable, split_draws
-from .mcmc._driver import _as_key
 
 __all__ = ["Predictive", "log_likelihood"]
 
@@ -225,7 +225,7 @@ class Predictive:
     def __call__(self, rng_key, *args, **kwargs) -> dict:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
-        key = _as_key(rng_key, api, PredictiveError)
+        key = typed_key(rng_key, f"`{api}`", PredictiveError)
         model = self.model if self.infer_discrete else _unscored(self.model)  # as NumPyro's
         fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)

@@ -34,6 +34,7 @@ from effppl.infer import _checkpoint as checkpoint_module
 from effppl.infer import _checkpoint_store as store_module
 from effppl.infer.autoguide import AutoNormal
 from effppl.infer.mcmc import _checkpoint as mcmc_checkpoint
+from effppl.infer.mcmc import _warmup as warmup_module
 
 from . import _checkpoint_worker as worker
 
@@ -174,6 +175,35 @@ def test_finished_checkpoint_gives_its_draws_again(finished, reference):
 def test_long_interval_saves_at_the_end_only(snapshots, tmp_path, reference):
     _assert_same_run(_run(Checkpoint(tmp_path / "run.zarr", every=3600)), reference)
     assert [p for p, _ in snapshots] == [{"warmup": WARMUP, "draws": SAMPLES // 2}]
+
+
+def test_resume_after_a_warmup_that_restarted_a_chain_gives_the_same_draws(
+        snapshots, tmp_path, reference, monkeypatch):
+    """A restarted chain samples with new keys: a run stopped in sampling after such a warmup
+    resumes with them (they were its original keys before), and one stopped in the warmup
+    restarts the chain again from the same point. The warmup's check flags chain 1 once per
+    run; the oracle is the uninterrupted run with that restart."""
+    calls = []
+    real = warmup_module.degenerate_chains
+
+    def flag_chain_1_once(chain, num_warmup):
+        calls.append(num_warmup)
+        return {1} if len(calls) == 1 else real(chain, num_warmup)
+
+    monkeypatch.setattr(warmup_module, "degenerate_chains", flag_chain_1_once)
+    restarted = _run()
+    mu, mu_unrestarted = (np.asarray(m.get_samples(group_by_chain=True)["mu"])
+                          for m in (restarted, reference))
+    np.testing.assert_array_equal(mu[0], mu_unrestarted[0])  # chain 0 repeats its warmup
+    assert not np.any(mu[1] == mu_unrestarted[1])
+    calls.clear()
+    _run(Checkpoint(tmp_path / "run.zarr", every=0))
+    in_warmup, in_sampling = snapshots[WARMUP // 2], snapshots[WARMUP + 2]
+    assert in_warmup[0] == {"warmup": WARMUP // 2 + 1, "draws": 0}
+    assert in_sampling[0] == {"warmup": WARMUP, "draws": 3, "restarts": [[[1], 1]]}
+    for _, path in (in_warmup, in_sampling):
+        calls.clear()
+        _assert_same_run(_run(Checkpoint(path, every=0)), restarted)
 
 
 @pytest.mark.parametrize("change, differs", [

@@ -19,7 +19,7 @@ from effppl.infer import (
     _init,
 )
 from effppl.infer._compile._fns import prepare
-from effppl.infer.mcmc import _driver, _fisher
+from effppl.infer.mcmc import _fisher, _start
 
 from ._ppl import dist, factor, sample
 
@@ -94,8 +94,8 @@ def test_initial_points_beyond_float_resolution_are_redrawn(y):
 def test_degenerate_warmup_is_restarted(y, monkeypatch):
     """Without the redraw of unusable initial points, the chains that collapse are restarted
     from new points, and every chain ends the warmup sound."""
-    original = _driver.find_initial_params
-    monkeypatch.setattr(_driver, "find_initial_params",
+    original = _start.find_initial_params
+    monkeypatch.setattr(_start, "find_initial_params",
                         lambda *a, max_rounding_error=None, **k: original(*a, **k))
     mcmc = MCMC(NUTS(arma11), num_warmup=400, num_samples=10, num_chains=4, progress_bar=False)
     with warnings.catch_warnings():

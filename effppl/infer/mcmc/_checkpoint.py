@@ -6,11 +6,14 @@ after the last chunk that finished, how many warmup steps and draws that is, and
 far. The driver commits after each chunk (`warmed`, `drew`); with a checkpoint, the record saves
 when `Checkpoint.every` seconds have passed, at the end, and when interrupted.
 
-**Resuming bit for bit.** A run's keys are a function of its key (`_run_keys`), and its chunks
-are the same for every run with the same settings (`MCMC._chunk_plan`, with a checkpoint a fixed
+**Resuming bit for bit.** A run's keys are a function of its key (`_sharded.run_keys`), and its
+chunks are the same for every run with the same settings (`MCMC._chunk_plan`, with a checkpoint a fixed
 number of chunks whatever the progress bar), so the remaining chunks of a resumed run get the
 very keys, schedule rows and carry (restored from the checkpoint's exact bytes) that the
 uninterrupted run gave them, through the same compiled chunk. Its draws equal that run's.
+A warmup that restarted chains changed their keys: the restarts (chains, attempt) are saved
+with the warmup's end, and a run resumed in sampling folds its keys as they were folded; a run
+resumed in warmup restarts them again from the same points (`_start.restart_chains`).
 
 **Which run a checkpoint is of** (`_identity`): the model's program (`ModelFns.fingerprint`: the
 jaxprs of the potential and of the constrain pass, with the values they close over), the model
@@ -83,6 +86,7 @@ class RunRecord(Record):
     def __init__(self, api, stopper, store, chain):
         super().__init__(api, stopper, store)
         self.chain, self.warmup_done, self.draws_done = chain, 0, 0
+        self.restarts: list[list] = []  # the warmup's restarts: [chains, attempt] each
         self.values, self.stats = [], []  # `_unsaved`: (values, stats) not yet in the checkpoint
         self._info: Any = None  # the model's `SiteInfo` (plate names of the draws' axes)
         self._saved_at = self._progress()
@@ -111,6 +115,7 @@ class RunRecord(Record):
         record.chain = place(record._restored(chain, _STATE, saved.state))
         record.warmup_done = int(saved.progress["warmup"])
         record.draws_done = int(saved.progress["draws"])
+        record.restarts = [[list(bad), int(a)] for bad, a in saved.progress.get("restarts", [])]
         record._saved_at = record._progress()
         if record.draws_done:
             record.values = [{k[len("posterior/"):]: v for k, v in saved.arrays.items()
@@ -119,9 +124,11 @@ class RunRecord(Record):
                              if k.startswith("sample_stats/")}]
         return record
 
-    def warmed(self, chain, done: int) -> None:
-        """Commit `done` warmup steps, reaching `chain`."""
-        self.chain, self.warmup_done = chain, done
+    def warmed(self, chain, done: int, restarts=()) -> None:
+        """Commit `done` warmup steps, reaching `chain`; at the warmup's end, with the
+        `restarts` `[(chains, attempt), ...]` it made."""
+        self.chain, self.warmup_done, self.restarts = chain, done, [
+            [sorted(int(c) for c in bad), int(attempt)] for bad, attempt in restarts]
         self._committed()
 
     def drew(self, chain, done: int, values, stats) -> None:
@@ -145,6 +152,8 @@ class RunRecord(Record):
             appends.update({f"posterior/{k}": v for k, v in values.items()})
             appends.update({f"sample_stats/{k}": v for k, v in stats.items()})
         progress = {"warmup": self.warmup_done, "draws": self.draws_done}
+        if self.restarts:
+            progress["restarts"] = self.restarts
         self.store.save(progress, self._state(self.chain, _STATE), appends)
 
     def _dims(self, values, stats) -> dict:

@@ -7,7 +7,6 @@ and stores the draws. A second `run` with new data of the same shapes compiles n
 
 import functools
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -20,20 +19,33 @@ from ...handlers.internal import check_enumerable
 from .._checkpoint import as_checkpoint
 from .._compile._arguments import leaked_tracers
 from .._compile._fns import prepare
-from .._compile._persistent import stored
-from .._init import InitializationError, find_initial_params, given_initial_params
+from .._init import InitializationError
 from .._model import explained_by_parameters, site_errors
 from .._progress import advance
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._checkpoint import RunRecord
-from ._empty import draws_without_latents
+from ._empty import without_latents
 from ._kernels import _HMCFamily
 from ._mixing import ChainMixingWarning, warn_mixing
-from ._results import DivergenceWarning, MCMCError, MCMCResults, MCMCResultsView, MCMCState
-from ._sampler import Span, sampler_for, split_run_key
-from ._warmup import restarted, warm_up
-from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning, warn_tree_depth
+from ._results import (
+    NUMPYRO_FIELDS,
+    DivergenceWarning,
+    MCMCError,
+    MCMCResults,
+    MCMCResultsView,
+    MCMCState,
+    numpyro_fields,
+)
+from ._sampler import Span, sampler_for
+from ._start import initial_chain, restart_chains
+from ._warmup import progress_callbacks, refolded, warm_up
+from ._warmup_check import (
+    MaxTreeDepthWarning,
+    StuckChainWarning,
+    warn_divergences,
+    warn_tree_depth,
+)
 
 __all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
            "MaxTreeDepthWarning", "ChainMixingWarning"]
@@ -43,41 +55,6 @@ _CHAIN_METHODS = ("vectorized", "sharded")
 # `pmap` ("parallel"); effppl's "vectorized" and "sharded" give the same draws in one program
 _NUMPYRO_CHAIN_METHODS = {"sequential": "vectorized", "parallel": "sharded"}
 _CHECKPOINT_CHUNKS = 100  # chunks of a run with a checkpoint, whatever the progress bar
-
-
-def _as_key(rng_key, api, error: type[Exception] = MCMCError):
-    """`rng_key` as a typed key; raises `error` naming `api` for anything but one key."""
-    try:
-        return typed_key(rng_key, f"`{api}`")
-    except TypeError as err:
-        raise error(str(err)) from None
-
-
-_NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's statistics
-    "accept_prob": lambda stats: stats["acceptance_rate"],
-    "num_steps": lambda stats: stats["n_steps"],
-    "potential_energy": lambda stats: -stats["lp"],
-    "adapt_state.step_size": lambda stats: stats["step_size"],
-}
-_STATS = ("diverging", "acceptance_rate", "energy", "n_steps", "tree_depth", "lp", "step_size")
-
-
-def _numpyro_fields(extra_fields, api):
-    """The NumPyro names among `extra_fields`; raises `MCMCError` on a name effppl cannot give."""
-    if isinstance(extra_fields, str):
-        extra_fields = (extra_fields,)
-    unknown = [f for f in extra_fields if f not in _STATS and f not in _NUMPYRO_FIELDS]
-    if unknown:
-        raise MCMCError(
-            f"`{api}(..., extra_fields=...)`: effppl cannot record {unknown}. It records "
-            f"{list(_STATS)} always, and gives NumPyro's names {list(_NUMPYRO_FIELDS)} when asked.")
-    return tuple(f for f in extra_fields if f in _NUMPYRO_FIELDS)
-
-
-# the run's keys (`split_run_key`): one program (stored across processes, as the sampler's),
-# not a few eager splits
-_run_keys = stored(jax.jit(split_run_key, static_argnums=(1, 2)), None, "keys",
-                   static_argnums=(1, 2))
 
 
 def _concat(parts):
@@ -203,7 +180,7 @@ class MCMC(MCMCResultsView):
 
     def _prepare(self, rng_key, args, kwargs, api):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
-        key = _as_key(rng_key, api)
+        key = typed_key(rng_key, f"`{api}`", MCMCError)
         fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
         info = fns.site_info(dynamic)
         for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
@@ -222,52 +199,17 @@ class MCMC(MCMCResultsView):
         _sharded.check_run(api, fns, dynamic, key, self._settings())
         return key, fns, info, dynamic, mesh
 
-    def _initial_state(self, sampler, fns, info, keys, dynamic, mesh, api, pws, init_params):
-        """`(ChainState, num_warmup)` to start from; `keys`: the initialisation's key and its
-        split per chain."""
-        if pws is not None and init_params is not None:
-            raise MCMCError(
-                f"`{api}` got `init_params` while `post_warmup_state` is set: a run continuing "
-                "from a saved state starts at its position. Set `mcmc.post_warmup_state = None` "
-                "to start from `init_params` (with a new warmup).")
-        if pws is not None and not isinstance(pws, MCMCState):
-            raise MCMCError(
-                f"`{api}`: `post_warmup_state` must be an `MCMCState` (`mcmc.last_state` or the "
-                f"one `mcmc.warmup(...)` sets), or None, but got {type(pws).__name__}.")
-        if pws is not None:  # continue after `warmup()` (or a previous run): no warmup
-            chains = np.shape(pws.logdensity)[:1]
-            if chains != (self.num_chains,) or set(pws.position) != set(info.latent):
-                raise MCMCError(
-                    f"`{api}`: `post_warmup_state` holds {chains[0] if chains else '?'} chains of "
-                    f"sites {sorted(pws.position)}, but this run has num_chains="
-                    f"{self.num_chains} and model `{fns.name}` has latent sites "
-                    f"{sorted(info.latent)}. Set `post_warmup_state = None` to warm up anew.")
-            # The log density and its gradient at the saved position are recomputed: the data
-            # (or a global the model reads) may have changed since the state was saved.
-            position = self._place(pws.position, mesh, PartitionSpec("chain"))
-            pe, grad, _, _ = fns.potential_and_grad(position, dynamic)
-            if not np.all(np.isfinite(np.asarray(pe))):
-                raise MCMCError(
-                    f"`{api}`: the log density of model `{fns.name}` is not finite at the "
-                    f"`post_warmup_state`'s position (a state of another model or data?). Set "
-                    f"`post_warmup_state = None` to initialise and warm up anew.")
-            chain = sampler.start(self.num_warmup)(position, pe, grad)
-            return chain._replace(step_size=pws.step_size,
-                                  inverse_mass_matrix=pws.inverse_mass_matrix), 0
-        if init_params is not None:
-            init = given_initial_params(fns, init_params, self.num_chains, dynamic, api=api)
-        else:
-            init = find_initial_params(fns, self.kernel.init_strategy, keys[0], self.num_chains,
-                                       dynamic, api=api, chain_keys=keys[1],
-                                       max_rounding_error=self.kernel.divergence_threshold)
-        start = sampler.start(self.num_warmup)
-        return start(*self._place(init, mesh, PartitionSpec("chain"))), self.num_warmup
-
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
                  collect_warmup: bool = False, checkpoint=None):
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
         if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
-            return self._without_latents(fns, info, dynamic, sample)
+            results = without_latents(fns, info, dynamic, self.num_chains,
+                                      self.num_samples // self.thinning)
+            if sample:
+                self._results = results
+            else:
+                self.post_warmup_state = results.last_state
+            return
         sampler = sampler_for(fns, self.kernel)
         if mesh is not None:
             sampler = _sharded.sharded_sampler(sampler, mesh)
@@ -275,28 +217,23 @@ class MCMC(MCMCResultsView):
         num_draws = self.num_samples // thinning if sample else 0
         pws = self.post_warmup_state if sample else None
         num_steps = (0 if pws is not None else self.num_warmup) + num_draws * thinning
-        if mesh is None:
-            init_key, init_keys, keys = _run_keys(key, self.num_chains, num_steps)
-        else:
-            init_key, init_keys, keys = _sharded.run_keys(key, self.num_chains, num_steps, mesh)
-        chain, num_warmup = self._initial_state(
-            sampler, fns, info, (init_key, init_keys), dynamic, mesh, api, pws, init_params
-        )
+        init_key, init_keys, keys = _sharded.run_keys(key, self.num_chains, num_steps, mesh)
+        place = functools.partial(self._place, mesh=mesh, spec=PartitionSpec("chain"))
+        first, num_warmup = initial_chain(self, sampler, fns, info, (init_key, init_keys),
+                                          dynamic, place, api, pws, init_params)
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
         warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning,
                                                  checkpoint is not None)
         if collect_warmup:  # warmup transitions recorded into the draws' buffers
             warmup_length = min(warmup_length, length)
-        keys = self._place(keys, mesh, PartitionSpec("chain"))
+        keys = place(keys)
         schedule, chunk = sampler.schedule(self.num_warmup), sampler.chunk(length)
         # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
         record = RunRecord.open(
-            self, checkpoint, api, fns=fns, info=info, dynamic=dynamic, key=key, chain=chain,
+            self, checkpoint, api, fns=fns, info=info, dynamic=dynamic, key=key, chain=first,
             length=length, num_draws=num_draws, init_params=init_params, post_warmup_state=pws,
-            place=lambda tree: self._place(tree, mesh, PartitionSpec("chain")))
-        chain = record.chain
-        # --
+            place=place)
 
         def call(chain, keys, start, num, sampling, collect=False):
             span = Span(start=np.int32(start), num=np.int32(num), sampling=np.bool_(sampling),
@@ -306,18 +243,26 @@ class MCMC(MCMCResultsView):
 
         total = num_warmup + num_draws * thinning
         done = record.warmup_done + record.draws_done * thinning
-        # A warmup resumed from a checkpoint cannot restart a chain from its initial point
-        # (a degenerate chain is then named in a StuckChainWarning instead).
-        can_restart = init_params is None and record.warmup_done == 0
+        restarts = []  # the warmup's restarts (chains, attempt): they change the chains' keys
+
+        def restart(first, keys, bad, attempt):
+            restarts.append((bad, attempt))
+            return restart_chains(self, sampler, fns, init_key, dynamic, place, api, first,
+                                  keys, bad, attempt)
+
         values, stats = [], []  # (the warmup's, when collected; a Ctrl-C may stop it first)
         with tqdm.tqdm(total=total, initial=done, disable=not self.progress_bar,
                        desc="warmup") as bar, record.catching():
-            chain, keys, values, stats = warm_up(
-                call, chain, keys, num_warmup, warmup_length, collect=collect_warmup,
-                restart=functools.partial(self._restart, sampler, fns, init_key, dynamic, mesh,
-                                          api) if can_restart else None,
-                model=fns.name, start_at=record.warmup_done, on_warmed=record.warmed,
-                **self._warmup_progress(bar))
+            if record.warmup_done < num_warmup or not num_warmup:
+                chain, keys, values, stats = warm_up(
+                    call, record.chain, keys, num_warmup, warmup_length, collect=collect_warmup,
+                    restart=restart if init_params is None else None, model=fns.name,
+                    first=first, start_at=record.warmup_done,
+                    on_warmed=lambda chain, done: record.warmed(
+                        chain, done, restarts if done == num_warmup else ()),
+                    **(progress_callbacks(bar) if self.progress_bar else {}))
+            else:  # resumed in sampling: the chains' keys as the warmup left them
+                chain, keys = record.chain, refolded(keys, record.restarts)
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
             n_div = 0
@@ -356,59 +301,9 @@ class MCMC(MCMCResultsView):
             samples, stats = readable((samples, stats))
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
-        self._warn_divergences(fns, record.draws_done)
+        warn_divergences(fns.name, self._results.stats, record.draws_done * self.num_chains)
         warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
         warn_mixing(fns.name, self._results.stats, self._results.samples)
-
-    def _restart(self, sampler, fns, init_key, dynamic, mesh, api, first, keys, bad, attempt):
-        """`(first, keys)` with the chains in `bad` given a new initial point and new transition
-        keys (the other chains keep theirs, and so repeat their warmup)."""
-        init = find_initial_params(fns, self.kernel.init_strategy,
-                                   jax.random.fold_in(init_key, attempt), self.num_chains,
-                                   dynamic, api=api,
-                                   max_rounding_error=self.kernel.divergence_threshold)
-        fresh = sampler.start(self.num_warmup)(*self._place(init, mesh, PartitionSpec("chain")))
-        return restarted(first, keys, fresh, bad, attempt)
-
-    def _warmup_progress(self, bar) -> dict:
-        """`warm_up`'s progress callbacks for the tqdm bar `bar` (none without a bar)."""
-        if not self.progress_bar:
-            return {}
-        n_div = [0]
-
-        def on_chunk(num, nd):
-            n_div[0] += int(jnp.sum(nd))  # (a global array in a multi-process run)
-            advance(bar, num, f"{n_div[0]} divergences in warmup")
-
-        def on_restart(bad):
-            n_div[0] = 0
-            bar.reset()
-            bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
-
-        return {"on_chunk": on_chunk, "on_restart": on_restart}
-
-    def _without_latents(self, fns, info, dynamic, sample):
-        empty = {}
-        last = MCMCState(position=empty, logdensity=jnp.zeros((self.num_chains,)),
-                         logdensity_grad=empty, step_size=jnp.ones((self.num_chains,)),
-                         inverse_mass_matrix=empty)
-        if not sample:
-            self.post_warmup_state = last
-            return
-        samples, stats = draws_without_latents(fns, dynamic, self.num_chains,
-                                               self.num_samples // self.thinning)
-        self._results = MCMCResults(samples=samples, stats=stats, fns=fns, dynamic=dynamic,
-                                    info=info, last_state=last)
-
-    def _warn_divergences(self, fns, num_draws):
-        n_div = int(np.sum(np.asarray(self._get("stats", "run")["diverging"])))
-        if n_div:
-            warnings.warn(
-                f"effppl.infer.MCMC.run: {n_div} of {num_draws * self.num_chains} post-warmup "
-                f"draws of model `{fns.name}` were divergent (or had a non-finite log density). "
-                "The draws may be biased; increase target_accept_prob or reparameterise.",
-                DivergenceWarning, stacklevel=5,
-            )
 
     def _explained(self, args, kwargs):
         """No finite initial point because a distribution parameter is invalid (validation on):
@@ -434,13 +329,13 @@ class MCMC(MCMCResultsView):
         if not isinstance(collect_warmup, (bool, np.bool_)):
             raise MCMCError(f"`effppl.infer.MCMC.warmup(..., collect_warmup=...)` expected a "
                             f"bool, but got {collect_warmup!r}.")
-        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.warmup")
+        aliases = numpyro_fields(extra_fields, "effppl.infer.MCMC.warmup")
         with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
                           init_params=init_params, collect_warmup=bool(collect_warmup))
         if collect_warmup and self.num_warmup:
             stats = self._get("stats", "warmup")
-            stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
+            stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases})
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, checkpoint=None,
             **kwargs) -> None:
@@ -491,7 +386,7 @@ class MCMC(MCMCResultsView):
         of the post-warmup transitions stopped at `max_tree_depth`; `ChainMixingWarning` naming
         chains far below the best chain's log density (`_mixing.py`).
         """
-        aliases = _numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
+        aliases = numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         checkpoint = as_checkpoint(checkpoint, "effppl.infer.MCMC.run")
         with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
                 self._explained(args, kwargs):
@@ -500,4 +395,4 @@ class MCMC(MCMCResultsView):
         if self._results is None:  # interrupted before the first draw
             return
         stats = self._get("stats", "run")
-        stats.update({name: _NUMPYRO_FIELDS[name](stats) for name in aliases})
+        stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases})

@@ -7,6 +7,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._results import MCMCResults, MCMCState
+
+__all__ = ["without_latents"]
+
+
+def without_latents(fns, info, dynamic, num_chains: int, num_draws: int) -> MCMCResults:
+    """The results of a run of a model with no latent site (`draws_without_latents`), and its
+    last state: no position, log density 0, unit step size."""
+    empty = {}
+    last = MCMCState(position=empty, logdensity=jnp.zeros((num_chains,)), logdensity_grad=empty,
+                     step_size=jnp.ones((num_chains,)), inverse_mass_matrix=empty)
+    samples, stats = draws_without_latents(fns, dynamic, num_chains, num_draws)
+    return MCMCResults(samples=samples, stats=stats, fns=fns, dynamic=dynamic, info=info,
+                       last_state=last)
+
 
 def draws_without_latents(fns, dynamic, num_chains: int, num_draws: int):
     """`(samples, stats)` of `num_draws` draws of `num_chains` chains of a model with no latent

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..._errors import EffpplError
 
-__all__ = ["MCMCError", "DivergenceWarning", "MCMCState", "MCMCResults", "MCMCResultsView"]
+__all__ = ["MCMCError", "DivergenceWarning", "MCMCState", "MCMCResults", "MCMCResultsView",
+           "STATS", "NUMPYRO_FIELDS", "numpyro_fields"]
 
 
 class MCMCError(EffpplError, ValueError):
@@ -17,6 +18,28 @@ class MCMCError(EffpplError, ValueError):
 
 class DivergenceWarning(UserWarning):
     """Some post-warmup transitions diverged (including non-finite log densities)."""
+
+
+STATS = ("diverging", "acceptance_rate", "energy", "n_steps", "tree_depth", "lp", "step_size")
+"""The statistics of every transition a run records (`get_extra_fields`)."""
+NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's statistics
+    "accept_prob": lambda stats: stats["acceptance_rate"],
+    "num_steps": lambda stats: stats["n_steps"],
+    "potential_energy": lambda stats: -stats["lp"],
+    "adapt_state.step_size": lambda stats: stats["step_size"],
+}
+
+
+def numpyro_fields(extra_fields, api):
+    """The NumPyro names among `extra_fields`; raises `MCMCError` on a name effppl cannot give."""
+    if isinstance(extra_fields, str):
+        extra_fields = (extra_fields,)
+    unknown = [f for f in extra_fields if f not in STATS and f not in NUMPYRO_FIELDS]
+    if unknown:
+        raise MCMCError(
+            f"`{api}(..., extra_fields=...)`: effppl cannot record {unknown}. It records "
+            f"{list(STATS)} always, and gives NumPyro's names {list(NUMPYRO_FIELDS)} when asked.")
+    return tuple(f for f in extra_fields if f in NUMPYRO_FIELDS)
 
 
 class MCMCState(NamedTuple):

@@ -68,11 +68,20 @@ def _keys(key, num_chains, num_steps, mesh):
         split_run_key(key, num_chains, num_steps), (NamedSharding(mesh, P()), chains, chains))
 
 
+# the run's keys on one device: one program (stored across processes, as the sampler's), not a
+# few eager splits
+_one_device_keys = stored(jax.jit(split_run_key, static_argnums=(1, 2)), None, "keys",
+                          static_argnums=(1, 2))
+
+
 def run_keys(key, num_chains: int, num_steps: int, mesh):
     """`(init_key, its split per chain, keys[chain, step])` as `_sampler.split_run_key` makes
-    them, placed on `mesh`: split per chain over its chain axis (so that the initial points'
-    programs, partitioned along it, also compute each device's chains at that device's batch
-    size: XLA's rounding of a batched matrix product depends on it), `init_key` replicated."""
+    them, placed on `mesh` (None: one device): split per chain over its chain axis (so that the
+    initial points' programs, partitioned along it, also compute each device's chains at that
+    device's batch size: XLA's rounding of a batched matrix product depends on it), `init_key`
+    replicated."""
+    if mesh is None:
+        return _one_device_keys(key, num_chains, num_steps)
     raw = np.asarray(jax.random.key_data(key))  # the same in every process: host data
     return _keys(jax.random.wrap_key_data(raw), num_chains, num_steps, mesh)
 

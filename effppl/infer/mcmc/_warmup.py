@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._progress import advance
 from ._warmup_check import degenerate_chains, warn_degenerate
 
-__all__ = ["RETRIES", "warm_up", "restarted"]
+__all__ = ["RETRIES", "warm_up", "restarted", "refolded", "progress_callbacks"]
 
 RETRIES = 2  # times a chain whose warmup degenerated is restarted from a new point
 
@@ -26,7 +27,7 @@ def _trim(tree, num):
 
 
 def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, restart, model: str,
-            start_at: int = 0, on_warmed=None, on_chunk=None, on_restart=None):
+            first=None, start_at: int = 0, on_warmed=None, on_chunk=None, on_restart=None):
     """Run `num_warmup` warmup transitions in chunks of `length`, restarting degenerate chains.
 
     **Arguments:** `call(chain, keys, start, num, sampling, record) -> (chain, values, stats,
@@ -34,7 +35,8 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
     `[chain, step]`; `collect`: keep the warmup's transitions; `restart(first, keys, bad,
     attempt) -> (first, keys)`, or `None` when no restart is possible (the user gave the initial
     point); `model`: the model's name, for the warning; `start_at`: the transitions already done
-    (a run resumed from a checkpoint: `chain` is the state reached); `on_warmed(chain, done)`:
+    (a run resumed from a checkpoint: `chain` is the state reached, and `first` the initial
+    state a restart begins from; default `chain`); `on_warmed(chain, done)`:
     commits progress (a checkpoint), called after every chunk of the first attempt but its last,
     and once with the final state after the checks and restarts; `on_chunk(num, n_div)` and
     `on_restart(bad)`: progress callbacks (optional).
@@ -45,9 +47,9 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
 
     **Warns:** `StuckChainWarning` naming each chain still degenerate after `RETRIES` restarts.
     """
-    first = chain
+    resumed, first = chain, chain if first is None else first
     for attempt in range(RETRIES + 1):
-        values, stats, chain = [], [], first
+        values, stats, chain = [], [], resumed if attempt == 0 else first
         for start in range(start_at if attempt == 0 else 0, num_warmup, length):
             num = min(length, num_warmup - start)
             chain, v, st, nd = call(chain, keys, start, num, False, collect)
@@ -82,10 +84,37 @@ def _pick(mask, a, b):
     return jnp.where(jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(a) - 1)), a, b)
 
 
+def _redo(keys, bad):
+    redo = np.zeros(np.shape(keys)[0], bool)
+    redo[sorted(bad)] = True
+    return functools.partial(_pick, jnp.asarray(redo))
+
+
 def restarted(first, keys, fresh, bad, attempt: int):
     """`(first, keys)` with the chains in `bad` replaced: their starting `ChainState` by
     `fresh`'s, their keys folded with `attempt`."""
-    redo = np.zeros(np.shape(keys)[0], bool)
-    redo[sorted(bad)] = True
-    pick = functools.partial(_pick, jnp.asarray(redo))
-    return jax.tree.map(pick, fresh, first), pick(_refold(keys, np.uint32(attempt)), keys)
+    return jax.tree.map(_redo(keys, bad), fresh, first), refolded(keys, [(bad, attempt)])
+
+
+def refolded(keys, restarts):
+    """`keys` after the restarts `[(bad chains, attempt), ...]`, in order (the keys a resumed
+    run samples with, after a warmup that restarted chains)."""
+    for bad, attempt in restarts:
+        keys = _redo(keys, bad)(_refold(keys, np.uint32(attempt)), keys)
+    return keys
+
+
+def progress_callbacks(bar) -> dict:
+    """`warm_up`'s progress callbacks for the tqdm bar `bar`: divergences so far, restarts."""
+    n_div = [0]
+
+    def on_chunk(num, nd):
+        n_div[0] += int(jnp.sum(nd))  # (a global array in a multi-process run)
+        advance(bar, num, f"{n_div[0]} divergences in warmup")
+
+    def on_restart(bad):
+        n_div[0] = 0
+        bar.reset()
+        bar.set_description(f"warmup (chains {sorted(bad)} restarted)")
+
+    return {"on_chunk": on_chunk, "on_restart": on_restart}

@@ -17,9 +17,10 @@ from jax.flatten_util import ravel_pytree
 
 from .._sharding import readable
 from ._adaptation import imm_problems
+from ._results import DivergenceWarning
 
 __all__ = ["StuckChainWarning", "MaxTreeDepthWarning", "warmup_problems", "stuck_threshold",
-           "degenerate_chains", "warn_degenerate", "warn_tree_depth"]
+           "degenerate_chains", "warn_degenerate", "warn_tree_depth", "warn_divergences"]
 
 
 class StuckChainWarning(UserWarning):
@@ -119,3 +120,16 @@ def warn_tree_depth(model: str, stats: dict, max_tree_depth: int | None) -> None
             f"{chains}): their trajectories were cut short, so the chains explore slowly and may "
             "not have converged. Check the adapted step sizes (`mcmc.last_state.step_size`), "
             "reparameterise, or raise max_tree_depth.", MaxTreeDepthWarning, stacklevel=4)
+
+
+def warn_divergences(model: str, stats: dict, num_draws: int) -> None:
+    """A `DivergenceWarning` when any of the `num_draws` post-warmup draws `stats["diverging"]`
+    (`[chain, draw]`, all chains) diverged."""
+    n_div = int(np.sum(np.asarray(stats["diverging"])))
+    if n_div:
+        warnings.warn(
+            f"effppl.infer.MCMC.run: {n_div} of {num_draws} post-warmup draws of model "
+            f"`{model}` were divergent (or had a non-finite log density). The draws may be "
+            "biased; increase target_accept_prob or reparameterise.",
+            DivergenceWarning, stacklevel=5,
+        )
