@@ -7,16 +7,17 @@ settings of `--mode` (`quick`: 100 warmup steps, 100 draws, 2 chains, tree depth
 - `plain`: `mcmc.run(key, ...)` without a checkpoint (each phase one compiled call: the fastest
   way effppl runs);
 - `checkpoint`: the same with `checkpoint=Checkpoint(<fresh folder>, every=--every)` (default:
-  the default interval, 10 s): 100 compiled chunks, the saves that interval asks for and the
-  last one, a fresh store each run (its creation counted);
-- `every_chunk`: `Checkpoint(<fresh folder>, every=0)`: a save after each of the 100 chunks,
-  the most a checkpoint can cost.
+  the default interval, 10 s): compiled chunks growing from a hundredth of the run until one
+  takes about 0.5 s, the saves that interval asks for and the last one, a fresh store each run
+  (its creation counted);
+- `every_chunk`: `Checkpoint(<fresh folder>, every=0)`: 100 chunks of a hundredth of the run
+  and a save after each, the most a checkpoint can cost.
 
 All compile first (one untimed run each), then run `--repeats` times in alternation (keys 1,
 2, ...), so a change in the machine's load falls on all alike. Reported per model: the median
 wall and CPU seconds (`time.process_time`, all threads) of each, the overhead against `plain`
 (median / median of `plain` - 1) in wall and CPU time, the same per chunk (the extra wall time
-divided by the 100 chunks, in ms), the saves per run and the seconds they took (timed inside
+divided by the variant's chunks, counted, in ms), the saves per run and the seconds they took (timed inside
 the store, so the machine's load moves them least). The draws of all variants must be equal
 (asserted).
 
@@ -40,22 +41,31 @@ import numpy as np
 from ._config import MODEL_NAMES, MODES
 
 RESULTS = Path(__file__).resolve().parent / "results"
-_CHUNKS = 100  # compiled chunks of a run with a checkpoint (effppl.infer.mcmc._driver)
 
 
-def _saving_seconds():
-    """Patch the checkpoint store to add up the seconds its saves take: `(list, undo)`."""
+def _instrumented():
+    """Patch the checkpoint store to add up the seconds its saves take, and the run's record to
+    count its chunks: `(seconds, chunks, undo)` (the lists are appended to)."""
     from effppl.infer import _checkpoint_store as _checkpoint
+    from effppl.infer.mcmc._checkpoint import RunRecord
 
-    seconds, save = [], _checkpoint.Store.save
+    seconds, chunks, save, wait = [], [], _checkpoint.Store.save, RunRecord.wait
 
     def timed(self, *args, **kwargs):
         start = time.perf_counter()
         save(self, *args, **kwargs)
         seconds.append(time.perf_counter() - start)
 
-    _checkpoint.Store.save = timed
-    return seconds, lambda: setattr(_checkpoint.Store, "save", save)
+    def counted(self, *args, **kwargs):
+        chunks.append(1)
+        return wait(self, *args, **kwargs)
+
+    _checkpoint.Store.save, RunRecord.wait = timed, counted
+
+    def undo():
+        _checkpoint.Store.save, RunRecord.wait = save, wait
+
+    return seconds, chunks, undo
 
 
 def _timed(fn):
@@ -84,9 +94,10 @@ def bench_model(name, mode, size, repeats, every, folder, variants=("checkpoint"
         mcmc.run(jax.random.key(key), *args, checkpoint=path, **kwargs)
         return jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
 
-    seconds, undo = _saving_seconds()
+    seconds, chunks, undo = _instrumented()
     figures = {v: [] for v in every_of}
     saves = {v: [] for v in every_of if v != "plain"}
+    counts = {v: [] for v in saves}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DivergenceWarning)
@@ -95,10 +106,12 @@ def bench_model(name, mode, size, repeats, every, folder, variants=("checkpoint"
                 draws = {}
                 for variant in every_of:
                     seconds.clear()
+                    chunks.clear()
                     figures[variant].append(_timed(
                         lambda v=variant: draws.__setitem__(v, run(key, v))))
                     if variant in saves:
                         saves[variant].append((len(seconds), sum(seconds)))
+                        counts[variant].append(len(chunks))
                 for variant in saves:
                     for site, value in draws["plain"].items():
                         np.testing.assert_array_equal(np.asarray(value),
@@ -106,7 +119,7 @@ def bench_model(name, mode, size, repeats, every, folder, variants=("checkpoint"
     finally:
         undo()
     med = {v: [statistics.median(x[i] for x in figures[v]) for i in (0, 1)] for v in figures}
-    row = {"model": name, "chunks": _CHUNKS, "draws_equal": True,
+    row = {"model": name, "draws_equal": True,
            "first_run_wall_s": {v: first[v][0] for v in first},
            "all_wall_s": {v: [x[0] for x in figures[v]] for v in figures}}
     for v in every_of:
@@ -114,7 +127,8 @@ def bench_model(name, mode, size, repeats, every, folder, variants=("checkpoint"
     for v in saves:
         row[f"{v}_wall_overhead"] = med[v][0] / med["plain"][0] - 1
         row[f"{v}_cpu_overhead"] = med[v][1] / med["plain"][1] - 1
-        row[f"{v}_ms_per_chunk"] = 1e3 * (med[v][0] - med["plain"][0]) / _CHUNKS
+        row[f"{v}_chunks"] = statistics.median(counts[v])
+        row[f"{v}_ms_per_chunk"] = 1e3 * (med[v][0] - med["plain"][0]) / row[f"{v}_chunks"]
         row[f"{v}_saves_per_run"] = statistics.median(n for n, _ in saves[v])
         row[f"{v}_saving_s"] = statistics.median(s for _, s in saves[v])
         row[f"{v}_saving_share"] = row[f"{v}_saving_s"] / med[v][0]
@@ -146,7 +160,7 @@ def main(argv=None):
             for v in variants:
                 print(f" | {v} {row[f'{v}_wall_s']:7.2f} s wall {row[f'{v}_wall_overhead']:+6.1%}"
                       f" cpu {row[f'{v}_cpu_overhead']:+6.1%}"
-                      f" {row[f'{v}_ms_per_chunk']:+6.1f} ms/chunk,"
+                      f" {row[f'{v}_chunks']:.0f} chunks {row[f'{v}_ms_per_chunk']:+6.1f} ms/chunk,"
                       f" {row[f'{v}_saves_per_run']:.0f} saves {row[f'{v}_saving_s']:.3f} s",
                       end="")
             print(flush=True)

@@ -34,6 +34,7 @@ from effppl.infer import _checkpoint as checkpoint_module
 from effppl.infer import _checkpoint_store as store_module
 from effppl.infer.autoguide import AutoNormal
 from effppl.infer.mcmc import _checkpoint as mcmc_checkpoint
+from effppl.infer.mcmc import _chunks as chunks_module
 from effppl.infer.mcmc import _warmup as warmup_module
 
 from . import _checkpoint_worker as worker
@@ -175,6 +176,29 @@ def test_finished_checkpoint_gives_its_draws_again(finished, reference):
 def test_long_interval_saves_at_the_end_only(snapshots, tmp_path, reference):
     _assert_same_run(_run(Checkpoint(tmp_path / "run.zarr", every=3600)), reference)
     assert [p for p, _ in snapshots] == [{"warmup": WARMUP, "draws": SAMPLES // 2}]
+
+
+def test_timed_chunks_grow_to_the_target_time_and_cover_the_steps(monkeypatch):
+    """A fake clock: each transition takes 1 ms, so a chunk of 0.5 s is 500 transitions; from
+    the first chunk's 10 the sizes grow at most 4x a chunk, stay within `cap`, and cover the
+    steps once, in order. `seconds=0` (a checkpoint's `every=0`) keeps the first size."""
+    now = [0.0]
+    monkeypatch.setattr(chunks_module.time, "perf_counter", lambda: now[0])
+
+    def run(chunks, start, end, cap=None):
+        spans = []
+        for at, num in chunks.spans(start, end, cap):
+            spans.append((at, num))
+            now[0] += 1e-3 * num
+        return spans
+
+    timed = chunks_module.Chunks(10, seconds=0.5)
+    spans = run(timed, 0, 3000)
+    assert [n for _, n in spans] == [10, 40, 160, 500, 500, 500, 500, 500, 290]
+    assert [a for a, _ in spans] == list(np.cumsum([0] + [n for _, n in spans])[:-1])
+    assert [n for _, n in run(timed, 3000, 4000, cap=300)] == [300, 300, 300, 100]
+    assert run(chunks_module.Chunks(10), 5, 40) == [(5, 10), (15, 10), (25, 10), (35, 5)]
+    assert run(chunks_module.Chunks(10, seconds=0.5), 7, 7) == []
 
 
 def test_resume_after_a_warmup_that_restarted_a_chain_gives_the_same_draws(
@@ -333,7 +357,7 @@ def test_ctrl_c_keeps_the_draws_and_the_rerun_continues(monkeypatch, tmp_path, r
     _interrupt_after(monkeypatch, chunks=5, second=second)
     kept = 4 if second else 5  # a second Ctrl-C drops the chunk in flight
     with pytest.warns(InterruptedWarning, match=f"after {kept} of 15 draws per chain"):
-        mcmc = _run(Checkpoint(path))
+        mcmc = _run(Checkpoint(path, every=0))  # chunks of one step (timed ones would grow)
     expected = reference.get_samples(group_by_chain=True)["mu"][:, :kept]
     np.testing.assert_array_equal(mcmc.get_samples(group_by_chain=True)["mu"], expected)
     assert _manifest(path)["manifest"]["progress"] == {"warmup": WARMUP, "draws": kept}

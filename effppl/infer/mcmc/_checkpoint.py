@@ -6,11 +6,12 @@ after the last chunk that finished, how many warmup steps and draws that is, and
 far. The driver commits after each chunk (`warmed`, `drew`); with a checkpoint, the record saves
 when `Checkpoint.every` seconds have passed, at the end, and when interrupted.
 
-**Resuming bit for bit.** A run's keys are a function of its key (`_sharded.run_keys`), and its
-chunks are the same for every run with the same settings (`MCMC._chunk_plan`, with a checkpoint a fixed
-number of chunks whatever the progress bar), so the remaining chunks of a resumed run get the
-very keys, schedule rows and carry (restored from the checkpoint's exact bytes) that the
-uninterrupted run gave them, through the same compiled chunk. Its draws equal that run's.
+**Resuming bit for bit.** A run's keys are a function of its key (`_sharded.run_keys`), each
+transition's key and schedule row are indexed by its step, and where chunks cut a run changes no
+draw (`_chunks`), so the remaining transitions of a resumed run get the very keys, schedule rows
+and carry (restored from the checkpoint's exact bytes) that the uninterrupted run gave them,
+through the same compiled chunk (its buffer length is a function of the settings,
+`MCMC._chunk_plan`). Its draws equal that run's.
 A warmup that restarted chains changed their keys: the restarts (chains, attempt) are saved
 with the warmup's end, and a run resumed in sampling folds its keys as they were folded; a run
 resumed in warmup restarts them again from the same points (`_start.restart_chains`).

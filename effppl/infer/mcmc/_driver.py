@@ -25,6 +25,7 @@ from .._progress import advance
 from .._sharding import place, place_data, readable
 from . import _sharded
 from ._checkpoint import RunRecord
+from ._chunks import SECONDS, Chunks
 from ._empty import without_latents
 from ._kernels import _HMCFamily
 from ._mixing import ChainMixingWarning, warn_mixing
@@ -39,7 +40,7 @@ from ._results import (
 )
 from ._sampler import Span, sampler_for
 from ._start import initial_chain, restart_chains
-from ._warmup import progress_callbacks, refolded, warm_up
+from ._warmup import first_draws, progress_callbacks, refolded, warm_up
 from ._warmup_check import (
     MaxTreeDepthWarning,
     StuckChainWarning,
@@ -54,12 +55,19 @@ _CHAIN_METHODS = ("vectorized", "sharded")
 # NumPyro's names: its chains run one after another ("sequential") or one per device under
 # `pmap` ("parallel"); effppl's "vectorized" and "sharded" give the same draws in one program
 _NUMPYRO_CHAIN_METHODS = {"sequential": "vectorized", "parallel": "sharded"}
-_CHECKPOINT_CHUNKS = 100  # chunks of a run with a checkpoint, whatever the progress bar
+_CHECKPOINT_CHUNKS = 100  # a checkpointed run's first chunk: 1/100 of it (then they grow)
 
 
-def _concat(parts):
+def _concat(parts, place):
+    """The chunks' draws `parts` joined along the draw axis: on the host (then `place`d where the
+    chains run) when this process holds them whole, so that no program is compiled for each
+    number of chunks; on the devices otherwise."""
     if len(parts) == 1:
         return parts[0]
+    leaves = jax.tree.leaves(parts)
+    if all(getattr(x, "is_fully_addressable", True) for x in leaves):
+        return place(jax.tree.map(
+            lambda *xs: jnp.asarray(np.concatenate([np.asarray(x) for x in xs], axis=1)), *parts))
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
 
 
@@ -164,19 +172,26 @@ class MCMC(MCMCResultsView):
         return place(tree, NamedSharding(mesh, spec))
 
     def _chunk_plan(self, num_warmup: int, num_draws: int,
-                    checkpoint: bool = False) -> tuple[int, int]:
-        """`(warmup steps per call, draws per call)`; the latter is the compiled buffer length.
+                    checkpoint=None) -> tuple[Chunks, int]:
+        """`(chunks, length)`: the run's chunk sizes (`Chunks`) and the draws' compiled buffer
+        length, which bounds a chunk of draws.
 
-        Without a progress bar each phase is one call, and the buffer length is the number of
-        draws (warmup records nothing, so its calls are not bounded by the buffer). With a
-        checkpoint, `_CHECKPOINT_CHUNKS` chunks whatever the progress bar, so that a resumed run
-        cuts the run where the interrupted one did.
+        Without a progress bar or checkpoint each phase is one call, and the buffer length is the
+        number of draws (warmup records nothing, so its calls are not bounded by the buffer).
+        With a progress bar, 20 equal chunks. With a checkpoint, the first chunk is
+        `1 / _CHECKPOINT_CHUNKS` of the run and the next ones grow until one takes about
+        `SECONDS` (at most a 20th of `every`: `every=0` keeps them at the first's size), within a
+        buffer of a quarter of the draws. Where chunks cut the run changes no draw (`_chunks`).
         """
-        if self.progress_bar or checkpoint:
-            chunks = _CHECKPOINT_CHUNKS if checkpoint else 20
-            length = max(1, math.ceil((num_warmup + num_draws) / chunks))
-            return length, length
-        return max(num_warmup, 1), max(num_draws, 1)
+        total = num_warmup + num_draws
+        if checkpoint is not None:
+            first = max(1, math.ceil(total / _CHECKPOINT_CHUNKS))
+            return (Chunks(first, min(SECONDS, checkpoint.every / 20)),
+                    max(first, math.ceil(num_draws / 4)))
+        if self.progress_bar:
+            length = max(1, math.ceil(total / 20))
+            return Chunks(length), length
+        return Chunks(max(num_warmup, 1)), max(num_draws, 1)
 
     def _prepare(self, rng_key, args, kwargs, api):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
@@ -223,10 +238,9 @@ class MCMC(MCMCResultsView):
                                           dynamic, place, api, pws, init_params)
         # The buffer length is that of a full run, also for `warmup()` alone, so that `warmup()`
         # and the `run()` after it can share one executable.
-        warmup_length, length = self._chunk_plan(num_warmup, self.num_samples // thinning,
-                                                 checkpoint is not None)
-        if collect_warmup:  # warmup transitions recorded into the draws' buffers
-            warmup_length = min(warmup_length, length)
+        chunks, length = self._chunk_plan(num_warmup, self.num_samples // thinning, checkpoint)
+        # warmup transitions recorded (`collect_warmup`) go into the draws' buffers
+        spans = functools.partial(chunks.spans, cap=length if collect_warmup else None)
         keys = place(keys)
         schedule, chunk = sampler.schedule(self.num_warmup), sampler.chunk(length)
         # -- checkpoint: the run's committed progress, resumed from `checkpoint` if it has some
@@ -255,7 +269,7 @@ class MCMC(MCMCResultsView):
                        desc="warmup") as bar, record.catching():
             if record.warmup_done < num_warmup or not num_warmup:
                 chain, keys, values, stats = warm_up(
-                    call, record.chain, keys, num_warmup, warmup_length, collect=collect_warmup,
+                    call, record.chain, keys, num_warmup, spans, collect=collect_warmup,
                     restart=restart if init_params is None else None, model=fns.name,
                     first=first, start_at=record.warmup_done,
                     on_warmed=lambda chain, done: record.warmed(
@@ -266,16 +280,15 @@ class MCMC(MCMCResultsView):
             bar.set_postfix_str("", refresh=False)
             bar.set_description("sample")
             n_div = 0
-            for start in range(record.draws_done, num_draws, length):
-                num = min(length, num_draws - start)
+            for start, num in chunks.spans(record.draws_done, num_draws, cap=length):
                 # draws move the chain only: its kernel parameters are those of the warmup
                 out, v, st, _ = call(chain, keys, start, num, True)
                 chain = chain._replace(state=out.state)
-                if num < length:
-                    v, st = jax.tree.map(lambda x, num=num: x[:, :num], (v, st))
+                v, st = first_draws((v, st), num)
                 record.drew(chain, start + num, v, st)
                 if self.progress_bar:
-                    n_div += int(jnp.sum(st["diverging"]))
+                    d = st["diverging"]  # (a host array when sliced: no compiled sum per size)
+                    n_div += int(np.sum(d) if isinstance(d, np.ndarray) else jnp.sum(d))
                     advance(bar, num * thinning, f"{n_div} divergences")
         # what the run committed (all of it, unless Ctrl-C stopped it: then it is kept)
         record.finish(num_warmup, num_draws)
@@ -293,10 +306,11 @@ class MCMC(MCMCResultsView):
         if not sample:
             self.post_warmup_state = last
             if collect_warmup and values:
-                self._results = MCMCResults(samples=_concat(values), stats=_concat(stats),
+                self._results = MCMCResults(samples=_concat(values, place),
+                                            stats=_concat(stats, place),
                                             fns=fns, dynamic=dynamic, info=info, last_state=last)
             return
-        samples, stats = _concat(values), _concat(stats)
+        samples, stats = _concat(values, place), _concat(stats, place)
         if mesh is not None:  # read to every host once, when the draws span processes
             samples, stats = readable((samples, stats))
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
@@ -355,8 +369,9 @@ class MCMC(MCMCResultsView):
           unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
           constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
         - `checkpoint`: a folder path (`"run.zarr"`) or `effppl.infer.Checkpoint(path,
-          every=seconds)`. The run goes in 100 compiled chunks and, after a chunk, every `every`
-          seconds (default 10), writes its draws, statistics and the chains' full state there,
+          every=seconds)`. The run goes in compiled chunks (the first a hundredth of the run, the
+          next ones growing until one takes about half a second) and, after a chunk, every
+          `every` seconds (default 10), writes its draws, statistics and the chains' full state there,
           atomically (a zarr store: `arviz.InferenceData.from_datatree(xarray.open_datatree(path,
           engine="zarr", consolidated=False))` opens the draws). When the folder holds a checkpoint of this very run
           (same model, data, settings and key), `run` continues where it stopped, and the draws

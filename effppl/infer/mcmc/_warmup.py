@@ -17,22 +17,32 @@ import numpy as np
 from .._progress import advance
 from ._warmup_check import degenerate_chains, warn_degenerate
 
-__all__ = ["RETRIES", "warm_up", "restarted", "refolded", "progress_callbacks"]
+__all__ = ["RETRIES", "warm_up", "restarted", "refolded", "progress_callbacks", "first_draws"]
 
 RETRIES = 2  # times a chain whose warmup degenerated is restarted from a new point
 
 
-def _trim(tree, num):
-    return jax.tree.map(lambda x: x[:, :num], tree)
+def first_draws(tree, num: int):
+    """A chunk's first `num` draws of its buffers `[chain, draw, ...]`. Sliced on the host when
+    this process holds an array whole: a slice on the device compiles a program for each `num`,
+    and timed chunks (`_chunks`) have many sizes; a process-spanning array is sliced on its
+    devices."""
+    def part(x):
+        if x.shape[1] == num:
+            return x
+        return np.asarray(x)[:, :num] if x.is_fully_addressable else x[:, :num]
+
+    return jax.tree.map(part, tree)
 
 
-def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, restart, model: str,
+def warm_up(call, chain, keys, num_warmup: int, spans, *, collect: bool, restart, model: str,
             first=None, start_at: int = 0, on_warmed=None, on_chunk=None, on_restart=None):
-    """Run `num_warmup` warmup transitions in chunks of `length`, restarting degenerate chains.
+    """Run `num_warmup` warmup transitions in chunks, restarting degenerate chains.
 
     **Arguments:** `call(chain, keys, start, num, sampling, record) -> (chain, values, stats,
     n_div)`: one compiled chunk; `chain`, `keys`: the starting `ChainState` and the run's keys
-    `[chain, step]`; `collect`: keep the warmup's transitions; `restart(first, keys, bad,
+    `[chain, step]`; `spans(start, end)`: the chunks `(start, num)` of steps `[start, end)`
+    (`Chunks.spans`); `collect`: keep the warmup's transitions; `restart(first, keys, bad,
     attempt) -> (first, keys)`, or `None` when no restart is possible (the user gave the initial
     point); `model`: the model's name, for the warning; `start_at`: the transitions already done
     (a run resumed from a checkpoint: `chain` is the state reached, and `first` the initial
@@ -50,12 +60,11 @@ def warm_up(call, chain, keys, num_warmup: int, length: int, *, collect: bool, r
     resumed, first = chain, chain if first is None else first
     for attempt in range(RETRIES + 1):
         values, stats, chain = [], [], resumed if attempt == 0 else first
-        for start in range(start_at if attempt == 0 else 0, num_warmup, length):
-            num = min(length, num_warmup - start)
+        for start, num in spans(start_at if attempt == 0 else 0, num_warmup):
             chain, v, st, nd = call(chain, keys, start, num, False, collect)
             if collect:
-                values.append(_trim(v, num))
-                stats.append(_trim(st, num))
+                values.append(first_draws(v, num))
+                stats.append(first_draws(st, num))
             if on_chunk is not None:
                 on_chunk(num, nd)
             if on_warmed is not None and attempt == 0 and start + num < num_warmup:
