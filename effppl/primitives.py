@@ -152,6 +152,10 @@ def promote_batch_shape(fn):
         return _promote_expanded(fn)
     if isinstance(fn, dist.Independent):
         return promote_batch_shape(fn.base_dist).to_event(fn.reinterpreted_batch_ndims)
+    if isinstance(fn, dist.Unit):
+        # numpyro's rule returns a `Unit` as it is, whose batch shape is its log factor's: a
+        # `factor` in a plate inside `jax.vmap` kept the per-element shape and was not scored
+        return dist.Unit(fn.log_factor)
     if isinstance(fn, dist.TransformedDistribution):
         # numpyro promotes neither the base nor the batch shape kept at construction (an
         # ordered site in a plate under `vmap` drew one value per element, not per plate row)

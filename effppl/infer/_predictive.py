@@ -323,7 +323,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
             f"({list(info.enumerated)}), whose pointwise log likelihood effppl does not define. "
             "Draw them first (`effppl.infer.infer_discrete` or `Predictive`) and pass them in "
             "`posterior_samples` of the model without the enumeration marks.")
-    missing = [n for n in info.latent if n not in posterior_samples]
+    missing = [n for n in info.latent if n not in posterior_samples and n not in info.valued]
     if missing:
         raise PredictiveError(
             f"`{api}` expected posterior draws of every latent site of model `{fns.name}`, but "
@@ -336,7 +336,7 @@ def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims:
             "`while_loop` (no static number of occurrences), so they have no pointwise log "
             "likelihood here; use `lax.scan`/`fori_loop` with static bounds to include them.",
             UserWarning, stacklevel=2)
-    samples = {n: posterior_samples[n] for n in info.latent}
+    samples = {n: posterior_samples[n] for n in info.latent if n in posterior_samples}
     if batch_ndims == 0:
         samples = jax.tree.map(lambda x: x[None] if hasattr(x, 'shape') else np.asarray(x)[None], samples)
         batch_shape = ()

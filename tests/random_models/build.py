@@ -38,13 +38,20 @@ class _Ppl:
 
 def numpyro_can_express(model) -> bool:
     """Whether NumPyro's primitives can express `model`: no `cond` or `vmap` holding sites, no
-    scan inside a scan or a plate (NumPyro's `scan` refuses both), no reversed scan."""
+    scan inside a scan or a plate (NumPyro's `scan` refuses both), no reversed scan, no scan of
+    length 0 (NumPyro's `scan` indexes its empty value), no `do` around a scan (NumPyro's `scan`
+    hands a handler outside it the stacked sites after the loop, so the loop's steps, carries
+    included, never see the intervention)."""
+    def has_scan(body):
+        return any(isinstance(s, S.Scan) or (hasattr(s, "body") and has_scan(s.body))
+                   for s in body)
+
     def ok(body, in_scan, in_plate):
         for s in body:
             if isinstance(s, (S.Cond, S.Vmap)):
                 return False
             if isinstance(s, S.Scan):
-                if in_scan or in_plate or s.reverse:
+                if in_scan or in_plate or s.reverse or s.length == 0:
                     return False
                 if not ok(s.body, True, in_plate):
                     return False
@@ -52,7 +59,7 @@ def numpyro_can_express(model) -> bool:
                 if not ok(s.body, in_scan, True):
                     return False
             elif isinstance(s, S.Handle):
-                if not ok(s.body, in_scan, in_plate):
+                if (s.kind == "do" and has_scan(s.body)) or not ok(s.body, in_scan, in_plate):
                     return False
         return True
     return ok(model, False, False)

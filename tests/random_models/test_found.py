@@ -96,6 +96,56 @@ def test_log_likelihood_of_a_model_without_latent_sites_has_a_batch_of_one():
     assert log_likelihood(model, {}, y, batch_ndims=2)["y"].shape == (1, 1, 3)
 
 
+def test_log_likelihood_needs_no_draws_of_a_site_substituted_inside_the_model():
+    """`plate(3): o ~ HalfNormal [obs]; substitute(x5): x4 ~ LogNormal; x5 ~ Ordered3` (CI shard
+    8, 2026-12-04): `log_likelihood` asked for draws of `x5`, whose value the model's own
+    `substitute` gives (the potential and `log_density` take none). Oracles: the hand-written
+    pointwise density at the substituted value, and NumPyro, where draws of the site, when
+    passed, replace that value (an outer `substitute` has the last word, as in NumPyro)."""
+    y = jnp.array([0.3, -1.2])
+
+    def model(y, ppl=effppl, handlers=effppl.handlers):
+        a = ppl.sample("a", dist.Normal(0.0, 1.0))
+        with handlers.substitute(data={"x": 0.5}):
+            x = ppl.sample("x", dist.Normal(a, 1.0))
+        with ppl.plate("n", 2):
+            ppl.sample("y", dist.Normal(x + a, 1.0), obs=y)
+
+    def numpyro_model(y):
+        model(y, numpyro, numpyro.handlers)
+
+    a, x = jnp.array([0.2, -0.4]), jnp.array([3.0, 4.0])
+    expected = jax.scipy.stats.norm.logpdf(y[None], (0.5 + a)[:, None], 1.0)
+    ours = log_likelihood(model, {"a": a}, y)["y"]
+    np.testing.assert_allclose(ours, expected, rtol=1e-6)
+    np.testing.assert_allclose(ours, numpyro_log_likelihood(numpyro_model, {"a": a}, y)["y"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(
+        log_likelihood(model, {"a": a, "x": x}, y)["y"],
+        numpyro_log_likelihood(numpyro_model, {"a": a, "x": x}, y)["y"], rtol=1e-6)
+    with pytest.raises(effppl.infer.PredictiveError, match=r"sites \['a'\] are missing"):
+        log_likelihood(model, {"x": x}, y)
+
+
+def test_factor_in_a_plate_inside_vmap_is_scored():
+    """`vmap(2): plate(4, dim=-2): factor(f, vmapx)` (CI shard 8, 2026-12-04) raised JAX's
+    "Incompatible types for broadcasting": numpyro's batch-shape rule returns a `Unit` (what
+    `factor` samples) unchanged, so its batch shape missed the vmap's axis. Oracle: the
+    hand-written density, 4 plate rows of each element's factor."""
+    def model(x):
+        def inner(xi):
+            with effppl.plate("p", 4, dim=-2):
+                effppl.factor("f", xi)
+            return 0.0
+
+        jax.vmap(inner)(x)
+        effppl.sample("z", dist.Normal(0.0, 1.0))
+
+    x = jnp.array([0.3, -0.7])
+    lp, _ = log_density(model, (x,), {}, {"z": 0.1})
+    np.testing.assert_allclose(lp, 4 * jnp.sum(x) + jax.scipy.stats.norm.logpdf(0.1), rtol=1e-12)
+
+
 def test_ordered_site_in_a_plate_inside_vmap_has_a_value_per_plate_row():
     """`vmap(size=2): plate(4): scan(3): x ~ Ordered3(...)` failed in JAX's batching of the scan
     ("index 2 is out of bounds" from a reduction): numpyro's batch promotion leaves a

@@ -66,7 +66,9 @@ class SiteInfo(NamedTuple):
     for the sites inside a `plate`, naming the axes of a value's batch part (`None` where no plate
     sits, `plate_dims`); `enumerated`: the latent sites marked for enumeration, summed out of the
     log density (not in `latent` nor `discrete_latent`); `not_enumerable`: `(site,
-    distribution)` for those among them whose distribution has no finite support.
+    distribution)` for those among them whose distribution has no finite support; `valued`: the
+    latent sites a handler inside the model gives their value (`substitute`, `do`), which no
+    outer handler replaces, so they need no draws (`log_likelihood`).
     """
 
     latent: tuple
@@ -77,6 +79,7 @@ class SiteInfo(NamedTuple):
     dims: tuple = ()
     enumerated: tuple = ()
     not_enumerable: tuple = ()
+    valued: tuple = ()
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -297,7 +300,7 @@ class ModelFns:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""
         sig = _signature(dynamic)
         if sig not in self._site_info:
-            found, unrecorded, dims, not_enumerable = {}, [], [], []
+            found, unrecorded, dims, not_enumerable, valued = {}, [], [], [], []
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -315,6 +318,9 @@ class ModelFns:
                     loop_ndim = len(static[name].loops) if name in static else 0
                     if not site.enumerated and (names := plate_dims(site, loop_ndim)) is not None:
                         dims.append((name, names))
+                valued.extend(n for n, s in static.items() if s.type == "sample"
+                              and not s.is_observed
+                              and getattr(getattr(s, "message", None), "value", None) is not None)
                 # observed sites inside a `while_loop`: no static number of occurrences
                 unrecorded.extend(n for n, s in static.items()
                                   if s.type == "sample" and s.is_observed and not s.bounded)
@@ -337,6 +343,7 @@ class ModelFns:
                 dims=tuple(dims),
                 enumerated=hidden,
                 not_enumerable=tuple(not_enumerable),
+                valued=tuple(n for n in valued if n in latent),
             )
         return self._site_info[sig]
 
