@@ -8,7 +8,7 @@ settings of `--mode` (`quick`: 100 warmup steps, 100 draws, 2 chains, tree depth
   way effppl runs);
 - `checkpoint`: the same with `checkpoint=Checkpoint(<fresh folder>, every=--every)` (default:
   the default interval, 10 s): compiled chunks growing from a hundredth of the run until one
-  takes about 0.5 s, the saves that interval asks for and the last one, a fresh store each run
+  takes about 2 s, the saves that interval asks for and the last one, a fresh store each run
   (its creation counted);
 - `every_chunk`: `Checkpoint(<fresh folder>, every=0)`: 100 chunks of a hundredth of the run
   and a save after each, the most a checkpoint can cost.

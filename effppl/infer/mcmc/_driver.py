@@ -180,13 +180,13 @@ class MCMC(MCMCResultsView):
         number of draws (warmup records nothing, so its calls are not bounded by the buffer).
         With a progress bar, 20 equal chunks. With a checkpoint, the first chunk is
         `1 / _CHECKPOINT_CHUNKS` of the run and the next ones grow until one takes about
-        `SECONDS` (at most a 20th of `every`: `every=0` keeps them at the first's size), within a
+        `SECONDS` (at most a fifth of `every`: `every=0` keeps them at the first's size), within a
         buffer of a quarter of the draws. Where chunks cut the run changes no draw (`_chunks`).
         """
         total = num_warmup + num_draws
         if checkpoint is not None:
             first = max(1, math.ceil(total / _CHECKPOINT_CHUNKS))
-            return (Chunks(first, min(SECONDS, checkpoint.every / 20)),
+            return (Chunks(first, min(SECONDS, checkpoint.every / 5)),
                     max(first, math.ceil(num_draws / 4)))
         if self.progress_bar:
             length = max(1, math.ceil(total / 20))
@@ -370,7 +370,7 @@ class MCMC(MCMCResultsView):
           constrained values, or only some sites, use `init_strategy=init_to_value(values=...)`.
         - `checkpoint`: a folder path (`"run.zarr"`) or `effppl.infer.Checkpoint(path,
           every=seconds)`. The run goes in compiled chunks (the first a hundredth of the run, the
-          next ones growing until one takes about half a second) and, after a chunk, every
+          next ones growing until one takes about two seconds) and, after a chunk, every
           `every` seconds (default 10), writes its draws, statistics and the chains' full state there,
           atomically (a zarr store: `arviz.InferenceData.from_datatree(xarray.open_datatree(path,
           engine="zarr", consolidated=False))` opens the draws). When the folder holds a checkpoint of this very run
