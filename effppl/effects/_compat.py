@@ -62,6 +62,19 @@ __all__ = [  # re-exported for the rest of `effppl.effects`
 _source_info_util.register_exclusion(__file__.rsplit("/effects/", 1)[0])
 
 
+def initialize_cpu_linalg() -> None:
+    """Set up jaxlib's LAPACK kernels (the CPU's linear algebra: Cholesky, SVD, eigh, ...).
+
+    JAX does this only while it lowers a linear-algebra operation; an executable deserialized
+    from disk is never lowered in this process, and its LAPACK custom calls would jump through
+    null function pointers (a segmentation fault, not an error). Idempotent and cheap."""
+    from jax._src.lax import linalg
+
+    init = getattr(linalg, "initialize_lapack", None)
+    if init is not None:
+        init()
+
+
 def config_value(name: str) -> Any:
     """The value of JAX's setting `name` in force here (a context manager's too, e.g.
     `jax.numpy_dtype_promotion(...)`, which `jax.config.read` refuses)."""

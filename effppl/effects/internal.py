@@ -41,6 +41,7 @@ from ._compat import (
     config_value,
     current_trace,
     dce,
+    initialize_cpu_linalg,
     jaxpr_as_fun,
     jaxprs_in_params,
     outside_transformations,
@@ -66,5 +67,5 @@ __all__ = [
     "current_trace", "outside_transformations", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
     "callable_name", "recording_sources", "source_values", "register", "Rule", "run", "inline",
-    "config_value",
+    "config_value", "initialize_cpu_linalg",
 ]

@@ -139,3 +139,42 @@ def test_unusable_cache_folder_warns_once_and_turns_the_cache_off(tmp_path, monk
     assert len(ours) == 1, [str(w.message) for w in ours]  # once; none of JAX's cache warnings
     assert ours[0].category is _persistent.CacheDirWarning
     assert "EFFPPL_CACHE_DIR=" in str(ours[0].message) and "cache is off" in str(ours[0].message)
+
+
+_LINALG_SCRIPT = """
+import json, jax, numpy as np
+from effppl.infer import MCMC, NUTS
+from tests.inference import _models as m
+
+loads = []
+jax.monitoring.register_event_listener(
+    lambda event, **kw: loads.append(kw.get("program")) if "cache_hits" in event else None)
+X, y = m.regression_data()
+mcmc = MCMC(NUTS(m.regression, mass_matrix="{mass_matrix}"), num_warmup=120, num_samples=100,
+            progress_bar=False)
+mcmc.run(jax.random.key(0), X, y)
+print(json.dumps(dict(loads=loads, beta=np.asarray(mcmc.get_samples()["beta"]).mean(0).tolist())))
+"""
+
+
+@pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
+                    reason="the cache serves effppl's own compiled functions")
+@pytest.mark.parametrize("mass_matrix", ["low_rank", "dense"])
+def test_a_loaded_program_with_linear_algebra_runs_in_a_fresh_process(tmp_path, mass_matrix):
+    """A stored sampler whose adaptation calls LAPACK (an SVD for `low_rank`, a Cholesky
+    factor for `dense`), loaded in a process that lowers no linear algebra itself: jaxlib sets
+    its LAPACK kernels up only while lowering, so the loaded program once ran on null pointers
+    (a segmentation fault of the second process). Oracle: the first process's draws."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "EFFPPL_CACHE_DIR": str(tmp_path / "xla"), "PYTHONPATH": str(root)}
+    env.pop("JAX_ENABLE_CHECKS", None)
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", _LINALG_SCRIPT.format(mass_matrix=mass_matrix)],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["loads"] == [] and "chunk" in second["loads"], (first, second)
+    assert second["beta"] == first["beta"]

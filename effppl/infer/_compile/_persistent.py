@@ -319,6 +319,7 @@ def _load(file: str, identity: str, args, devices, name: str):
         fmt, stored_identity, serialized, in_tree, out_tree = pickle.loads(zlib.decompress(payload))
         if fmt != _FORMAT or stored_identity != identity or in_tree != jax.tree.structure(args):
             return None  # a signed file of another program, copied to this one's name
+        internal.initialize_cpu_linalg()  # else its LAPACK calls segfault (never lowered here)
         exe = serialize_executable.deserialize_and_load(
             serialized, in_tree, out_tree,
             execution_devices=None if devices is None else list(devices))
