@@ -16,12 +16,30 @@ Models: eight schools (non-centred, posteriordb's data), logistic regression (50
 Gaussian with eigenvalues 1e-2..1e2 in a random basis, a radon-like hierarchical regression
 (89 parameters), and posteriordb's `sblrc-blr` and `arma-arma11` (data from `tests/data`).
 
-No nutpie column yet: nutpie 0.16.8 installs beside jax 0.10.2 (`pip install --dry-run
-nutpie==0.16.8` in this project's venv adds only nutpie, pyarrow, arro3-core and obstore), but
-the runner that would give it these log densities (`nutpie.from_pyfunc`) is not written.
+nutpie column (optional): `nutpie:diag` (nutpie's default, the gradient-based diagonal,
+i.e. what effppl calls `fisher_diag`) and `nutpie:low_rank` (`low_rank_modified_mass_matrix=True`),
+nutpie 0.16.x, run only where `import nutpie` works (`pip install -e ".[nutpie]"`); otherwise
+they are skipped with a one-line message. nutpie samples NumPyro's own log density of the NumPyro
+model, in the same unconstrained space: `numpyro.infer.util.initialize_model` gives the
+`potential_fn` and `postprocess_fn`, the unconstrained dict is flattened by
+`jax.flatten_util.ravel_pytree`, and a jitted float64 `value_and_grad` of `-potential_fn` is
+handed to `nutpie.compiled_pyfunc.from_pyfunc` (checked once per model and sampler: |logp +
+potential| < 1e-8 at NumPyro's initial point); the draws are expanded to the constrained latent
+sites, so the min bulk ESS is over the same scalars as the others. Gradients are the summed
+`n_steps` of `warmup_sample_stats` and `sample_stats`, divergences the post-warmup `diverging`.
+nutpie adapts and samples in one `nutpie.sample(..., save_warmup=True)` call, so that call's
+seconds are split into `warmup_s` and `sample_s` by the share of gradients in each phase (the
+call also expands every draw to the constrained sites and builds the arviz result). The jit's
+first calls (logp and expand) run untimed before sampling, and their compile seconds are
+`compile_s` of the model's first seed, as for effppl. Chains run on one thread
+(`NUTPIE_CORES = 1`), one after another, and every gradient is a Python call into a jitted JAX
+function, so nutpie's seconds here carry a per-gradient dispatch cost its compiled backends
+(Stan, numba) do not have: its gradient counts and ESS are the fair comparison, its wall times
+are an upper bound.
 
 Usage: `python -m benchmarks.adaptation_bench [--quick] [--seeds 0,1,2] [--models a,b]
-[--methods diag,fisher_diag,low_rank] [--json PATH]`.
+[--methods diag,fisher_diag,low_rank] [--nutpie diag,low_rank] [--json PATH]` (`--nutpie ""`:
+no nutpie samplers).
 """
 
 import argparse
@@ -39,6 +57,8 @@ from ._nuts import _compile_seconds
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "posteriordb"
 TARGET_ESS = 400
+NUTPIE_SETTINGS = ("diag", "low_rank")
+NUTPIE_CORES = 1
 
 
 # -- models, written once against a PPL namespace (effppl's or NumPyro's) --------------------
@@ -194,6 +214,94 @@ def one_run(mcmc, sampler, args, seed):
     return out
 
 
+# -- nutpie (optional) ------------------------------------------------------------------
+
+def _nutpie_missing():
+    """None where `import nutpie` works, else why not (one line)."""
+    try:
+        import nutpie  # noqa: F401
+    except ImportError as e:
+        return str(e).splitlines()[0] or type(e).__name__
+    return None
+
+
+def _nutpie_model(model, args):
+    """nutpie's model of NumPyro's log density of `model` (module docstring): a namespace of the
+    `from_pyfunc` model, the latent site names, and the compile seconds of the jit's first
+    calls (not yet charged to a run)."""
+    import functools
+    import types
+
+    import numpyro.infer.util
+    from jax.flatten_util import ravel_pytree
+    from nutpie.compiled_pyfunc import from_pyfunc
+
+    fn = functools.partial(model, _ppl("numpyro"))
+    info = numpyro.infer.util.initialize_model(jax.random.PRNGKey(0), fn, model_args=args)
+    z = info.param_info.z
+    x0, unravel = ravel_pytree(z)
+    x0 = np.asarray(x0, np.float64)
+    names = sorted(z)
+
+    def logp(x):
+        return -info.potential_fn(unravel(x))
+
+    value_and_grad = jax.jit(jax.value_and_grad(logp))
+    expand = jax.jit(lambda x: {k: v for k, v in info.postprocess_fn(unravel(x)).items()
+                                if k in names})
+    with _compile_seconds() as compiling:  # the jit's first calls, untimed
+        value, grad = jax.block_until_ready(value_and_grad(x0))
+        values = jax.block_until_ready(expand(x0))
+    potential = float(info.potential_fn(z))
+    assert abs(float(value) + potential) < 1e-8, (float(value), potential)
+    assert np.asarray(grad).shape == x0.shape
+
+    def make_logp_fn():
+        def logp_fn(x, **shared):
+            v, g = value_and_grad(x)
+            return float(v), np.asarray(g, dtype=np.float64, order="C")
+        return logp_fn
+
+    def make_expand_fn(seed1, seed2, chain):
+        def expand_fn(x, **shared):
+            return {k: np.asarray(v, dtype=np.float64, order="C") for k, v in expand(x).items()}
+        return expand_fn
+
+    compiled = from_pyfunc(
+        x0.size, make_logp_fn, make_expand_fn,
+        [np.dtype("float64")] * len(names), [tuple(np.shape(values[k])) for k in names], names)
+    return types.SimpleNamespace(compiled=compiled, names=names, compile_s=sum(compiling))
+
+
+def nutpie_run(nut, sampler, mode, seed):
+    """`one_run`'s figures for nutpie (`sampler` `"nutpie:diag"` or `"nutpie:low_rank"`) on
+    `_nutpie_model`'s `nut`: one `nutpie.sample` call, its seconds split into warmup and sampling
+    by their gradients (module docstring)."""
+    import nutpie
+    with _compile_seconds() as compiling:
+        t0 = time.perf_counter()
+        trace = nutpie.sample(
+            nut.compiled, draws=mode["num_samples"], tune=mode["num_warmup"],
+            chains=mode["num_chains"], cores=NUTPIE_CORES, seed=seed, progress_bar=False,
+            save_warmup=True, low_rank_modified_mass_matrix=sampler == "nutpie:low_rank")
+        seconds = time.perf_counter() - t0
+    compile_s, nut.compile_s = nut.compile_s + sum(compiling), 0.0
+    seconds -= sum(compiling)
+    warm_grads = int(np.sum(trace.warmup_sample_stats["n_steps"].values))
+    grads = int(np.sum(trace.sample_stats["n_steps"].values))
+    ess = _min_ess({k: trace.posterior[k].values for k in nut.names})
+    out = {"seed": seed, "min_bulk_ess": ess, "warmup_grads": warm_grads, "sample_grads": grads,
+           "ess_per_1k_grads": 1000 * ess / grads,
+           "ess_per_1k_grads_incl_warmup": 1000 * ess / (grads + warm_grads),
+           "warmup_s": seconds * warm_grads / (warm_grads + grads),
+           "sample_s": seconds * grads / (warm_grads + grads),
+           "compile_s": compile_s,
+           "divergences": int(np.sum(trace.sample_stats["diverging"].values))}
+    out["s_to_ess_400"] = out["warmup_s"] + out["sample_s"] * TARGET_ESS / max(ess, 1e-9)
+    out["s_to_ess_400_with_compile"] = out["s_to_ess_400"] + out["compile_s"]
+    return out
+
+
 def _median(runs, key):
     return statistics.median(r[key] for r in runs)
 
@@ -205,6 +313,9 @@ def main(argv=None):
     parser.add_argument("--seeds", default=None)
     parser.add_argument("--models", default=None)
     parser.add_argument("--methods", default="diag,fisher_diag,low_rank")
+    parser.add_argument("--nutpie", default=",".join(NUTPIE_SETTINGS),
+                        help="nutpie samplers (diag, low_rank; '' for none), used only where "
+                             "`import nutpie` works")
     parser.add_argument("--json", default=None)
     a = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
@@ -214,6 +325,13 @@ def main(argv=None):
     models = make_data()
     names = a.models.split(",") if a.models else list(models)
     samplers = ["numpyro"] + [f"effppl:{m}" for m in a.methods.split(",")]
+    nutpie_samplers = [f"nutpie:{m}" for m in a.nutpie.split(",") if m]
+    if bad := [m for m in nutpie_samplers if m.split(":")[1] not in NUTPIE_SETTINGS]:
+        parser.error(f"unknown nutpie samplers {bad}; choose from {NUTPIE_SETTINGS}")
+    if nutpie_samplers and (why := _nutpie_missing()):
+        print(f"skipping {', '.join(nutpie_samplers)}: nutpie not importable ({why})")
+        nutpie_samplers = []
+    samplers += nutpie_samplers
     path = pathlib.Path(a.json or ROOT / "benchmarks" / "results" /
                         f"adaptation_{'quick' if a.quick else 'full'}_cpu.json")
     results = {"mode": mode, "seeds": seeds, "target_ess": TARGET_ESS, "models": {}}
@@ -221,8 +339,12 @@ def main(argv=None):
         model, args = models[name]
         results["models"][name] = {}
         for sampler in samplers:
-            mcmc = _mcmc(sampler, model, mode)
-            runs = [one_run(mcmc, sampler, args, seed) for seed in seeds]
+            if sampler.startswith("nutpie:"):
+                nut = _nutpie_model(model, args)
+                runs = [nutpie_run(nut, sampler, mode, seed) for seed in seeds]
+            else:
+                mcmc = _mcmc(sampler, model, mode)
+                runs = [one_run(mcmc, sampler, args, seed) for seed in seeds]
             summary = {k: _median(runs, k) for k in (
                 "ess_per_1k_grads", "ess_per_1k_grads_incl_warmup", "warmup_grads",
                 "s_to_ess_400", "s_to_ess_400_with_compile", "min_bulk_ess", "divergences")}
@@ -232,6 +354,7 @@ def main(argv=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1))
     print(table(results))
+    print(summary_lines(results))
     return results
 
 
@@ -254,6 +377,32 @@ def table(results) -> str:
                 f"{m['s_to_ess_400_with_compile']:.2f} | "
                 f"{m['s_to_ess_400_with_compile'] / ref['s_to_ess_400_with_compile']:.2f} | "
                 f"{m['divergences']:.0f} |")
+    return "\n".join(lines)
+
+
+def summary_lines(results) -> str:
+    """Per sampler, the ESS per 1,000 gradients including warmup as a ratio to NumPyro's
+    (median over the models, minimum, each model's); then, per model, whether effppl's
+    `low_rank` reaches nutpie's `low_rank` on that figure (where both ran)."""
+    incl = "ess_per_1k_grads_incl_warmup"
+    per_model = results["models"]
+    samplers = [s for s in dict.fromkeys(s for per in per_model.values() for s in per)
+                if s != "numpyro"]
+    lines = []
+    for s in samplers:
+        ratios = [per[s]["median"][incl] / per["numpyro"]["median"][incl]
+                  for per in per_model.values() if s in per]
+        lines.append(f"{s} median ratio {statistics.median(ratios):.2f} min {min(ratios):.2f} "
+                     f"{[round(r, 2) for r in ratios]}")
+    mine, theirs = "effppl:low_rank", "nutpie:low_rank"
+    both = {name: (per[mine]["median"][incl], per[theirs]["median"][incl])
+            for name, per in per_model.items() if mine in per and theirs in per}
+    for name, (a, b) in both.items():
+        lines.append(f"{name}: {mine} {a:.3g} {'>=' if a >= b else '<'} {theirs} {b:.3g} "
+                     "ESS/1k grads incl. warmup")
+    if both:
+        wins = sum(a >= b for a, b in both.values())
+        lines.append(f"{mine} >= {theirs} on {wins} of {len(both)} models")
     return "\n".join(lines)
 
 
