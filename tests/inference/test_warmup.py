@@ -199,6 +199,35 @@ def test_fisher_diagonal_estimate_matches_numpy():
     np.testing.assert_allclose(got, expected, rtol=1e-10)
 
 
+def _spectrum_after_preconditioning(imm, cov):
+    """Eigenvalues of cov^-1/2 M^-1 cov^-1/2 for the low-rank `imm` (1 where M^-1 = cov)."""
+    sigma, u, lam = (np.asarray(x, np.float64) for x in (imm.sigma, imm.U, imm.lam))
+    dense = sigma[:, None] * (np.eye(len(sigma)) + u @ np.diag(lam - 1.0) @ u.T) * sigma[None, :]
+    w, v = np.linalg.eigh(cov)
+    root = v @ np.diag(w ** -0.5) @ v.T
+    return np.linalg.eigvalsh(root @ dense @ root)
+
+
+@pytest.mark.parametrize("d", [20, 40])
+def test_low_rank_estimate_corrects_the_whole_spectrum(d):
+    """On draws of a correlated Gaussian (eigenvalues 1e-2..1e2 in a random basis) with their
+    exact gradients, the low-rank estimate preconditions every direction: what remains of the
+    covariance lies within nutpie's cutoff band [1/2, 2] (up to sampling noise), not only the
+    10 directions blackjax's recipe keeps by default (rank 10 leaves the 20-d problem with a
+    condition number near 70). Oracle: the known covariance."""
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    cov = q @ np.diag(np.logspace(-2, 2, d)) @ q.T
+    n = 400
+    draws = rng.multivariate_normal(np.zeros(d), cov, size=n)
+    grads = -np.linalg.solve(cov, draws.T).T
+    imm = _fisher._low_rank_estimate(jnp.asarray(draws), jnp.asarray(grads), n)
+    assert imm.U.shape == (d, min(d, _fisher.MAX_RANK))
+    spectrum = _spectrum_after_preconditioning(imm, cov)
+    assert spectrum.min() > 0.3 and spectrum.max() < 3.0, spectrum
+    assert spectrum.max() / spectrum.min() < 6.0
+
+
 def test_fisher_warmup_seeds_the_mass_matrix_from_the_gradient():
     """nutpie's start: the inverse mass matrix is 1 / |grad| at the initial point."""
     init, _, final, seed = _fisher.fisher_engine(low_rank=False, target_accept_prob=0.8)

@@ -201,8 +201,8 @@ class HMC(_HMCFamily):
       variances or covariance (Stan Reference Manual, "HMC algorithm parameters"). `"fisher_diag"`
       and `"low_rank"`: nutpie's Fisher-divergence adaptation (Seyboldt et al. 2026,
       arXiv 2603.18845), a diagonal `sqrt(Var[x] / Var[grad log p])` from the draws and their
-      gradients, plus, for `"low_rank"`, a rank-10 correction from their covariances, applied in
-      O(d k) per leapfrog step (never a d x d matrix), on nutpie's schedule (windows of 10 draws
+      gradients, plus, for `"low_rank"`, a correction of rank k = min(d, 100) from their
+      covariances, applied in O(d k) per leapfrog step, on nutpie's schedule (windows of 10 draws
       over the first 30% of the warmup, then of 80 growing by 1.5x; the last 15% tunes the step
       size alone). `"low_rank"` suits correlated posteriors at any dimension, where `"dense"`
       costs O(d^2) per step. `None`: `"dense"` when `dense_mass=True`, else the default.
