@@ -7,9 +7,13 @@ recorded `num_steps` are the warmup's gradient evaluations (the public API of bo
 then `mcmc.run(...)` from `post_warmup_state`. Figures: the smallest bulk ESS over scalar
 latents (`arviz.ess`), gradients of the warmup and of the sampling, ESS per 1,000 gradients
 (post-warmup only, and including the warmup), the seconds of each phase, and the wall time to an
-ESS of 400, `warmup_s + sample_s * 400 / ess`, with the seconds JAX spent compiling (traced by
-`jax.monitoring`) left out (`s_to_ess_400`) and counted (`s_to_ess_400_with_compile`: NumPyro
-compiles its sampler anew at each `warmup` and `run` call, effppl once per model structure).
+ESS of 400, `warmup_s + sample_s * 400 / ess`, with the seconds of compilation left out
+(`s_to_ess_400`) and counted (`s_to_ess_400_with_compile`). NumPyro compiles its sampler anew at
+each `warmup` and `run` call: its compile seconds are those `jax.monitoring` traces, subtracted
+from each phase. effppl compiles once per model and scheme, partly by loading stored
+executables that `jax.monitoring` does not see: the first seed's warmup and run are done twice
+with the same keys, the second pass is timed, and the first pass's extra seconds are its
+compile seconds (later seeds compile nothing).
 Medians over seeds; ratios to NumPyro's median.
 
 Models: eight schools (non-centred, posteriordb's data), logistic regression (500 x 10), a 20-d
@@ -188,16 +192,32 @@ def one_run(mcmc, sampler, args, seed):
     """The figures of one warmup + sampling (module docstring), a JSON-able dict."""
     steps = "num_steps"
     key_w, key_s = jax.random.split(jax.random.PRNGKey(seed))
-    with _compile_seconds() as compiling:
-        t0 = time.perf_counter()
-        mcmc.warmup(key_w, *args, collect_warmup=True, extra_fields=(steps,))
-        warm_grads = int(np.sum(np.asarray(mcmc.get_extra_fields()[steps])))
-        t1 = time.perf_counter()
-        warm_compile = sum(compiling)
-        mcmc.run(key_s, *args, extra_fields=(steps,))
-        samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-        t2 = time.perf_counter()
-        sample_compile = sum(compiling) - warm_compile
+
+    def timed():
+        with _compile_seconds() as compiling:
+            t0 = time.perf_counter()
+            mcmc.warmup(key_w, *args, collect_warmup=True, extra_fields=(steps,))
+            warm_grads = int(np.sum(np.asarray(mcmc.get_extra_fields()[steps])))
+            t1 = time.perf_counter()
+            warm_compile = sum(compiling)
+            mcmc.run(key_s, *args, extra_fields=(steps,))
+            samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+            t2 = time.perf_counter()
+            sample_compile = sum(compiling) - warm_compile
+        return warm_grads, samples, t0, t1, t2, warm_compile, sample_compile
+
+    first = None
+    if sampler != "numpyro" and not getattr(mcmc, "_bench_compiled", False):
+        # effppl compiles once per model and scheme (partly through its stored executables,
+        # which `jax.monitoring` does not see): an untimed first pass compiles, and its extra
+        # seconds over the timed second pass are the compile seconds
+        first = timed()
+        mcmc._bench_compiled = True
+    warm_grads, samples, t0, t1, t2, warm_compile, sample_compile = timed()
+    compile_s = warm_compile + sample_compile
+    if sampler != "numpyro":  # the timed pass compiled nothing
+        warm_compile = sample_compile = 0.0
+        compile_s = 0.0 if first is None else max((first[4] - first[2]) - (t2 - t0), 0.0)
     fields = mcmc.get_extra_fields()
     grads = int(np.sum(np.asarray(fields[steps])))
     ess = _min_ess(samples)
@@ -205,7 +225,7 @@ def one_run(mcmc, sampler, args, seed):
            "ess_per_1k_grads": 1000 * ess / grads,
            "ess_per_1k_grads_incl_warmup": 1000 * ess / (grads + warm_grads),
            "warmup_s": t1 - t0 - warm_compile, "sample_s": t2 - t1 - sample_compile,
-           "compile_s": warm_compile + sample_compile,
+           "compile_s": compile_s,
            "divergences": int(np.sum(np.asarray(fields["diverging"])))}
     out["s_to_ess_400"] = out["warmup_s"] + out["sample_s"] * TARGET_ESS / max(ess, 1e-9)
     out["s_to_ess_400_with_compile"] = out["s_to_ess_400"] + out["compile_s"]
