@@ -55,6 +55,8 @@ MAX_RANK = 100
 def _rank(d: int) -> int:
     """Columns of the low-rank correction for `d` unconstrained dimensions."""
     return min(d, MAX_RANK)
+
+
 _GAMMA = 1e-5  # nutpie's regularisation of the projected covariances
 _CUTOFF = 2.0  # eigenvalues within [1/2, 2] are set to 1 (nutpie's c)
 
