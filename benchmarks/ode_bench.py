@@ -296,6 +296,7 @@ def bench_posterior(num_warmup, num_samples, num_chains):
     same shapes) of the ODE model `models.lotka_volterra` under each framework's NUTS."""
     import pathlib
 
+    import arviz as az
     import numpyro
 
     from effppl.infer import MCMC, NUTS
@@ -320,17 +321,25 @@ def bench_posterior(num_warmup, num_samples, num_chains):
                 key = jax.random.PRNGKey(seed)
             t = time.perf_counter()
             mcmc.run(key, *data)
-            samples = jax.block_until_ready(mcmc.get_samples())
+            samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
             times.append(time.perf_counter() - t)
-            means = {k: np.asarray(v).mean(0).tolist() for k, v in samples.items()
-                     if k in ("theta", "z_init", "sigma")}
-        out[side] = dict(first_run_s=times[0], second_run_s=times[1], means=means)
+            kept = {k: np.asarray(v) for k, v in samples.items()
+                    if k in ("theta", "z_init", "sigma")}
+            means = {k: v.mean((0, 1)).tolist() for k, v in kept.items()}
+            ess = float(min(np.min(az.ess(v)) for v in kept.values()))  # min bulk ESS (arviz)
+            divergences = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
+        out[side] = dict(first_run_s=times[0], second_run_s=times[1], means=means,
+                         min_bulk_ess=ess, divergences=divergences,
+                         ess_per_s_second_run=ess / times[1])
         print(f"posteriordb lotka_volterra, {side}: first run {times[0]:.1f} s, second "
-              f"{times[1]:.1f} s", flush=True)
+              f"{times[1]:.1f} s, min bulk ESS {ess:.0f} (second run), {divergences} "
+              f"divergences", flush=True)
     return dict(workload="posterior", num_warmup=num_warmup, num_samples=num_samples,
                 num_chains=num_chains, **out,
                 ratio_first=out["effppl"]["first_run_s"] / out["numpyro"]["first_run_s"],
-                ratio_second=out["effppl"]["second_run_s"] / out["numpyro"]["second_run_s"])
+                ratio_second=out["effppl"]["second_run_s"] / out["numpyro"]["second_run_s"],
+                ratio_ess_per_s=(out["effppl"]["ess_per_s_second_run"]
+                                 / out["numpyro"]["ess_per_s_second_run"]))
 
 
 # --------------------------------------------------------------------------------------------

@@ -198,20 +198,22 @@ def _batch_message(args, dims, in_tree):
 
 
 def _with_vmap_index(msg):
-    """Under a `jax.vmap` inside the model, add the element index to the message, so the
-    operation is batched (one independent draw per element, like a plate). Not in a handler's
-    clause (`in_clause`): a clause is traced outside the model's own `vmap`s."""
+    """Under `jax.vmap`s inside the model, add each one's element index to the message, so the
+    operation is batched along every one of them (one independent draw per element, like a
+    plate), also from inside a loop body or branch traced under them. Not in a handler's clause
+    (`in_clause`): a clause is traced outside the model's own `vmap`s."""
     if _runtime.is_set("in_clause"):
         return msg
-    index = internal.vmap_index()
-    return msg if index is None else msg._replace(plates=(*msg.plates, index))
+    return msg._replace(plates=(*msg.plates, *internal.vmap_indices()))
 
 
 def _sample_batch_rule(args, dims, *, in_tree, static):
+    """The batch rule of one `vmap` around a site: its index (a batched plate entry, added when
+    the site was traced) becomes the leading axis; the other `vmap`s' indices stay."""
     plate_dims = jax.tree_util.tree_unflatten(in_tree, dims)[0].plates
     (msg,) = _batch_message(args, dims, in_tree)
     plates = tuple(p[0] for p, d in zip(msg.plates, plate_dims) if d is None)
-    msg = _with_vmap_index(msg._replace(fn=promote_batch_shape(msg.fn), plates=plates))
+    msg = msg._replace(fn=promote_batch_shape(msg.fn), plates=plates)
     if msg.rng_key is not None:  # one key per site occurrence: draws differ across the batch
         msg = msg._replace(rng_key=msg.rng_key[0])
     out = sample_op(msg, **dict(static))
@@ -219,19 +221,21 @@ def _sample_batch_rule(args, dims, *, in_tree, static):
 
 
 def _per_element(value):
-    """`value` batched along the nearest `jax.vmap` of the model around it, if any: one value
-    per element, so a deterministic site under a `vmap` is laid out as a sample site is (a
-    leading batch axis), whether or not its value depends on the mapped data. Not across a
-    derivative taken inside the `vmap` (`jax.jacfwd`'s tangents are mapped, its primal is not)."""
+    """`value` batched along every `jax.vmap` of the model around it, if any: one value per
+    element, so a deterministic site under a `vmap` is laid out as a sample site is (a leading
+    batch axis per `vmap`), whether or not its value depends on the mapped data. Not across a
+    derivative taken inside the `vmap`s (`jax.jacfwd`'s tangents are mapped, its primal is
+    not)."""
     if _runtime.is_set("in_clause"):
         return value
-    index = internal.vmap_index(across_derivatives=False)
-    return value if index is None else jnp.where(index >= 0, value, value)
+    for index in internal.vmap_indices(across_derivatives=False):
+        value = jnp.where(index >= 0, value, value)
+    return value
 
 
 def _deterministic_batch_rule(args, dims, *, in_tree, static):
     (value,) = _batch_message(args, dims, in_tree)
-    return [deterministic_op(_per_element(value), **dict(static))], [0]
+    return [deterministic_op(value, **dict(static))], [0]
 
 
 sample_op.batch_rule = _sample_batch_rule

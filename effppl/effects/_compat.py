@@ -274,25 +274,36 @@ def scan_counts(params) -> tuple[int, int]:
     return len(consts), len(carry)
 
 
-def vmap_index(*, across_derivatives: bool = True):
-    """Inside a `jax.vmap` being traced, the batched index of the current element (int array
-    batched along the vmapped axis); else None. Lets an operation under a `vmap` see the batch
-    even when none of its arguments depend on it. The nearest enclosing `vmap` counts also from
-    inside a loop body or branch being traced under it (the index is then closed over).
+def vmap_indices(*, across_derivatives: bool = True) -> list:
+    """Inside `jax.vmap`s being traced, the batched index of the current element along each of
+    them (int arrays, each batched along its vmapped axis), nearest first; `[]` outside every
+    `vmap`. Lets an operation under a `vmap` see the batch even when none of its arguments
+    depend on it. The enclosing `vmap`s count also from inside a loop body or branch being
+    traced under them (the indices are then closed over, so the loop or branch is batched along
+    each of them). Take them when the operation is first traced, not in its batch rule: a batch
+    rule may run while JAX batches a loop body (`batch_jaxpr`), where a value closed over from
+    an outer `vmap` would be left behind in the batched body's constants.
 
     With `across_derivatives=False`, a `vmap` outside a derivative being taken (a `jvp`, as
-    `jax.jacfwd` and `jax.hessian` map one over tangents) does not count: a value batched by it
-    would make the primal output batched, which `jacfwd` refuses."""
+    `jax.jacfwd` and `jax.hessian` map one over tangents) does not count, nor does any beyond
+    it: a value batched by it would make the primal output batched, which `jacfwd` refuses."""
+    indices = []
     trace = _core.trace_ctx.trace
-    while trace is not None and not isinstance(trace, batching.BatchTrace):
+    while trace is not None:
         if not across_derivatives and isinstance(trace, (ad.JVPTrace, ad.LinearizeTrace)):
-            return None
+            break
+        if isinstance(trace, batching.BatchTrace):
+            with _core.set_current_trace(trace.parent_trace):
+                index = jax.numpy.arange(trace.axis_data.size)
+            indices.append(batching.BatchTracer(trace, index, 0))
         trace = getattr(trace, "parent_trace", None)
-    if trace is None:
-        return None
-    with _core.set_current_trace(trace.parent_trace):
-        index = jax.numpy.arange(trace.axis_data.size)
-    return batching.BatchTracer(trace, index, 0)
+    return indices
+
+
+def vmap_index(*, across_derivatives: bool = True):
+    """The nearest of `vmap_indices` (the innermost enclosing `vmap`'s), or None."""
+    indices = vmap_indices(across_derivatives=across_derivatives)
+    return indices[0] if indices else None
 
 
 def current_trace():

@@ -52,6 +52,7 @@ from ._compat import (
     trace_call,
     trace_to_jaxpr,
     vmap_index,
+    vmap_indices,
 )
 from ._core import SiteKey, perform_p
 from ._sources import recording_sources, source_values
@@ -64,7 +65,7 @@ __all__ = [
     "SiteKey", "perform_p", "trace_call", "split_traced_args",
     "trace_to_jaxpr", "abstractify",
     "check_no_leaked_tracers", "dce",
-    "current_trace", "outside_transformations", "vmap_index", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
+    "current_trace", "outside_transformations", "vmap_index", "vmap_indices", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
     "callable_name", "recording_sources", "source_values", "register", "Rule", "run", "inline",
     "config_value", "initialize_cpu_linalg",

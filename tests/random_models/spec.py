@@ -277,7 +277,9 @@ def evaluate(expr, scope: Scope):
 
 
 def branch_index(pred, num_branches):
-    """The branch a `Cond` takes at predicate value `pred` (an int32 array)."""
+    """The branch a `Cond` takes at predicate value `pred`: a scalar, or the sum of a plate
+    vector's elements (a predicate may read a carry or a site that holds a plate vector)."""
+    pred = jnp.sum(pred)
     if num_branches == 2:
         return (pred > 0).astype(jnp.int32)
     return jnp.clip(jnp.floor(1.5 * pred + 1.5), 0, num_branches - 1).astype(jnp.int32)

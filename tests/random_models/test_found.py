@@ -220,3 +220,53 @@ def test_observed_transformed_site_in_a_plate_in_vmap_in_a_scan(family):
         np.testing.assert_allclose(grad, jax.grad(hand)(m), rtol=1e-12)
     tr = trace(seed(model, 0)).get_trace()
     assert tr["o"]["fn"].batch_shape == (3, 1, 2)
+
+
+def test_site_in_a_scan_inside_nested_vmaps_has_every_batch_axis():
+    """`vmap(3): vmap(2): scan(T=4): x ~ Normal(xs, 1)` recorded `x` as `(4, 2)`, without the
+    outer `vmap`'s axis, and `log_density` refused the `(4, 3, 2)` value: the outer `vmap`'s
+    index was taken in the site's batch rule, while JAX batched the scan body, and was left
+    behind in the batched body's constants. Found by the long run (`x10`, `x19`)."""
+    def model():
+        def inner(_):
+            def step(c, x):
+                effppl.sample("x", dist.Normal(x, 1.0))
+                effppl.deterministic("d", 2.0 * x)
+                return c, None
+            jax.lax.scan(step, 0.0, jnp.arange(4.0))
+        jax.vmap(lambda _: jax.vmap(inner)(jnp.arange(2.0)))(jnp.arange(3.0))
+
+    tr = trace(seed(model, 0)).get_trace()
+    assert tr["x"]["value"].shape == (4, 3, 2)
+    assert tr["d"]["value"].shape == (4, 3, 2)
+    x = tr["x"]["value"]
+    assert len(np.unique(np.asarray(x))) == x.size  # independent draws per element and step
+    np.testing.assert_array_equal(tr["d"]["value"], jnp.broadcast_to(
+        2.0 * jnp.arange(4.0)[:, None, None], (4, 3, 2)))
+    expected = jnp.sum(dist.Normal(jnp.arange(4.0)[:, None, None], 1.0).log_prob(x))
+    np.testing.assert_allclose(log_density(model, (), {}, {"x": x})[0], expected, rtol=1e-12)
+
+
+def test_cond_in_a_scan_inside_vmap_with_a_batched_branch_index():
+    """`vmap(2): cond(pred=-0.5): [x3 ~ Gamma(...); scan(T=1): x6 ~ LogNormal(...)] | [...]`,
+    then a second `vmap` of a `cond` whose predicate reads the first: raised JAX's
+    `UnexpectedTracerError` (an outer `vmap`'s index leaked out of a batched loop body). The
+    smallest form: a site in a `scan` in a `cond` in nested `vmap`s."""
+    def model():
+        def inner(v):
+            def branch0(_):
+                def step(c, x):
+                    return c, effppl.sample("y", dist.Normal(x + v, 1.0))
+                return jax.lax.scan(step, 0.0, jnp.arange(2.0))[1]
+            return jax.lax.cond(v > 0, branch0, lambda _: jnp.zeros(2), None)
+        jax.vmap(lambda _: jax.vmap(inner)(jnp.array([-1.0, 1.0])))(jnp.arange(3.0))
+
+    # the `cond` runs element by element (its predicate is batched): rows follow occurrences,
+    # loops (map over the inner vmap's 2 elements, scan of 2) first, the outer vmap's axis last;
+    # only element 1 (v = 1) takes the branch, so rows 0-1 are its two steps, rows 2-3 unused
+    y = trace(seed(model, 0)).get_trace()["y"]["value"]
+    assert y.shape == (2, 2, 3)
+    rows = y.reshape(4, 3)
+    assert np.all(rows[:2] != 0) and len(np.unique(np.asarray(rows[:2]))) == 6
+    expected = jnp.sum(dist.Normal(jnp.arange(2.0)[:, None] + 1.0, 1.0).log_prob(rows[:2]))
+    np.testing.assert_allclose(log_density(model, (), {}, {"y": y})[0], expected, rtol=1e-12)
