@@ -16,6 +16,7 @@ import effppl
 from effppl import distributions as dist
 from effppl.infer import SVI, Trace_ELBO, autoguide
 from effppl.infer.autoguide import AutoGuideError
+from effppl.infer.reparam import NeuTraReparam
 
 NAMES = ["AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal"]
 N = 5
@@ -230,3 +231,11 @@ def test_sites_without_a_shared_batch_shape_are_named(name):
         _init(guide(mismatched))
     with pytest.raises(AutoGuideError, match="site `z`.*fewer than batch_ndim"):
         _init(guide(_plated(effppl), batch_ndim=2), _data())
+
+
+def test_neutra_refuses_a_batched_guide():
+    guide = autoguide.AutoBatchedMultivariateNormal(_latents_3d(effppl))
+    svi = SVI(guide.model, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0)))
+    with pytest.raises(TypeError, match="NeuTraReparam.*AutoBatchedMultivariateNormal"):
+        NeuTraReparam(guide, params)
