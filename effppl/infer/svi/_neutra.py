@@ -14,6 +14,7 @@ from numpyro.distributions.util import sum_rightmost
 from ...handlers import reparam
 from ...handlers.internal import SiteError, analyze_model, factor, get_mask, model_name, sample
 from .._reparam import Reparam
+from .autoguide._batched import _AutoBatched
 from .autoguide._continuous import AutoContinuous
 from .autoguide._errors import AutoGuideError
 
@@ -54,7 +55,7 @@ class NeuTraReparam:
     **Arguments:** `guide`: an `AutoContinuous` guide that `SVI` has run (its latent layout is
     known); `params`: its fitted params (`SVIRunResult.params`).
 
-    **Raises:** `TypeError` for another guide; `MissingParamError` (a `KeyError`) naming a param
+    **Raises:** `TypeError` for another guide (the batched ones too, as NumPyro's fail there); `MissingParamError` (a `KeyError`) naming a param
     of the guide that `params` lack; `ParamTypeError` (a `TypeError`) naming a value that is no
     array of numbers; `AutoGuideError` for `params` that are not a dict or hold a
     param of the wrong shape (`auto_loc`: `(D,)`, ...; D the guide's latent size), for a model (when it runs) that lacks some of the guide's latent sites (a model other
@@ -93,6 +94,10 @@ class NeuTraReparam:
         if not isinstance(guide, AutoContinuous):
             raise TypeError(f"effppl.infer.reparam.NeuTraReparam expected an AutoContinuous guide "
                             f"(AutoDiagonalNormal, ...), but got {type(guide).__name__}.")
+        if isinstance(guide, _AutoBatched):  # NumPyro's has no base distribution for them either
+            raise TypeError(f"effppl.infer.reparam.NeuTraReparam does not support "
+                            f"{type(guide).__name__} (nor does NumPyro's): use "
+                            f"AutoMultivariateNormal or AutoLowRankMultivariateNormal.")
         self._layout = guide._layout(guide._checked_sites(
             "NeuTraReparam", params,
             where=f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"))

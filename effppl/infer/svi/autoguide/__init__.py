@@ -7,10 +7,13 @@ public as `effppl.infer.autoguide`.
 - `_per_site.py`: one param set per latent site (`AutoNormal`, `AutoDelta`).
 - `_continuous.py`, `_laplace.py`: one flat vector of every latent site (`AutoContinuous` and its
   normal guides, `AutoLaplaceApproximation`).
+- `_batched.py`: that flat vector viewed as a batch of independent normals
+  (`AutoBatchedMultivariateNormal`, `AutoBatchedLowRankMultivariateNormal`).
 - `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
 from ._base import AutoGuide
+from ._batched import AutoBatchedLowRankMultivariateNormal, AutoBatchedMultivariateNormal
 from ._continuous import (
     AutoContinuous,
     AutoDiagonalNormal,
@@ -24,5 +27,6 @@ from ._per_site import AutoDelta, AutoNormal
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
+           "AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal",
            "AutoLaplaceApproximation", "AutoGuideList", "AutoGuideError", "MissingParamError",
            "ParamTypeError"]

@@ -45,6 +45,11 @@ class AutoContinuous(AutoGuide):
         """The distribution of the flat unconstrained latent vector (its guide's own)."""
         raise NotImplementedError
 
+    def _latent_dist(self, flat_init, layout):
+        """The distribution of `_{prefix}_latent` for the latent `layout` (`_layout`): `_base`,
+        unless a guide's params are shaped by the layout (the batched guides)."""
+        return self._base(flat_init)
+
     def get_posterior(self, params):
         """The guide's distribution of the flat unconstrained latent vector at `params`."""
         raise NotImplementedError
@@ -54,7 +59,7 @@ class AutoContinuous(AutoGuide):
         layout = self._layout(sites)
         init = self._init_locs(args, kwargs, sites, self._init_key(args, kwargs, sites))
         flat_init = jnp.concatenate([jnp.ravel(init[n]) for n, _, _ in layout])
-        latent = ppl.sample(f"_{self.prefix}_latent", self._base(flat_init))
+        latent = ppl.sample(f"_{self.prefix}_latent", self._latent_dist(flat_init, layout))
         values, log_dets, _ = self._constrain(args, kwargs, self._unpack(latent, layout), sites)
         return self._emit(values, sites, {n: -log_dets[n] for n in values})
 
