@@ -7,6 +7,7 @@ public as `effppl.infer.autoguide`.
 - `_per_site.py`: one param set per latent site (`AutoNormal`, `AutoDelta`).
 - `_continuous.py`, `_laplace.py`: one flat vector of every latent site (`AutoContinuous` and its
   normal guides, `AutoLaplaceApproximation`).
+- `_flows.py`: normalizing flows over that vector (`AutoIAFNormal`, `AutoBNAFNormal`).
 - `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
@@ -18,11 +19,12 @@ from ._continuous import (
     AutoMultivariateNormal,
 )
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
+from ._flows import AutoBNAFNormal, AutoIAFNormal
 from ._laplace import AutoLaplaceApproximation
 from ._list import AutoGuideList
 from ._per_site import AutoDelta, AutoNormal
 
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideList", "AutoGuideError", "MissingParamError",
-           "ParamTypeError"]
+           "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoGuideList",
+           "AutoGuideError", "MissingParamError", "ParamTypeError"]
