@@ -124,3 +124,22 @@ def test_a_latent_of_size_one_raises_as_numpyros():
 def test_bad_settings_raise_errors_naming_the_argument(name, settings, argument):
     with pytest.raises(AutoGuideError, match=rf"{name}\({argument}="):
         getattr(autoguide, name)(correlated, **settings)
+
+
+@pytest.mark.parametrize("name", ["AutoIAFNormal", "AutoBNAFNormal"])
+def test_neutra_with_a_flow_guide_equals_numpyros(name):
+    from numpyro.infer.reparam import NeuTraReparam as NumPyroNeuTra
+
+    from effppl.infer.reparam import NeuTraReparam
+    (model, guide, params), (np_model, np_guide, np_params) = _both(name, {})
+    ours, theirs = NeuTraReparam(guide, _numpyro_leaves(np_params)), NumPyroNeuTra(np_guide,
+                                                                                   np_params)
+    z = jnp.array([0.3, -1.1, 0.5])
+    lp, tr = effppl.log_density(ours.reparam(model), (0.7,), {}, {"auto_shared_latent": z})
+    np_lp, np_tr = numpyro.infer.util.log_density(theirs.reparam(np_model), (0.7,), {},
+                                                  {"auto_shared_latent": z})
+    np.testing.assert_allclose(lp, np_lp, rtol=1e-6)
+    for site in ("s", "x"):
+        np.testing.assert_allclose(tr[site]["value"], np_tr[site]["value"], rtol=1e-6)
+    draws = ours.transform_sample(jnp.stack([z, -z]))
+    np.testing.assert_allclose(draws["x"][0], tr["x"]["value"], rtol=1e-6)
