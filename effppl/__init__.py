@@ -6,8 +6,8 @@ from ._errors import EffpplError
 from . import _pytree_order
 _pytree_order.install_if_cached()  # before any distribution is flattened: see the module
 from . import effects
-from .primitives import (InvalidParameterError, SiteError, deterministic, factor, get_mask, param,
-                         plate, plate_stack, prng_key, sample, subsample)
+from .primitives import (InvalidParameterError, SiteError, deterministic, factor, get_mask, module,
+                         param, plate, plate_stack, prng_key, sample, subsample)
 from ._mutable import mutable
 from ._site_fns import SiteFunctionError
 from numpyro.util import enable_x64, set_host_device_count, set_platform
@@ -16,7 +16,7 @@ from . import distributions, handlers
 from .handlers import log_density
 
 __all__ = ["__version__", "EffpplError", "SiteError", "InvalidParameterError", "SiteFunctionError", "effects", "distributions", "handlers", "sample",
-           "deterministic", "factor", "param", "mutable", "plate", "plate_stack", "subsample", "log_density",
+           "deterministic", "factor", "param", "module", "mutable", "plate", "plate_stack", "subsample", "log_density",
            "prng_key", "get_mask", "enable_x64", "set_host_device_count", "set_platform",
            "enable_validation", "validation_enabled"]
 

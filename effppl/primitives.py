@@ -981,3 +981,52 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     if event_dim is None:
         return value
     return subsample(value, event_dim, what=f"effppl.param({name!r}, ..., event_dim={event_dim})")
+
+
+def module(name: str, nn: tuple, input_shape: tuple | None = None):
+    """A `jax.example_libraries.stax`-style network inside a model or guide, its weights
+    learnable params (NumPyro's `numpyro.module`): returns `apply_fn` with the weights bound,
+    `x -> nn_apply(weights, x)`.
+
+    **Arguments:** `name` (str); `nn`: the `(init_fn, apply_fn)` pair of a stax constructor
+    (`stax.serial(...)`, `numpyro.nn.AutoregressiveNN(...)`); `input_shape`: the shape of the
+    network's input, e.g. `(D,)`.
+
+    **Params.** effppl's params are arrays, so the weight pytree `init_fn(key, input_shape)[1]`
+    is registered leaf by leaf: leaf `weights[i][j]` is the param `f"{name}$params[{i}][{j}]"`
+    (the name NumPyro gives the whole pytree, followed by the leaf's index path,
+    `jax.tree_util.keystr`). NumPyro's params convert by `{k + keystr(path): leaf for path,
+    leaf in tree_flatten_with_path(v)[0]}`. Each leaf's initial value is that leaf of
+    `init_fn(key, input_shape)`, with its own key from the enclosing `seed` (NumPyro draws one
+    key for the whole pytree).
+
+    **Raises:** `SiteError` naming the module when `nn` is not an `(init_fn, apply_fn)` pair,
+    or `input_shape` is None (effppl needs it to know the weights' structure while tracing;
+    NumPyro needs it only before the weights exist).
+    """
+    check_name("module", name)
+    if not (isinstance(nn, tuple) and len(nn) == 2 and all(callable(f) for f in nn)):
+        raise SiteError(f"effppl.module({name!r}, nn, ...) expected `nn` to be a stax "
+                        f"`(init_fn, apply_fn)` pair, but got {type(nn).__name__} {nn!r:.60}.")
+    if input_shape is None:
+        raise SiteError(f"effppl.module({name!r}, nn, input_shape) expected `input_shape` (a "
+                        f"tuple such as `(D,)`): effppl needs it to know the network's weights "
+                        f"while tracing.")
+    nn_init, nn_apply = nn
+    input_shape = tuple(input_shape)
+
+    def weights(key):
+        return nn_init(key, input_shape)[1]
+
+    shapes = jax.eval_shape(weights, jax.random.PRNGKey(0))
+    paths, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+    leaves = []
+    for i, (path, _) in enumerate(paths):
+        def init(key, i=i):
+            return jax.tree_util.tree_leaves(weights(key))[i]
+        leaves.append(param(f"{name}$params{jax.tree_util.keystr(path)}", init))
+    bound = jax.tree_util.tree_unflatten(treedef, leaves)
+
+    def apply(*args, **kwargs):
+        return nn_apply(bound, *args, **kwargs)
+    return apply

@@ -32,6 +32,7 @@ from ..primitives import (
     deterministic,
     factor,
     get_mask,
+    module,
     param,
     plate,
     prng_key_op,
@@ -57,7 +58,7 @@ __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
-           "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "plate",
+           "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "module", "plate",
            "factor", "deterministic", "get_mask"]
 
 

@@ -47,8 +47,9 @@ class _FromShared(Reparam):
 class NeuTraReparam:
     """Reparametrize every latent site of a model through a trained `AutoContinuous` guide
     (`AutoDiagonalNormal`, `AutoMultivariateNormal`, `AutoLowRankMultivariateNormal`,
-    `AutoLaplaceApproximation`): the model draws one shared latent `{prefix}_shared_latent`
-    from the guide's standard-normal base, maps it by the guide's affine transform to the
+    `AutoLaplaceApproximation`, `AutoIAFNormal`, `AutoBNAFNormal`): the model draws one shared
+    latent `{prefix}_shared_latent` from the guide's standard-normal base, maps it by the
+    guide's transform (affine, or the flow of a flow guide) to the
     unconstrained latent vector, and each site takes its slice (mapped to its support). HMC on
     the warped model sees the posterior as the guide flattened it.
 
@@ -103,7 +104,9 @@ class NeuTraReparam:
             where=f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"))
         self.guide, self.params = guide, params
         posterior = guide.get_posterior(params)
-        if isinstance(posterior, dist.Normal):
+        if isinstance(posterior, dist.TransformedDistribution):  # a flow guide
+            self.transform = guide.get_transform(params)
+        elif isinstance(posterior, dist.Normal):
             self.transform = AffineTransform(posterior.loc, posterior.scale,
                                              domain=constraints.real_vector)
         else:

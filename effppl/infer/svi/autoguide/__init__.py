@@ -9,6 +9,7 @@ public as `effppl.infer.autoguide`.
   normal guides, `AutoLaplaceApproximation`).
 - `_batched.py`: that flat vector viewed as a batch of independent normals
   (`AutoBatchedMultivariateNormal`, `AutoBatchedLowRankMultivariateNormal`).
+- `_flows.py`: normalizing flows over that vector (`AutoIAFNormal`, `AutoBNAFNormal`).
 - `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
@@ -21,6 +22,7 @@ from ._continuous import (
     AutoMultivariateNormal,
 )
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
+from ._flows import AutoBNAFNormal, AutoIAFNormal
 from ._laplace import AutoLaplaceApproximation
 from ._list import AutoGuideList
 from ._per_site import AutoDelta, AutoNormal
@@ -28,5 +30,5 @@ from ._per_site import AutoDelta, AutoNormal
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
            "AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoGuideList", "AutoGuideError", "MissingParamError",
-           "ParamTypeError"]
+           "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoGuideList",
+           "AutoGuideError", "MissingParamError", "ParamTypeError"]
