@@ -17,6 +17,7 @@ from .._reparam import Reparam
 from .autoguide._batched import _AutoBatched
 from .autoguide._continuous import AutoContinuous
 from .autoguide._errors import AutoGuideError
+from .autoguide._flows import _AutoFlow
 
 
 class _FromShared(Reparam):
@@ -104,7 +105,7 @@ class NeuTraReparam:
             where=f"effppl.infer.reparam.NeuTraReparam({type(guide).__name__}, params)"))
         self.guide, self.params = guide, params
         posterior = guide.get_posterior(params)
-        if isinstance(posterior, dist.TransformedDistribution):  # a flow guide
+        if isinstance(guide, _AutoFlow):  # a flow guide: its flow, not an affine map
             self.transform = guide.get_transform(params)
         elif isinstance(posterior, dist.Normal):
             self.transform = AffineTransform(posterior.loc, posterior.scale,
