@@ -983,6 +983,18 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     return subsample(value, event_dim, what=f"effppl.param({name!r}, ..., event_dim={event_dim})")
 
 
+def module_param_names(name: str, nn_init, input_shape: tuple) -> tuple[list, Any]:
+    """`([(param name, shape), ...], treedef)`: the params `module(name, (nn_init, ...),
+    input_shape)` registers, one per leaf of the weight pytree `nn_init(key, input_shape)[1]`
+    (in leaf order), and that pytree's structure. Computed from shapes only (no weights are
+    made)."""
+    shapes = jax.eval_shape(lambda key: nn_init(key, tuple(input_shape))[1],
+                            jax.random.PRNGKey(0))
+    paths, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+    return ([(f"{name}$params{jax.tree_util.keystr(path)}", tuple(leaf.shape))
+             for path, leaf in paths], treedef)
+
+
 def module(name: str, nn: tuple, input_shape: tuple | None = None):
     """A `jax.example_libraries.stax`-style network inside a model or guide, its weights
     learnable params (NumPyro's `numpyro.module`): returns `apply_fn` with the weights bound,
@@ -1003,6 +1015,18 @@ def module(name: str, nn: tuple, input_shape: tuple | None = None):
     **Raises:** `SiteError` naming the module when `nn` is not an `(init_fn, apply_fn)` pair,
     or `input_shape` is None (effppl needs it to know the weights' structure while tracing;
     NumPyro needs it only before the weights exist).
+
+    **Example:**
+
+    >>> import jax.numpy as jnp
+    >>> from jax.example_libraries import stax
+    >>> import effppl
+    >>> from effppl.handlers import seed, trace
+    >>> def guide(x):
+    ...     return effppl.module("net", stax.Dense(2), (3,))(x)
+    >>> tr = trace(seed(guide, 0)).get_trace(jnp.ones(3))
+    >>> sorted(tr), tr["net$params[0]"]["value"].shape
+    (['net$params[0]', 'net$params[1]'], (3, 2))
     """
     check_name("module", name)
     if not (isinstance(nn, tuple) and len(nn) == 2 and all(callable(f) for f in nn)):
@@ -1018,13 +1042,12 @@ def module(name: str, nn: tuple, input_shape: tuple | None = None):
     def weights(key):
         return nn_init(key, input_shape)[1]
 
-    shapes = jax.eval_shape(weights, jax.random.PRNGKey(0))
-    paths, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+    names, treedef = module_param_names(name, nn_init, input_shape)
     leaves = []
-    for i, (path, _) in enumerate(paths):
+    for i, (leaf_name, _) in enumerate(names):
         def init(key, i=i):
             return jax.tree_util.tree_leaves(weights(key))[i]
-        leaves.append(param(f"{name}$params{jax.tree_util.keystr(path)}", init))
+        leaves.append(param(leaf_name, init))
     bound = jax.tree_util.tree_unflatten(treedef, leaves)
 
     def apply(*args, **kwargs):

@@ -33,6 +33,7 @@ from ..primitives import (
     factor,
     get_mask,
     module,
+    module_param_names,
     param,
     plate,
     prng_key_op,
@@ -58,7 +59,7 @@ __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
-           "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "module", "plate",
+           "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "module", "module_param_names", "plate",
            "factor", "deterministic", "get_mask"]
 
 

@@ -16,7 +16,7 @@ from numpyro.distributions.flows import (
 from numpyro.distributions.transforms import ComposeTransform, PermuteTransform
 from numpyro.nn import AutoregressiveNN, BlockNeuralAutoregressiveNN
 
-from ....handlers.internal import module, raw_key, sample
+from ....handlers.internal import module, module_param_names, raw_key, sample
 from ..._init import init_to_uniform
 from ._continuous import AutoContinuous
 from ._errors import AutoGuideError
@@ -84,14 +84,12 @@ class _AutoFlow(AutoContinuous):
         return self._emit(values, sites, {n: -log_dets[n] for n in values})
 
     def _network_shapes(self, d) -> dict:
-        """`{param name: shape}` of every network's weights (`effppl.module`'s names)."""
-        shapes = {}
-        for i, (nn_init, _) in enumerate(self._networks(d)):
-            weights = jax.eval_shape(lambda key, f=nn_init: f(key, (d,))[1],
-                                     jax.random.PRNGKey(0))
-            for path, leaf in jax.tree_util.tree_flatten_with_path(weights)[0]:
-                shapes[f"arn__{i}$params{jax.tree_util.keystr(path)}"] = tuple(leaf.shape)
-        return shapes
+        """`{param name: shape}` of every network's weights (`effppl.module`'s names, less the
+        guide's prefix)."""
+        return {leaf[len(self.prefix) + 1:]: shape
+                for i, (nn_init, _) in enumerate(self._networks(d))
+                for leaf, shape in module_param_names(f"{self.prefix}_arn__{i}", nn_init,
+                                                      (d,))[0]}
 
     def _param_shapes(self, size):
         return self._network_shapes(size) if size > 1 else {}
@@ -102,10 +100,8 @@ class _AutoFlow(AutoContinuous):
         (`effppl.module`'s names)."""
         def bind(name, network):
             nn_init, nn_apply = network
-            weights = jax.eval_shape(lambda key: nn_init(key, (d,))[1], jax.random.PRNGKey(0))
-            paths, treedef = jax.tree_util.tree_flatten_with_path(weights)
-            bound = jax.tree_util.tree_unflatten(
-                treedef, [params[f"{name}$params{jax.tree_util.keystr(p)}"] for p, _ in paths])
+            names, treedef = module_param_names(name, nn_init, (d,))
+            bound = jax.tree_util.tree_unflatten(treedef, [params[n] for n, _ in names])
             return lambda *a, **kw: nn_apply(bound, *a, **kw)
         return bind
 
@@ -131,8 +127,7 @@ class _AutoFlow(AutoContinuous):
         distribution of the flat unconstrained latent (event shape `(D,)`). **Raises:** as
         `get_transform`."""
         d = self._checked_size("get_posterior", params)
-        return dist.TransformedDistribution(
-            self._base_dist(d), ComposeTransform(self._flows(d, self._bind(params, d))))
+        return dist.TransformedDistribution(self._base_dist(d), self.get_transform(params))
 
     def median(self, params):
         """Not defined for a flow guide, as NumPyro's (`NotImplementedError`): use
