@@ -147,9 +147,18 @@ def hand_local_level_pointwise(draws, y):
 
 
 def hand_local_level_predictive(key, draws, y):
-    """The random walk `x` drawn from its prior given `sigma` (what `Predictive` draws)."""
-    steps = jax.random.normal(key, (draws["sigma"].shape[0], y.shape[0]))
-    return jnp.cumsum(draws["sigma"][:, None] * steps, axis=1)
+    """The random walk `x` drawn from its prior given `sigma` (what `Predictive` draws), in a
+    `lax.scan` as the model's, the key split at each step as `seed` splits it at each site
+    (NumPyro's does too). (A vectorised twin, `cumsum` of one batch of normals, is not the same
+    program: 2.7 ms at 4T here, against 14.5 ms for this one and 22.8 ms for `Predictive`.)"""
+    def one(k, sigma):
+        def step(carry, _):
+            x_prev, k = carry
+            k, k_t = jax.random.split(k)
+            x = x_prev + sigma * jax.random.normal(k_t)
+            return (x, k), x
+        return jax.lax.scan(step, (0.0, k), None, length=y.shape[0])[1]
+    return jax.vmap(one)(jax.random.split(key, draws["sigma"].shape[0]), draws["sigma"])
 
 
 def hand_hmm_predictive(key, draws, y):

@@ -262,8 +262,8 @@ def bench_compile(repeats, grads=(False, True)):
     out = []
     for grad in grads:
         t_ours, t_theirs = [], []
-        for _ in range(repeats):
-            for side in ("effppl", "diffrax"):
+        for r in range(repeats):  # the sides' order alternates between rounds
+            for side in ("effppl", "diffrax")[::1 if r % 2 == 0 else -1]:
                 field = scalar_field()  # a new function: no cache hit
 
                 def solve(y0, side=side, field=field):
@@ -326,7 +326,8 @@ def bench_posterior(num_warmup, num_samples, num_chains):
             kept = {k: np.asarray(v) for k, v in samples.items()
                     if k in ("theta", "z_init", "sigma")}
             means = {k: v.mean((0, 1)).tolist() for k, v in kept.items()}
-            ess = float(min(np.min(az.ess(v)) for v in kept.values()))  # min bulk ESS (arviz)
+            ess = float(min(float(v.min()) for v in  # min bulk ESS over scalars (arviz)
+                            az.ess(az.convert_to_dataset(kept)).data_vars.values()))
             divergences = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
         out[side] = dict(first_run_s=times[0], second_run_s=times[1], means=means,
                          min_bulk_ess=ess, divergences=divergences,
@@ -394,12 +395,17 @@ def main(argv=None):
     results = (bench_reaction_diffusion((16, 32) if quick else (16, 32, 64, 128), rounds, calls)
                + bench_neural_ode((2.0, 8.0) if quick else (2.0, 4.0, 8.0, 16.0), rounds, calls)
                + bench_lotka_volterra(tolerances, rounds, calls * 4)
-               + bench_compile(1 if quick else 2, (False,) if quick else (False, True)))
-    if not quick:
-        results.append(bench_posterior(500, 500, 2))
+               + bench_compile(1 if quick else 3, (False,) if quick else (False, True)))
     loc = ode_loc.counts()
     print(f"loop lines of code: effppl {loc['effppl']} / Diffrax {loc['diffrax']} "
           f"({loc['effppl'] / loc['diffrax'] - 1:+.0%})")
+    save(out, quick, start, results, loc)
+    if not quick:  # (the sweeps are saved first: the posterior runs take longest)
+        results.append(bench_posterior(500, 500, 2))
+        save(out, quick, start, results, loc)
+
+
+def save(out, quick, start, results, loc):
     import diffrax
     payload = dict(schema="effppl-ode-bench/1", quick=quick, machine=platform.machine(),
                    processor=platform.processor(), jax=jax.__version__,
