@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from . import _runtime
 from . import effects as fx
 from .effects import internal
-from .primitives import SiteError, _outside_handlers, check_name
+from .primitives import SiteError, _outside_handlers, check_name, given_value
 
 __all__ = ["mutable", "mutable_op"]
 
@@ -72,15 +72,20 @@ def mutable(name: str, init_value: Any = None):
     **Arguments:**
     - `name`: the site name (str).
     - `init_value`: a pytree of arrays (a dict of arrays, typically): the value when no handler
-      gives one. effppl needs it to know the value's shapes.
+      gives one. effppl needs it to know the value's shapes; or None (NumPyro's placeholder):
+      then the value a handler gives (`substitute`, SVI's state from the previous step), or
+      None when none gives one, so the caller creates the state and calls `mutable(name,
+      state)` (as NumPyro's `flax_module` does with its `name + "$state"`).
 
     **Returns:** the value, a fresh pytree of `init_value`'s structure (or `init_value` itself
     outside any handler, as in NumPyro). Change it in place (`state["mean"] = ...`), keeping its
     keys and shapes: `trace` records the value the model leaves (`type: "mutable"`), and
     `effppl.infer.SVI` keeps it in `SVIState.mutable_state`, giving it back at the next step
-    (gradients do not flow through it).
+    (gradients do not flow through it). With `init_value=None` and no value given: None, and no
+    site is recorded (NumPyro records one whose value is None, unless a later `mutable` call of
+    the same name overwrites it).
 
-    **Raises:** `SiteError` naming the site for an `init_value` that is None or not arrays, a
+    **Raises:** `SiteError` naming the site for an `init_value` that is not arrays, a
     call inside a loop, branch, `jit` or `vmap` of the model (call it at the top level), and a
     value whose keys or shapes the model changed.
 
@@ -99,21 +104,23 @@ def mutable(name: str, init_value: Any = None):
     5.0
     """
     check_name("mutable", name)
-    if init_value is None:
-        raise SiteError(f"effppl.mutable({name!r}) expected an `init_value` (a pytree of "
-                        f"arrays): effppl needs it to know the value's shapes while tracing.")
     runtime = _runtime.state()
     if not runtime.depth:
         return init_value
+    if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
+        raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
+                        f"`vmap` of the model: call it at the model's top level (its value is "
+                        f"recorded when the model returns).")
+    if init_value is None:
+        given = given_value("mutable", name)  # `substitute` (SVI's state) gives the value
+        if given is None:
+            return None  # as NumPyro's: the caller creates the state, `mutable(name, state)`
+        init_value = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), given)
     try:
         init_value = jax.tree.map(jnp.asarray, init_value)
     except TypeError:
         raise SiteError(f"effppl.mutable({name!r}, init_value) expected a pytree of arrays, but "
                         f"got {init_value!r:.60}.") from None
-    if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
-        raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
-                        f"`vmap` of the model: call it at the model's top level (its value is "
-                        f"recorded when the model returns).")
     value = mutable_op(init_value, name=name, final=False)
     leaves, tree = jax.tree.flatten(value)
     runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
