@@ -45,7 +45,10 @@ def close_frame(frame: list) -> None:
     """Perform the final value of each mutable site the model of `frame` created (call it at the
     end of the handler body, in its trace), then forget them."""
     drop_frame(frame)
-    for name, value, tree, avals in frame:
+    for name, value, tree, avals, returned, caller in frame:
+        if caller is not None and _unchanged(value, returned) \
+                and not _unchanged(caller[0], caller[1]):
+            value = caller[0]  # NumPyro returns the caller's own pytree: it changed that one
         leaves, now = jax.tree.flatten(value)
         same = now == tree and all(jnp.shape(x) == a.shape for x, a in zip(leaves, avals))
         if not same:
@@ -54,6 +57,12 @@ def close_frame(frame: list) -> None:
                             f"keeping its keys and shapes (as they are carried from step to step).")
         leaves = [jnp.asarray(x, a.dtype) for x, a in zip(leaves, avals)]
         mutable_op(tree.unflatten(leaves), name=name, final=True)
+
+
+def _unchanged(tree, leaves) -> bool:
+    """Whether `tree` still holds exactly the objects `leaves` (it was changed in place else)."""
+    now = jax.tree.leaves(tree)
+    return len(now) == len(leaves) and all(a is b for a, b in zip(now, leaves))
 
 
 def drop_frame(frame: list) -> None:
@@ -79,7 +88,10 @@ def mutable(name: str, init_value: Any = None):
 
     **Returns:** the value, a fresh pytree of `init_value`'s structure (or `init_value` itself
     outside any handler, as in NumPyro). Change it in place (`state["mean"] = ...`), keeping its
-    keys and shapes: `trace` records the value the model leaves (`type: "mutable"`), and
+    keys and shapes (when no handler gives the value, a caller that changes its `init_value` in
+    place instead, as NumPyro's `flax_module` does, changes the site's value too, as in NumPyro,
+    where the value is then `init_value` itself): `trace` records the value the model leaves
+    (`type: "mutable"`), and
     `effppl.infer.SVI` keeps it in `SVIState.mutable_state`, giving it back at the next step
     (gradients do not flow through it). With `init_value=None` and no value given: None, and no
     site is recorded (NumPyro records one whose value is None, unless a later `mutable` call of
@@ -111,11 +123,14 @@ def mutable(name: str, init_value: Any = None):
         raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
                         f"`vmap` of the model: call it at the model's top level (its value is "
                         f"recorded when the model returns).")
+    given = given_value("mutable", name)  # `substitute` (SVI's state) gives the value
     if init_value is None:
-        given = given_value("mutable", name)  # `substitute` (SVI's state) gives the value
         if given is None:
             return None  # as NumPyro's: the caller creates the state, `mutable(name, state)`
         init_value = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), given)
+    # NumPyro returns `init_value` itself when no handler gives a value: a caller that changes
+    # its own pytree in place (NumPyro's `flax_module`) changes the site's value
+    caller = (init_value, jax.tree.leaves(init_value)) if given is None else None
     try:
         init_value = jax.tree.map(jnp.asarray, init_value)
     except TypeError:
@@ -123,5 +138,6 @@ def mutable(name: str, init_value: Any = None):
                         f"got {init_value!r:.60}.") from None
     value = mutable_op(init_value, name=name, final=False)
     leaves, tree = jax.tree.flatten(value)
-    runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
+    runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves],
+                                       leaves, caller))
     return value

@@ -162,3 +162,38 @@ def test_a_placeholder_in_a_loop_is_an_error_naming_the_site():
         jax.lax.scan(step, 0.0, y)
     with pytest.raises(effppl.SiteError, match="mutable\\('s'\\) was called inside a loop"):
         trace(in_a_loop).get_trace(jnp.ones(2))
+
+
+def _flax_like_model(ppl):
+    """NumPyro's `flax_module` pattern: the state created behind the placeholder is registered
+    with `mutable(name, state)`, whose result is not used; the caller changes its own dict."""
+    def model(y):
+        mutable = effppl.mutable if ppl is effppl else numpyro.primitives.mutable
+        stats = mutable("stats")
+        if stats is None:
+            stats = {"mean": jnp.zeros(()), "count": jnp.zeros(())}
+            mutable("stats", stats)  # NumPyro returns `stats` itself
+        mu = ppl.sample("mu", dist.Normal(0.0, 10.0))
+        with ppl.plate("n", y.shape[0]):
+            ppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        stats.update(mean=0.9 * stats["mean"] + 0.1 * mu, count=stats["count"] + 1.0)
+    return model
+
+
+def test_a_state_changed_by_its_creator_is_recorded_as_numpyro():
+    y = jnp.ones(3)
+    given = {"mu": jnp.array(1.5)}
+    ours = trace(substitute(_flax_like_model(effppl), data=given)).get_trace(y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.substitute(
+        _flax_like_model(numpyro), data=given)).get_trace(y)
+    _close_state(ours["stats"]["value"], theirs["stats"]["value"])
+    np.testing.assert_allclose(ours["stats"]["value"]["count"], 1.0)
+    runs = []
+    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
+        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
+        svi = svi_class(_flax_like_model(ppl), _normal_guide(ppl), optax.adam(0.05), loss)
+        runs.append(svi.run(jax.random.PRNGKey(0), 10, y, progress_bar=False))
+    ours, theirs = runs
+    np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
+    _close_state(ours.state.mutable_state["stats"], theirs.state.mutable_state["stats"])
+    np.testing.assert_allclose(ours.state.mutable_state["stats"]["count"], 11.0)
