@@ -21,7 +21,14 @@ import jax.numpy as jnp
 from . import _runtime
 from . import effects as fx
 from .effects import internal
-from .primitives import SiteError, _outside_handlers, check_name, given_value
+from .primitives import (
+    SiteError,
+    _outside_handlers,
+    check_eager_trace,
+    check_name,
+    eager_blocks,
+    given_value,
+)
 
 __all__ = ["mutable", "mutable_op"]
 
@@ -95,7 +102,9 @@ def mutable(name: str, init_value: Any = None):
     `effppl.infer.SVI` keeps it in `SVIState.mutable_state`, giving it back at the next step
     (gradients do not flow through it). With `init_value=None` and no value given: None, and no
     site is recorded (NumPyro records one whose value is None, unless a later `mutable` call of
-    the same name overwrites it).
+    the same name overwrites it). Under `with` blocks entered outside any model (`with
+    substitute(data=...), trace():`), the blocks give the value and record it as it is created
+    (NumPyro's trace holds the pytree itself, so it also shows the changes made later).
 
     **Raises:** `SiteError` naming the site for an `init_value` that is not arrays, a
     call inside a loop, branch, `jit` or `vmap` of the model (call it at the top level), and a
@@ -118,7 +127,14 @@ def mutable(name: str, init_value: Any = None):
     check_name("mutable", name)
     runtime = _runtime.state()
     if not runtime.depth:
-        return init_value
+        if not eager_blocks():
+            return init_value
+        # `with substitute(...), trace():` blocks outside any model (NumPyro's eager use): the
+        # blocks give and record the value it is created with
+        check_eager_trace(f"Mutable site `{name}`")
+        given = given_value("mutable", name)
+        value = _runtime.run_eager(lambda: mutable(name, init_value))
+        return value if given is not None else init_value
     if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
         raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
                         f"`vmap` of the model: call it at the model's top level (its value is "

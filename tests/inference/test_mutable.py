@@ -197,3 +197,29 @@ def test_a_state_changed_by_its_creator_is_recorded_as_numpyro():
     np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
     _close_state(ours.state.mutable_state["stats"], theirs.state.mutable_state["stats"])
     np.testing.assert_allclose(ours.state.mutable_state["stats"]["count"], 11.0)
+
+
+@pytest.mark.parametrize("placeholder", [True, False])
+def test_eager_blocks_give_and_record_a_mutable_site_as_numpyro(placeholder):
+    nm = numpyro.primitives.mutable
+    given = {"s": {"m": jnp.ones(2)}}
+    runs = []
+    for mutable, subs, tr in ((effppl.mutable, substitute, trace),
+                              (nm, numpyro.handlers.substitute, numpyro.handlers.trace)):
+        with subs(data=given), tr() as recorded:
+            value = mutable("s") if placeholder else mutable("s", {"m": jnp.zeros(2)})
+        runs.append((value, recorded))
+    (ours, our_tr), (theirs, their_tr) = runs
+    np.testing.assert_allclose(ours["m"], theirs["m"])
+    np.testing.assert_allclose(ours["m"], 1.0)
+    assert our_tr["s"]["type"] == their_tr["s"]["type"] == "mutable"
+    np.testing.assert_allclose(our_tr["s"]["value"]["m"], their_tr["s"]["value"]["m"])
+    # nothing given: the placeholder is None, and a value given by the caller is returned itself
+    init = {"m": jnp.zeros(2)}
+    with trace() as our_tr:
+        assert effppl.mutable("s") is None
+        assert effppl.mutable("s", init) is init
+    with numpyro.handlers.trace() as their_tr:
+        assert nm("s") is None
+        assert nm("s", init) is init
+    np.testing.assert_allclose(our_tr["s"]["value"]["m"], their_tr["s"]["value"]["m"])
