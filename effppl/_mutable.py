@@ -21,7 +21,14 @@ import jax.numpy as jnp
 from . import _runtime
 from . import effects as fx
 from .effects import internal
-from .primitives import SiteError, _outside_handlers, check_name
+from .primitives import (
+    SiteError,
+    _outside_handlers,
+    check_eager_trace,
+    check_name,
+    eager_blocks,
+    given_value,
+)
 
 __all__ = ["mutable", "mutable_op"]
 
@@ -45,7 +52,10 @@ def close_frame(frame: list) -> None:
     """Perform the final value of each mutable site the model of `frame` created (call it at the
     end of the handler body, in its trace), then forget them."""
     drop_frame(frame)
-    for name, value, tree, avals in frame:
+    for name, value, tree, avals, returned, caller in frame:
+        if caller is not None and _unchanged(value, returned) \
+                and not _unchanged(caller[0], caller[1]):
+            value = caller[0]  # NumPyro returns the caller's own pytree: it changed that one
         leaves, now = jax.tree.flatten(value)
         same = now == tree and all(jnp.shape(x) == a.shape for x, a in zip(leaves, avals))
         if not same:
@@ -54,6 +64,12 @@ def close_frame(frame: list) -> None:
                             f"keeping its keys and shapes (as they are carried from step to step).")
         leaves = [jnp.asarray(x, a.dtype) for x, a in zip(leaves, avals)]
         mutable_op(tree.unflatten(leaves), name=name, final=True)
+
+
+def _unchanged(tree, leaves) -> bool:
+    """Whether `tree` still holds exactly the objects `leaves` (it was changed in place else)."""
+    now = jax.tree.leaves(tree)
+    return len(now) == len(leaves) and all(a is b for a, b in zip(now, leaves))
 
 
 def drop_frame(frame: list) -> None:
@@ -72,15 +88,25 @@ def mutable(name: str, init_value: Any = None):
     **Arguments:**
     - `name`: the site name (str).
     - `init_value`: a pytree of arrays (a dict of arrays, typically): the value when no handler
-      gives one. effppl needs it to know the value's shapes.
+      gives one. effppl needs it to know the value's shapes; or None (NumPyro's placeholder):
+      then the value a handler gives (`substitute`, SVI's state from the previous step), or
+      None when none gives one, so the caller creates the state and calls `mutable(name,
+      state)` (as NumPyro's `flax_module` does with its `name + "$state"`).
 
     **Returns:** the value, a fresh pytree of `init_value`'s structure (or `init_value` itself
     outside any handler, as in NumPyro). Change it in place (`state["mean"] = ...`), keeping its
-    keys and shapes: `trace` records the value the model leaves (`type: "mutable"`), and
+    keys and shapes (when no handler gives the value, a caller that changes its `init_value` in
+    place instead, as NumPyro's `flax_module` does, changes the site's value too, as in NumPyro,
+    where the value is then `init_value` itself): `trace` records the value the model leaves
+    (`type: "mutable"`), and
     `effppl.infer.SVI` keeps it in `SVIState.mutable_state`, giving it back at the next step
-    (gradients do not flow through it).
+    (gradients do not flow through it). With `init_value=None` and no value given: None, and no
+    site is recorded (NumPyro records one whose value is None, unless a later `mutable` call of
+    the same name overwrites it). Under `with` blocks entered outside any model (`with
+    substitute(data=...), trace():`), the blocks give the value and record it as it is created
+    (NumPyro's trace holds the pytree itself, so it also shows the changes made later).
 
-    **Raises:** `SiteError` naming the site for an `init_value` that is None or not arrays, a
+    **Raises:** `SiteError` naming the site for an `init_value` that is not arrays, a
     call inside a loop, branch, `jit` or `vmap` of the model (call it at the top level), and a
     value whose keys or shapes the model changed.
 
@@ -99,22 +125,35 @@ def mutable(name: str, init_value: Any = None):
     5.0
     """
     check_name("mutable", name)
-    if init_value is None:
-        raise SiteError(f"effppl.mutable({name!r}) expected an `init_value` (a pytree of "
-                        f"arrays): effppl needs it to know the value's shapes while tracing.")
     runtime = _runtime.state()
     if not runtime.depth:
-        return init_value
+        if not eager_blocks():
+            return init_value
+        # `with substitute(...), trace():` blocks outside any model (NumPyro's eager use): the
+        # blocks give and record the value it is created with
+        check_eager_trace(f"Mutable site `{name}`")
+        given = given_value("mutable", name)
+        value = _runtime.run_eager(lambda: mutable(name, init_value))
+        return value if given is not None else init_value
+    if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
+        raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
+                        f"`vmap` of the model: call it at the model's top level (its value is "
+                        f"recorded when the model returns).")
+    given = given_value("mutable", name)  # `substitute` (SVI's state) gives the value
+    if init_value is None:
+        if given is None:
+            return None  # as NumPyro's: the caller creates the state, `mutable(name, state)`
+        init_value = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), given)
+    # NumPyro returns `init_value` itself when no handler gives a value: a caller that changes
+    # its own pytree in place (NumPyro's `flax_module`) changes the site's value
+    caller = (init_value, jax.tree.leaves(init_value)) if given is None else None
     try:
         init_value = jax.tree.map(jnp.asarray, init_value)
     except TypeError:
         raise SiteError(f"effppl.mutable({name!r}, init_value) expected a pytree of arrays, but "
                         f"got {init_value!r:.60}.") from None
-    if not runtime.handler_traces or runtime.handler_traces[-1] is not internal.current_trace():
-        raise SiteError(f"effppl.mutable({name!r}) was called inside a loop, branch, `jit` or "
-                        f"`vmap` of the model: call it at the model's top level (its value is "
-                        f"recorded when the model returns).")
     value = mutable_op(init_value, name=name, final=False)
     leaves, tree = jax.tree.flatten(value)
-    runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves]))
+    runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves],
+                                       leaves, caller))
     return value

@@ -18,6 +18,7 @@ from jax._src import effects as _effects
 from jax._src.ad_util import Zero  # a symbolic zero tangent
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
+from jax._src.lax import lax as _lax
 from jax._src.util import split_list  # noqa: F401  (re-exported for the rules)
 from jax.core import ShapedArray, Tracer, eval_jaxpr
 from jax.extend import linear_util as _lu
@@ -117,6 +118,12 @@ def abstractify(x: Any) -> ShapedArray:
         return ShapedArray(x.shape, x.dtype)
     aval = typeof(x)
     return ShapedArray(aval.shape, aval.dtype)
+
+
+def weaken(x: Any):
+    """`x` (an array or tracer) weakly typed, as a Python scalar of its dtype would be: JAX's
+    loops then promote it to a carry's type as they do a Python scalar (`lax.scan`)."""
+    return _lax._convert_element_type(x, weak_type=True)
 
 
 def _trace_flat(fn: Callable, args: Sequence[Any], name: str):

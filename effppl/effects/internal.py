@@ -9,12 +9,14 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
   control flow is named nowhere else), `iter_eqns`, `exclusive`, `Perform`, `Loop`, `SiteKey`,
   `perform_p` (to recognise a perform equation).
 - Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
-  (which arguments are traced), `trace_to_jaxpr`, `abstractify`,
+  (which arguments are traced), `trace_to_jaxpr`, `abstractify`, `weaken` (an array weakly
+  typed, as a Python scalar),
   `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations` (no JAX
   transformation in progress), `vmap_index`, `paused_gc` (tracing a
   large program without cyclic garbage collection); `config_value` (a JAX setting in force,
   a context manager's too); `recording_sources`, `source_values` (the
-  concrete value a traced argument passed on unchanged stands for).
+  concrete value a traced argument passed on unchanged stands for), `stands_for_weak` (a traced
+  argument was weakly typed, a Python float).
 - Interpreting jaxprs: `bind_eqn`, `jaxpr_as_fun`, `jaxprs_in_params`, `Literal`,
   `summarize_source`, `scan_counts`, `scan_p` (`effppl.handlers.enum` rewrites a `scan` into its
   forward algorithm: the one place outside the translator that must know a loop primitive).
@@ -53,9 +55,10 @@ from ._compat import (
     trace_to_jaxpr,
     vmap_index,
     vmap_indices,
+    weaken,
 )
 from ._core import SiteKey, perform_p
-from ._sources import recording_sources, source_values
+from ._sources import recording_sources, source_values, stands_for_weak
 from ._translate import Rule, inline, paused_gc, register, run
 from ._values import describe_non_array, describe_non_bool
 from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
@@ -67,6 +70,6 @@ __all__ = [
     "check_no_leaked_tracers", "dce",
     "current_trace", "outside_transformations", "vmap_index", "vmap_indices", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",
-    "callable_name", "recording_sources", "source_values", "register", "Rule", "run", "inline",
-    "config_value", "initialize_cpu_linalg",
+    "callable_name", "recording_sources", "source_values", "stands_for_weak", "register", "Rule", "run", "inline",
+    "config_value", "initialize_cpu_linalg", "weaken",
 ]

@@ -246,6 +246,18 @@ def run_in_blocks(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
+def keep_weak_types(tree):
+    """`tree` with each array leaf weakly typed when the value it stands for is: a Python
+    scalar or a weakly typed array, also one an entry point or `with` block traced as a model's
+    argument (tracing makes it strongly typed; `internal.stands_for_weak` tells it). NumPyro
+    runs a model on the values themselves, so `lax.scan` there promotes such a carry to the
+    body's dtype (`init=0.0` with a float32 body); this keeps that promotion."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef.unflatten([
+        internal.weaken(x) if isinstance(x, jax.Array) and not jax.typeof(x).weak_type
+        and internal.stands_for_weak(x) else x for x in leaves])
+
+
 _runtime.install(run_eager=run_eager)  # the primitives run a site under eager blocks with it
 
 

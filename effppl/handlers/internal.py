@@ -11,6 +11,7 @@ the inference code that uses it.
   `concrete_arguments`, `check_call`.
 - **Running handlers**: `run_outermost` (a handled model under the base handler, compiled),
   `run_in_blocks` (a function run whole under the eager `with` blocks, NumPyro's `scan`),
+  `keep_weak_types` (a model argument's weak type, lost by tracing, back for `lax.scan`'s carry),
   `log_joint` (a model's result and log joint), `traced` (its result and trace, recording only the
   sites `keep` selects), `Unconstrain` (the handler giving latent sites unconstrained values).
 - **Enumeration**: `enumerated_sites`, `check_enumerable`, `with_site_configurator`,
@@ -46,6 +47,7 @@ from ._density import _Unconstrain as Unconstrain
 from ._handler import (
     call_unhandled,
     concrete_arguments,
+    keep_weak_types,
     model_name,
     run_in_blocks,
     run_outermost,
@@ -56,7 +58,7 @@ from ._trace import is_enumerated, recorded, trace
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
 
 __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
-           "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "log_joint",
+           "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "keep_weak_types", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
            "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "module", "module_param_names", "plate",

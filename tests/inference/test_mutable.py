@@ -79,3 +79,147 @@ def test_misuse_is_an_error_naming_the_site():
         trace(reshaped).get_trace()
     with pytest.raises(effppl.SiteError, match="mutable site `s`.*keys and shapes"):
         trace(substitute(reshaped, data={"s": {"b": jnp.zeros(())}})).get_trace()
+
+
+# -- `mutable(name)` with no init_value: NumPyro's placeholder --------------------------------
+
+def _placeholder_model(ppl):
+    """The model of `_model`, creating its state as NumPyro's `flax_module` does: `mutable(name)`
+    is None until the state exists; then the caller creates it with `mutable(name, state)`."""
+    def model(y):
+        mutable = effppl.mutable if ppl is effppl else numpyro.primitives.mutable
+        stats = mutable("stats")
+        if stats is None:
+            stats = mutable("stats", {"mean": jnp.zeros(()), "count": jnp.zeros(())})
+        mu = ppl.sample("mu", dist.Normal(0.0, 10.0))
+        with ppl.plate("n", y.shape[0]):
+            ppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        stats["mean"] = 0.9 * stats["mean"] + 0.1 * mu
+        stats["count"] = stats["count"] + 1.0
+    return model
+
+
+def _close_state(ours, theirs):
+    assert set(ours) == set(theirs) == {"mean", "count"}
+    for name in ours:
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-12)
+
+
+def test_a_placeholder_is_none_until_the_state_is_created_as_numpyro():
+    y = jnp.ones(3)
+    assert effppl.mutable("stats") is None and numpyro.primitives.mutable("stats") is None
+    given = {"mu": jnp.array(1.5)}
+    ours = trace(substitute(_placeholder_model(effppl), data=given)).get_trace(y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.substitute(
+        _placeholder_model(numpyro), data=given)).get_trace(y)
+    assert ours["stats"]["type"] == theirs["stats"]["type"] == "mutable"
+    _close_state(ours["stats"]["value"], theirs["stats"]["value"])
+    np.testing.assert_allclose(ours["stats"]["value"]["mean"], 0.15, rtol=1e-12)
+    # given a state (SVI's, from the previous step), the placeholder is that state
+    given = {"mu": jnp.array(1.5), "stats": {"mean": jnp.array(5.0), "count": jnp.array(2.0)}}
+    ours = trace(substitute(_placeholder_model(effppl), data=given)).get_trace(y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.substitute(
+        _placeholder_model(numpyro), data=given)).get_trace(y)
+    _close_state(ours["stats"]["value"], theirs["stats"]["value"])
+    np.testing.assert_allclose(ours["stats"]["value"]["count"], 3.0)
+    np.testing.assert_allclose(given["stats"]["count"], 2.0)  # the given state is not changed
+
+
+def test_svi_keeps_a_state_created_behind_a_placeholder_as_numpyro_does():
+    y = jnp.asarray(np.random.RandomState(1).normal(2.0, 1.0, 20))
+    runs = []
+    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
+        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
+        svi = svi_class(_placeholder_model(ppl), _normal_guide(ppl), optax.adam(0.05), loss)
+        runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
+    ours, theirs = runs
+    np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
+    for name in ("loc", "scale"):
+        np.testing.assert_allclose(ours.params[name], theirs.params[name], rtol=1e-5)
+    assert set(ours.state.mutable_state) == set(theirs.state.mutable_state) == {"stats"}
+    for name in ("mean", "count"):
+        np.testing.assert_allclose(ours.state.mutable_state["stats"][name],
+                                   theirs.state.mutable_state["stats"][name], rtol=1e-5)
+    np.testing.assert_allclose(ours.state.mutable_state["stats"]["count"], 31.0)
+
+
+def test_a_placeholder_never_created_records_no_site():
+    # NumPyro records a mutable site whose value is None; effppl has no value to record
+    def model(mutable):
+        return lambda: mutable("stats")
+    ours = trace(model(effppl.mutable)).get_trace()
+    theirs = numpyro.handlers.trace(model(numpyro.primitives.mutable)).get_trace()
+    assert "stats" not in ours
+    assert theirs["stats"]["value"] is None
+    assert seed(model(effppl.mutable), 0)() is None
+
+
+def test_a_placeholder_in_a_loop_is_an_error_naming_the_site():
+    def in_a_loop(y):
+        def step(c, y_t):
+            effppl.mutable("s")
+            return c, None
+        jax.lax.scan(step, 0.0, y)
+    with pytest.raises(effppl.SiteError, match="mutable\\('s'\\) was called inside a loop"):
+        trace(in_a_loop).get_trace(jnp.ones(2))
+
+
+def _flax_like_model(ppl):
+    """NumPyro's `flax_module` pattern: the state created behind the placeholder is registered
+    with `mutable(name, state)`, whose result is not used; the caller changes its own dict."""
+    def model(y):
+        mutable = effppl.mutable if ppl is effppl else numpyro.primitives.mutable
+        stats = mutable("stats")
+        if stats is None:
+            stats = {"mean": jnp.zeros(()), "count": jnp.zeros(())}
+            mutable("stats", stats)  # NumPyro returns `stats` itself
+        mu = ppl.sample("mu", dist.Normal(0.0, 10.0))
+        with ppl.plate("n", y.shape[0]):
+            ppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+        stats.update(mean=0.9 * stats["mean"] + 0.1 * mu, count=stats["count"] + 1.0)
+    return model
+
+
+def test_a_state_changed_by_its_creator_is_recorded_as_numpyro():
+    y = jnp.ones(3)
+    given = {"mu": jnp.array(1.5)}
+    ours = trace(substitute(_flax_like_model(effppl), data=given)).get_trace(y)
+    theirs = numpyro.handlers.trace(numpyro.handlers.substitute(
+        _flax_like_model(numpyro), data=given)).get_trace(y)
+    _close_state(ours["stats"]["value"], theirs["stats"]["value"])
+    np.testing.assert_allclose(ours["stats"]["value"]["count"], 1.0)
+    runs = []
+    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
+        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
+        svi = svi_class(_flax_like_model(ppl), _normal_guide(ppl), optax.adam(0.05), loss)
+        runs.append(svi.run(jax.random.PRNGKey(0), 10, y, progress_bar=False))
+    ours, theirs = runs
+    np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
+    _close_state(ours.state.mutable_state["stats"], theirs.state.mutable_state["stats"])
+    np.testing.assert_allclose(ours.state.mutable_state["stats"]["count"], 11.0)
+
+
+@pytest.mark.parametrize("placeholder", [True, False])
+def test_eager_blocks_give_and_record_a_mutable_site_as_numpyro(placeholder):
+    nm = numpyro.primitives.mutable
+    given = {"s": {"m": jnp.ones(2)}}
+    runs = []
+    for mutable, subs, tr in ((effppl.mutable, substitute, trace),
+                              (nm, numpyro.handlers.substitute, numpyro.handlers.trace)):
+        with subs(data=given), tr() as recorded:
+            value = mutable("s") if placeholder else mutable("s", {"m": jnp.zeros(2)})
+        runs.append((value, recorded))
+    (ours, our_tr), (theirs, their_tr) = runs
+    np.testing.assert_allclose(ours["m"], theirs["m"])
+    np.testing.assert_allclose(ours["m"], 1.0)
+    assert our_tr["s"]["type"] == their_tr["s"]["type"] == "mutable"
+    np.testing.assert_allclose(our_tr["s"]["value"]["m"], their_tr["s"]["value"]["m"])
+    # nothing given: the placeholder is None, and a value given by the caller is returned itself
+    init = {"m": jnp.zeros(2)}
+    with trace() as our_tr:
+        assert effppl.mutable("s") is None
+        assert effppl.mutable("s", init) is init
+    with numpyro.handlers.trace() as their_tr:
+        assert nm("s") is None
+        assert nm("s", init) is init
+    np.testing.assert_allclose(our_tr["s"]["value"]["m"], their_tr["s"]["value"]["m"])
