@@ -205,3 +205,87 @@ def test_subsampling_raises_as_numpyros():
     svi = SVI(ours, autoguide.AutoDAIS(ours), optax.adam(0.01), Trace_ELBO())
     with pytest.raises(NotImplementedError, match="AutoSemiDAIS"):
         svi.init(jax.random.PRNGKey(0))
+
+
+# -- AutoSemiDAIS: global `theta`, local `tau` in a subsampled plate ---------------------------
+
+YS = np.array([0.3, 1.2, -0.4, 0.9, 2.1, 0.0, 1.5, -1.0])
+
+
+class GlobalGuide:
+    """A hand-written guide of `theta` with a `.model` (one key per run, in both libraries)."""
+
+    def __init__(self, model, sample, param):
+        self.model, self.sample, self.param = model, sample, param
+
+    def __call__(self):
+        loc = self.param("theta_loc", 0.3)
+        scale = self.param("theta_scale", 0.5, constraint=dist.constraints.positive)
+        return {"theta": self.sample("theta", dist.Normal(loc, scale))}
+
+
+def _semi(sample, param, plate):
+    def global_model():
+        return sample("theta", dist.Normal(0.0, 1.0))
+
+    def local_model(theta):
+        with plate("data", 8, subsample_size=3) as idx:
+            tau = sample("tau", dist.Gamma(5.0, 5.0))
+            sample("obs", dist.Normal(theta, tau), obs=jnp.asarray(YS)[idx])
+
+    return (lambda: local_model(global_model())), local_model, GlobalGuide(global_model, sample,
+                                                                           param)
+
+
+def _semi_both(**settings):
+    model, local_model, global_guide = _semi(effppl.sample, effppl.param, effppl.plate)
+    np_model, np_local, np_global = _semi(numpyro.sample, numpyro.param, numpyro.plate)
+    guide = autoguide.AutoSemiDAIS(model, local_model, global_guide, **settings)
+    np_guide = numpyro_autoguide.AutoSemiDAIS(np_model, np_local, np_global, **settings)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0)))
+    np_svi = numpyro.infer.SVI(np_model, np_guide, numpyro.optim.Adam(0.01),
+                               numpyro.infer.Trace_ELBO())
+    np_params = np_svi.get_params(np_svi.init(jax.random.PRNGKey(0)))
+    return (model, guide, params), (np_model, np_guide, np_params)
+
+
+@pytest.mark.parametrize("use_global_dais_params", [False, True])
+def test_semi_dais_params_after_init_are_numpyros(use_global_dais_params):
+    (_, _, params), (_, _, np_params) = _semi_both(K=3,
+                                                   use_global_dais_params=use_global_dais_params)
+    assert {k: v.shape for k, v in params.items()} == {k: v.shape for k, v in np_params.items()}
+    n, k = (8,), (8, 3)
+    if use_global_dais_params:
+        n, k = (), (3,)
+    assert params["auto_eta0"].shape == n and params["auto_beta_increments"].shape == k
+    assert params["auto_z_0_loc"].shape == (8, 1)
+    for name, value in np_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.xfail(strict=True, reason="AutoSemiDAIS's annealed local draw differs from "
+                   "NumPyro's at the same params and key (the indices, base draws and momenta "
+                   "agree): not found yet")
+def test_semi_dais_loss_at_the_same_params_and_key_is_numpyros():
+    (model, guide, _), (np_model, np_guide, np_params) = _semi_both(K=3)
+    moved = dict(np_params, auto_eta0=np_params["auto_eta0"] * 4,
+                 auto_z_0_loc=np_params["auto_z_0_loc"] + 0.2,
+                 auto_z_0_scale=np_params["auto_z_0_scale"] * 3)
+    loss = Trace_ELBO().loss(jax.random.PRNGKey(1), moved, model, guide)
+    np_loss = numpyro.infer.Trace_ELBO().loss(jax.random.PRNGKey(1), moved, np_model, np_guide)
+    np.testing.assert_allclose(loss, np_loss, rtol=1e-10)
+
+
+@pytest.mark.parametrize("settings, argument", [
+    ({"K": 0}, "K"), ({"eta_init": 0.5}, "eta_init"), ({"gamma_init": 1.5}, "gamma_init"),
+    ({"init_scale": -1.0}, "init_scale"), ({"subsample_plate": 3}, "subsample_plate"),
+    ({"use_global_dais_params": "yes"}, "use_global_dais_params"),
+    ({"local_guide": lambda theta: None}, "local_guide"),
+])
+def test_semi_dais_bad_settings_raise_errors_naming_the_argument(settings, argument):
+    model, local_model, global_guide = _semi(effppl.sample, effppl.param, effppl.plate)
+    with pytest.raises(AutoGuideError, match=rf"AutoSemiDAIS\({argument}="):
+        autoguide.AutoSemiDAIS(model, local_model, global_guide, **settings)
+    with pytest.raises(AutoGuideError, match=r"AutoSemiDAIS\(local_model="):
+        autoguide.AutoSemiDAIS(model, None, global_guide)

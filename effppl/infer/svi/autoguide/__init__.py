@@ -23,7 +23,7 @@ from ._continuous import (
     AutoLowRankMultivariateNormal,
     AutoMultivariateNormal,
 )
-from ._dais import AutoDAIS
+from ._dais import AutoDAIS, AutoSemiDAIS
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._flows import AutoBNAFNormal, AutoIAFNormal
 from ._laplace import AutoLaplaceApproximation
@@ -34,5 +34,5 @@ __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagon
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
            "AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal",
            "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoDAIS",
-           "AutoGuideList",
+           "AutoSemiDAIS", "AutoGuideList",
            "AutoGuideError", "MissingParamError", "ParamTypeError"]

@@ -17,20 +17,26 @@ site), so that the ELBO is the DAIS bound on the model's evidence.
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
+from numpyro.distributions.transforms import biject_to
 
 from .... import handlers
 from ....handlers import internal as ppl
 from ....handlers import unconstrained_log_density
 from ..._init import init_to_uniform
 from . import _plates as plates_
+from ._base import AutoGuide
 from ._continuous import AutoContinuous
 from ._errors import AutoGuideError
+from ._sites import fixed_supports
 
-__all__ = ["AutoDAIS"]
+__all__ = ["AutoDAIS", "AutoSemiDAIS"]
 
 
 def _number(value) -> bool:
@@ -249,3 +255,275 @@ class AutoDAIS(_DAISSettings, AutoContinuous):
     def get_posterior(self, params):
         """Not defined (`NotImplementedError`, as NumPyro's): use `sample_posterior`."""
         raise self._not_defined("closed-form posterior")
+
+
+class _LocalPlan(NamedTuple):
+    """Where `AutoSemiDAIS`'s local latent sites sit: the subsample plate (name, full size N,
+    subsample size), and each local site's name, axis of the plate (negative, in its
+    unconstrained value), per-data-point shape and size (D the sum)."""
+
+    plate: str
+    size: int
+    subsample_size: int
+    sites: tuple          # ((name, axis, point_shape, point_size), ...), in the model's order
+    supports: dict        # {name: support}
+
+    @property
+    def dim(self) -> int:
+        return sum(n for _, _, _, n in self.sites)
+
+    def pack(self, values: dict):
+        """`{site: (..., subsample at axis, ...)}` -> `(subsample, D)`."""
+        return jnp.concatenate([jnp.reshape(jnp.moveaxis(values[name], axis, 0),
+                                            (self.subsample_size, n))
+                                for name, axis, _, n in self.sites], axis=-1)
+
+    def unpack(self, z) -> dict:
+        """`(subsample, D)` -> `{site: value}`, the plate's axis where the site has it."""
+        out, start = {}, 0
+        for name, axis, point_shape, n in self.sites:
+            piece = z[:, start:start + n].reshape((self.subsample_size,) + point_shape)
+            out[name] = jnp.moveaxis(piece, 0, axis)
+            start += n
+        return out
+
+
+class AutoSemiDAIS(_DAISSettings, AutoGuide):
+    """Semi-parametric DAIS for models with global and local latent sites (NumPyro's
+    `AutoSemiDAIS`): the global sites from `global_guide`, and the local sites of the one
+    subsampled plate (N data points, a subsample of B) by K annealed HMC steps per data point
+    (as `AutoDAIS`, its module docstring), from a base normal per data point (or from
+    `local_guide`), towards the local posterior given the global draw. Works with data
+    subsampling, unlike `AutoDAIS`; the ELBO is a locally enhanced bound (Geffner and Domke).
+
+    **Arguments:** `model`: the whole model, whose local sites sit in one subsampled
+    `effppl.plate`; `local_model`: the part of the model with the local sites, a function of
+    what `global_guide.model` returns (of the model's arguments when `global_guide` is None);
+    `global_guide`: a guide of the global sites whose `.model` is the global part of the model
+    (e.g. `AutoNormal(global_model)`), or None for a model without global sites; `local_guide`:
+    None, or a guide of the local sites (a function of the same arguments as `local_model`,
+    entering the same plate), whose draw and density give the base of the annealing; `prefix`;
+    `K` (int >= 1, default 4); `eta_init`, `eta_max`, `gamma_init`, `init_scale`: as
+    `AutoDAIS`; `subsample_plate`: the name of the plate of the local sites, needed when no
+    plate subsamples (or several plates exist); `use_global_dais_params` (bool, default False):
+    one set of step params for all data points instead of one per data point;
+    `forward_mode_differentiation`: accepted, as NumPyro's.
+
+    **Params** (N the plate's full size, D the local sites' size per data point), besides the
+    global guide's (and the local guide's): `{prefix}_eta0`, `{prefix}_eta_coeff`,
+    `{prefix}_gamma` `(N,)`, `{prefix}_beta_increments` `(N, K)`, `{prefix}_mass_matrix` `(N,
+    D)` (with `use_global_dais_params`: `()`, `()`, `()`, `(K,)`, `(D,)`); without a local
+    guide, `{prefix}_z_0_loc` `(N, D)` (initially 0) and `{prefix}_z_0_scale` `(N, D)`
+    (positive, initially `init_scale`). Per data point params are read at the subsample's rows.
+
+    The annealing target of the local sites is `local_model` at the subsample (its plate given
+    the guide's indices), its params at their initial values (NumPyro's reads the fitted ones).
+    The local sites' supports must not depend on other values (they are mapped with their
+    supports, as NumPyro's prototype's). `gamma_init` is used (NumPyro's `AutoSemiDAIS` starts
+    `gamma` at 0.9 whatever `gamma_init` is).
+
+    **Raises:** `AutoGuideError` (a `ValueError`) naming the argument for a bad setting (as
+    `AutoDAIS`), `local_model`, `global_guide` or `local_guide` not callable, `subsample_plate`
+    not a str; when the guide first runs, `AutoGuideError` when the model has not exactly one
+    subsample plate (NumPyro's assertion), no local site in it (NumPyro's `RuntimeError`), or a
+    local site whose support depends on other values. `median` and `quantiles` raise
+    `NotImplementedError`, as NumPyro's.
+
+    **Status (experimental):** the params' names, shapes and initial values, the subsample
+    indices, the base draws and the momenta equal NumPyro's at the same params and key, but the
+    final local draw (hence the ELBO) does not yet: a difference in the annealed local steps
+    is not found. `local_guide` is not supported yet (an `AutoGuideError`).
+
+    **References:** NumPyro's `AutoSemiDAIS`; Jankowiak and Phan (2022), "Surrogate Likelihoods
+    for Variational Annealed Importance Sampling"; Geffner and Domke (2021), "MCMC Variational
+    Inference via Uncorrected Hamiltonian Annealing"; Zhang, Hsu, Li, Finn and Grosse (2021),
+    "Differentiable Annealed Importance Sampling and the Perils of Gradient Noise"; Geffner and
+    Domke (2022), "Variational Inference with Locally Enhanced Bounds for Hierarchical Models".
+    """
+
+    def __init__(self, model, local_model, global_guide=None, local_guide=None, *,
+                 prefix="auto", K=4, eta_init=0.01, eta_max=0.1, gamma_init=0.9,
+                 init_scale=0.1, subsample_plate=None, use_global_dais_params=False,
+                 forward_mode_differentiation=False):
+        super().__init__(model, prefix=prefix)
+        name = "effppl.infer.autoguide.AutoSemiDAIS"
+        for arg, value, optional in (("local_model", local_model, False),
+                                     ("global_guide", global_guide, True),
+                                     ("local_guide", local_guide, True)):
+            if not callable(value) and not (optional and value is None):
+                raise AutoGuideError(f"{name}({arg}={value!r:.60}) expected a callable"
+                                     + (" or None." if optional else "."))
+        if global_guide is not None and not callable(getattr(global_guide, "model", None)):
+            raise AutoGuideError(f"{name}(global_guide=...) expected a guide with a `.model` "
+                                 f"(the global part of the model, e.g. `AutoNormal("
+                                 f"global_model)`), but {type(global_guide).__name__} has none.")
+        if subsample_plate is not None and not isinstance(subsample_plate, str):
+            raise AutoGuideError(f"{name}(subsample_plate={subsample_plate!r:.60}) expected the "
+                                 f"name of a plate (a str), or None.")
+        if not isinstance(use_global_dais_params, bool):
+            raise AutoGuideError(f"{name}(use_global_dais_params={use_global_dais_params!r:.60})"
+                                 f" expected a bool.")
+        if local_guide is not None:  # not yet: its params and draw need its own prototype
+            raise AutoGuideError(f"{name}(local_guide=...): a local guide is not supported yet "
+                                 f"in effppl; leave it None (a normal base per data point).")
+        self._dais_settings(K, eta_init, eta_max, gamma_init, init_scale)
+        self.local_model, self.global_guide, self.local_guide = (local_model, global_guide,
+                                                                 local_guide)
+        self.subsample_plate = subsample_plate
+        self.use_global_dais_params = use_global_dais_params
+        self.forward_mode_differentiation = bool(forward_mode_differentiation)
+
+    def _setup_prototype(self, *args, **kwargs):
+        """As `AutoGuide`'s, and the global guide's at the same arguments (so that, as in
+        NumPyro, it draws its initial values once, not at every run)."""
+        super()._setup_prototype(*args, **kwargs)
+        setup = getattr(self.global_guide, "_setup_prototype", None)
+        if setup is not None:
+            setup(*args, **kwargs)
+
+    # -- the model's structure -------------------------------------------------------------------
+
+    def _plan(self, args, kwargs) -> _LocalPlan:
+        """The subsample plate and the local sites in it (NumPyro's rules: the plate given by
+        `subsample_plate`, else the one subsampled plate, else the one plate).
+
+        **Raises:** `AutoGuideError` as the class docstring says."""
+        guide = "effppl.infer.autoguide.AutoSemiDAIS"
+        analysis = ppl.analyze_model(self.model, args, kwargs)
+        sites = self._latent_sites(args, kwargs, analysis)
+        full = {n: size for n, (size, _) in plates_.subsampled_plates(analysis).items()}
+        frames = {}
+        for site in analysis.values():
+            if site.type == "sample":
+                for frame in plates_.site_frames(site, full):
+                    frames.setdefault(frame.name, frame)
+        if self.subsample_plate is not None:
+            if self.subsample_plate not in frames:
+                raise AutoGuideError(f"{guide}(subsample_plate={self.subsample_plate!r}): the "
+                                     f"model has no sample site in a plate of that name (its "
+                                     f"plates: {sorted(frames)}).")
+            candidates = {self.subsample_plate: frames[self.subsample_plate]}
+        else:
+            candidates = ({n: f for n, f in frames.items() if f.subsampled}
+                          or dict(frames))
+        if len(candidates) != 1:
+            raise AutoGuideError(f"{guide} needs exactly one plate with data subsampling (as "
+                                 f"NumPyro's), but the model has {len(candidates)}: "
+                                 f"{sorted(candidates)}. Name the local sites' plate with "
+                                 f"`subsample_plate=...`.")
+        (plate, frame), = candidates.items()
+        local, dim = [], None
+        for name, latent in sites.items():
+            mine = next((f for f in latent.frames if f.name == plate), None)
+            if mine is None:
+                continue
+            dim = mine.dim if dim is None else dim  # the first local site's, as NumPyro's
+            event_ndim = len(latent.shape) - latent.batch_ndim
+            axis = dim - event_ndim
+            shape = list(latent.shape)
+            del shape[axis]
+            local.append((name, axis, tuple(shape), math.prod(shape)))
+        if not local:
+            raise AutoGuideError(f"{guide}: there are no local latent sites in the plate "
+                                 f"`{plate}`; AutoSemiDAIS is for models with local latent "
+                                 f"sites (use AutoDAIS).")
+        supports = fixed_supports({n: sites[n] for n, *_ in local})
+        if supports is None:
+            raise AutoGuideError(f"{guide}: a local latent site's support depends on other "
+                                 f"values (or the site has several distributions), so its "
+                                 f"draws cannot be mapped to it; give the local sites "
+                                 f"supports without parameters.")
+        return _LocalPlan(plate, frame.size, frame.subsample_size, tuple(local), supports)
+
+    def _local_args(self, args, kwargs, global_latents):
+        """The arguments of `local_model` (and `local_guide`): what the global model returns at
+        `global_latents` (hidden by `block`), or the model's arguments without a global guide."""
+        if self.global_guide is None:
+            return args, dict(kwargs)
+        model = handlers.substitute(self.global_guide.model, data=global_latents)
+        return (handlers.block(model)(*args, **kwargs),), {}
+
+    # -- the guide ---------------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        plan = self._plan(args, kwargs)
+        sites = self._latent_sites(args, kwargs)
+        self._init_key(args, kwargs, sites)
+        global_latents, z = self._sample_latent(plan, args, kwargs)
+        result = dict(global_latents)
+        local = plan.unpack(z)
+        values, log_dets = {}, {}
+        for name, u in local.items():
+            t = biject_to(plan.supports[name])
+            values[name] = t(u)
+            log_dets[name] = -jnp.sum(t.log_abs_det_jacobian(u, values[name]))
+        result.update(self._emit(values, {n: sites[n] for n in values}, log_dets))
+        return result
+
+    def _dais_params(self, plan, dtype):
+        """The step params, each read at the subsample's rows (or one set, broadcast)."""
+        p, n, b, d, K = self.prefix, plan.size, plan.subsample_size, plan.dim, self.K
+        if self.use_global_dais_params:
+            shapes = {"eta0": (), "eta_coeff": (), "gamma": (), "beta_increments": (K,),
+                      "mass_matrix": (d,)}
+            event_dims = {k: None for k in shapes}
+        else:
+            shapes = {"eta0": (n,), "eta_coeff": (n,), "gamma": (n,),
+                      "beta_increments": (n, K), "mass_matrix": (n, d)}
+            event_dims = {"eta0": 0, "eta_coeff": 0, "gamma": 0, "beta_increments": 1,
+                          "mass_matrix": 1}
+        inits = {"eta0": self.eta_init, "eta_coeff": 0.0, "gamma": self.gamma_init,
+                 "beta_increments": 1.0, "mass_matrix": 1.0}
+        supports = {"eta0": constraints.interval(0.0, self.eta_max),
+                    "eta_coeff": constraints.real, "gamma": constraints.interval(0.0, 1.0),
+                    "beta_increments": constraints.positive,
+                    "mass_matrix": constraints.positive}
+        out = {}
+        for k, shape in shapes.items():
+            value = ppl.param(f"{p}_{k}", jnp.full(shape, inits[k], dtype),
+                              constraint=supports[k], event_dim=event_dims[k])
+            batch = (b,) if k in ("eta0", "eta_coeff", "gamma") else (b, shape[-1])
+            out[k] = jnp.broadcast_to(value, batch)
+        return out
+
+    def _sample_latent(self, plan, args, kwargs):
+        """`(global latents, local latent (subsample, D))`: the global guide's draw, then the
+        annealed draw of the local sites, in NumPyro's order (the same key, the same draws)."""
+        p, n, b, d, K = self.prefix, plan.size, plan.subsample_size, plan.dim, self.K
+        if self.global_guide is not None:
+            global_latents = self.global_guide(*args, **kwargs)
+        else:
+            global_latents = {}
+        local_args, local_kwargs = self._local_args(args, kwargs, global_latents)
+        dtype = jnp.result_type(float)
+        with ppl.plate(plan.plate, n, subsample_size=b) as idx:
+            step = self._dais_params(plan, dtype)
+            betas = jnp.cumsum(step["beta_increments"], axis=-1)
+            betas = betas / betas[..., -1:]
+            mass = step["mass_matrix"]
+            local_model = handlers.substitute(self.local_model, data={plan.plate: idx})
+            loc = ppl.param(f"{p}_z_0_loc", jnp.zeros((n, d), dtype), event_dim=1)
+            scale = ppl.param(f"{p}_z_0_scale", jnp.full((n, d), self.init_scale, dtype),
+                              constraint=constraints.positive, event_dim=1)
+            base = dist.Normal(loc, scale).to_event(1)
+            z_0 = ppl.sample(f"{p}_z_0", base, infer={"is_auxiliary": True})
+
+            def base_log_prob(z):
+                return jnp.sum(base.log_prob(z))
+
+            eps = ppl.sample(f"{p}_momentum", dist.Normal(0.0, mass[..., None])
+                             .expand((b, d, K)).to_event(2).mask(False),
+                             infer={"is_auxiliary": True})
+
+            def target(z):
+                return handlers.block(lambda: unconstrained_log_density(
+                    local_model, local_args, local_kwargs, plan.unpack(z)))() * (b / n)
+
+            z, log_factor = _annealed_hmc(
+                z_0, jnp.moveaxis(eps, -1, 0), betas.T[..., None], eta0=step["eta0"][:, None],
+                eta_coeff=step["eta_coeff"][:, None], eta_max=self.eta_max,
+                gamma=step["gamma"][:, None], inv_mass=0.5 / mass,
+                momentum_log_prob=dist.Normal(0.0, mass).to_event(1).log_prob,
+                base_log_prob=base_log_prob, target_log_prob=target)
+            ppl.factor(f"{p}_local_dais_factor", log_factor)
+        return global_latents, z
