@@ -329,10 +329,9 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
     local site whose support depends on other values. `median` and `quantiles` raise
     `NotImplementedError`, as NumPyro's.
 
-    **Status (experimental):** the params' names, shapes and initial values, the subsample
-    indices, the base draws and the momenta equal NumPyro's at the same params and key, but the
-    final local draw (hence the ELBO) does not yet: a difference in the annealed local steps
-    is not found. `local_guide` is not supported yet (an `AutoGuideError`).
+    `local_guide` is not supported yet (an `AutoGuideError`); with a global guide whose draw
+    takes one key per site (a hand-written one), the ELBO equals NumPyro's at the same params
+    and key (effppl's `AutoNormal` takes its keys in another order than NumPyro's).
 
     **References:** NumPyro's `AutoSemiDAIS`; Jankowiak and Phan (2022), "Surrogate Likelihoods
     for Variational Annealed Importance Sampling"; Geffner and Domke (2021), "MCMC Variational
@@ -496,34 +495,37 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
             global_latents = {}
         local_args, local_kwargs = self._local_args(args, kwargs, global_latents)
         dtype = jnp.result_type(float)
-        with ppl.plate(plan.plate, n, subsample_size=b) as idx:
+        # the plate is entered for the guide's own sites only: the annealing target runs the
+        # local model, whose own plate of that name must not sit inside this one
+        plate = ppl.plate(plan.plate, n, subsample_size=b)
+        with plate as idx:
             step = self._dais_params(plan, dtype)
-            betas = jnp.cumsum(step["beta_increments"], axis=-1)
-            betas = betas / betas[..., -1:]
             mass = step["mass_matrix"]
-            local_model = handlers.substitute(self.local_model, data={plan.plate: idx})
             loc = ppl.param(f"{p}_z_0_loc", jnp.zeros((n, d), dtype), event_dim=1)
             scale = ppl.param(f"{p}_z_0_scale", jnp.full((n, d), self.init_scale, dtype),
                               constraint=constraints.positive, event_dim=1)
             base = dist.Normal(loc, scale).to_event(1)
             z_0 = ppl.sample(f"{p}_z_0", base, infer={"is_auxiliary": True})
-
-            def base_log_prob(z):
-                return jnp.sum(base.log_prob(z))
-
             eps = ppl.sample(f"{p}_momentum", dist.Normal(0.0, mass[..., None])
                              .expand((b, d, K)).to_event(2).mask(False),
                              infer={"is_auxiliary": True})
+        betas = jnp.cumsum(step["beta_increments"], axis=-1)
+        betas = betas / betas[..., -1:]
+        local_model = handlers.substitute(self.local_model, data={plan.plate: idx})
 
-            def target(z):
-                return handlers.block(lambda: unconstrained_log_density(
-                    local_model, local_args, local_kwargs, plan.unpack(z)))() * (b / n)
+        def base_log_prob(z):
+            return jnp.sum(base.log_prob(z))
 
-            z, log_factor = _annealed_hmc(
-                z_0, jnp.moveaxis(eps, -1, 0), betas.T[..., None], eta0=step["eta0"][:, None],
-                eta_coeff=step["eta_coeff"][:, None], eta_max=self.eta_max,
-                gamma=step["gamma"][:, None], inv_mass=0.5 / mass,
-                momentum_log_prob=dist.Normal(0.0, mass).to_event(1).log_prob,
-                base_log_prob=base_log_prob, target_log_prob=target)
+        def target(z):  # the local model at the subsample, without the plate's scale
+            return handlers.block(lambda: unconstrained_log_density(
+                local_model, local_args, local_kwargs, plan.unpack(z)))() * (b / n)
+
+        z, log_factor = _annealed_hmc(
+            z_0, jnp.moveaxis(eps, -1, 0), betas.T[..., None], eta0=step["eta0"][:, None],
+            eta_coeff=step["eta_coeff"][:, None], eta_max=self.eta_max,
+            gamma=step["gamma"][:, None], inv_mass=0.5 / mass,
+            momentum_log_prob=dist.Normal(0.0, mass).to_event(1).log_prob,
+            base_log_prob=base_log_prob, target_log_prob=target)
+        with plate:
             ppl.factor(f"{p}_local_dais_factor", log_factor)
         return global_latents, z
