@@ -10,6 +10,8 @@ public as `effppl.infer.autoguide`.
 - `_batched.py`: that flat vector viewed as a batch of independent normals
   (`AutoBatchedMultivariateNormal`, `AutoBatchedLowRankMultivariateNormal`).
 - `_flows.py`: normalizing flows over that vector (`AutoIAFNormal`, `AutoBNAFNormal`).
+- `_dais.py`: annealed HMC from a base normal (`AutoDAIS` over that vector, `AutoSemiDAIS` over
+  the local latent sites of a subsampled plate).
 - `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
@@ -21,6 +23,7 @@ from ._continuous import (
     AutoLowRankMultivariateNormal,
     AutoMultivariateNormal,
 )
+from ._dais import AutoDAIS, AutoSemiDAIS
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._flows import AutoBNAFNormal, AutoIAFNormal
 from ._laplace import AutoLaplaceApproximation
@@ -30,5 +33,6 @@ from ._per_site import AutoDelta, AutoNormal
 __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagonalNormal",
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
            "AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal",
-           "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoGuideList",
+           "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoDAIS",
+           "AutoSemiDAIS", "AutoGuideList",
            "AutoGuideError", "MissingParamError", "ParamTypeError"]

@@ -196,8 +196,11 @@ class GuidePostprocess:
                 def one(key):
                     guide = handlers.seed(handlers.substitute(self, data=params), key)
                     tr = handlers.trace(guide).get_trace(*a, **kw)
+                    # the model's latent sites only: a guide's own sites (`_auto_latent`,
+                    # AutoDAIS's `auto_z_0`, `auto_momentum`, `auto_factor`) are not the model's
                     values = {name: s["value"] for name, s in tr.items()
-                              if s["type"] == "sample" and not name.startswith("_")}
+                              if s["type"] == "sample" and name in analysis
+                              and analysis[name].type == "sample"}
                     return {**values, **self._deterministic(a, kw, values, params, analysis)}
                 return jax.vmap(one)(keys)
             return draw
