@@ -28,6 +28,7 @@ from collections import OrderedDict
 
 import jax
 import jax.numpy as jnp
+import numpyro.distributions as dist
 
 from ... import handlers
 from ...handlers.internal import enumerated_sites, enumerated_trace, max_batch_ndim, named_log_prob
@@ -57,9 +58,9 @@ class _Factor:
     """A site's `log_prob` as a funsor Tensor, its dims named: enumerated sites' `_enum_<site>`
     (`variables`), plates' by the plate's name (`plates`)."""
 
-    def __init__(self, site, loops, dims, scaled):
+    def __init__(self, site, loops, dims, scaled, measure=False):
         funsor = _funsor()
-        lp = site["log_prob"]
+        lp = _unmasked_log_prob(site) if measure else site["log_prob"]
         if scaled and site.get("scale") is not None:
             lp = lp * site["scale"]
         if loops:
@@ -69,6 +70,21 @@ class _Factor:
         self.tensor = funsor.Tensor(lp, inputs)
         self.variables = frozenset(n for n in names if n in dims.values())
         self.plates = frozenset(names) - self.variables
+
+
+def _unmasked_fn(fn):
+    while isinstance(fn, (dist.MaskedDistribution, dist.ExpandedDistribution)):
+        fn = fn.base_dist
+    return fn
+
+
+def _unmasked_log_prob(site):
+    """An enumerated site's log measure, as NumPyro's: its `log_prob` without the masks (of
+    `mask` handlers or a masked distribution), broadcast to the masked one's shape."""
+    if site["fn"] is None:  # not recorded (different distribution families): the masked one
+        return site["log_prob"]
+    lp = _unmasked_fn(site["fn"]).log_prob(site["value"])
+    return jnp.broadcast_to(lp, jnp.broadcast_shapes(jnp.shape(lp), jnp.shape(site["log_prob"])))
 
 
 def _var(name):
@@ -118,7 +134,8 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
             model_dims[infer["_enumerate_dim"]] = _var(name)
     dims = {**guide_dims, **model_dims}
 
-    measures = {_var(n): _Factor(s, guide_loops.get(n, 0), guide_dims, scaled=False)
+    measures = {_var(n): _Factor(s, guide_loops.get(n, 0), guide_dims, scaled=False,
+                                 measure=True)
                 for n, s in latent.items() if _var(n) in guide_dims.values()}
     costs = _guide_costs(latent, guide_loops, guide_dims, measures)
     costs += _model_costs(model_tr, model_loops, dims, measures)
@@ -170,9 +187,11 @@ def _model_costs(model_tr, loops, dims, measures):
     funsor = _funsor()
     factors, summed, scales = {}, {}, {}
     for name, site in model_tr.items():
-        factors[name] = _Factor(site, loops.get(name, 0), dims, scaled=False)
+        enumerated = site["infer"].get("_enumerate_dim") is not None
+        factors[name] = _Factor(site, loops.get(name, 0), dims, scaled=False,
+                                measure=enumerated)  # NumPyro's log measure: not masked
         scales[name] = site.get("scale")
-        if site["infer"].get("_enumerate_dim") is not None:
+        if enumerated:
             summed[_var(name)] = name
     costs = []
     for names in _groups(factors, summed):
