@@ -73,7 +73,12 @@ class seed(Handler):
 
 @forwards_static("name", "cond_indep_stack")
 def _seed_latent_site(key, msg, *, resume, **static):
-    """`seed`'s clause: a key for a site with neither a value nor a key yet."""
+    """`seed`'s clause: a key for a site with neither a value nor a key yet. A guide's enumerated
+    site (`enum`'s `_consumes_key`) takes one too, which it does not use: NumPyro's `seed`,
+    inside its `enum`, splits the key there, and the guide's later sites draw as NumPyro's."""
+    if dict(static.get("infer", ())).get("_consumes_key") and msg.rng_key is None:
+        key, _ = jax.random.split(key)
+        return resume(key, forward(msg, **static))
     if msg.value is not None or msg.rng_key is not None:
         return resume(key, forward(msg, **static))
     key, sub = jax.random.split(key)

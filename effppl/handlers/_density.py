@@ -13,11 +13,25 @@ from .. import effects as fx
 from ..effects import internal
 from ..primitives import SampleMsg, SiteError, param_op, sample_op, value_shape
 from ._basic import check_values, occurrence_counters, site_row, substitute
-from ._handler import Handler, forward, forward_param, masked_log_prob, run_outermost, weighted
-from ._sites import bijector, split_row, unconstrained_type
+from ._handler import (
+    Handler,
+    forward,
+    forward_param,
+    masked_log_prob,
+    run_outermost,
+    trace_model,
+    weighted,
+)
+from ._sites import analyze, bijector, split_row, unconstrained_type
 from ._trace import trace
 from .enumeration import _contract
-from .enumeration._enum import enum, enumerated_in, enumerated_sites
+from .enumeration._enum import (
+    _max_batch_ndim,
+    enum,
+    enumerated_in,
+    enumerated_sites,
+    with_site_configurator,
+)
 
 
 def _add_log_prob(total, msg, name, static):
@@ -383,3 +397,42 @@ def marginal_log_joint(model, args, kwargs, values, first_available_dim):
     _, tr = tracer._run(*args, **kwargs)
     loops = {name: len(site.loops) for name, site in tracer._recorded.items()}
     return _contract.log_joint(tr, loops, scale_outside=True)  # as NumPyro's TraceEnum_ELBO
+
+
+def enumerated_trace(model, args, kwargs, values, first_available_dim, draws_dependents=False,
+                     sample_sites_only=True, replayed=None, taken_dims=frozenset()):
+    """`(trace, loops)`: the sample sites of `model` run under `enum` (its marked sites' supports
+    along dims from `first_available_dim` leftwards) with `values` given, recorded with their
+    values, `log_prob` (masked, not scaled), `scale`, plates and `infer` (`_enumerate_dim`: a
+    site's dim); `loops`: site -> the number of leading loop axes of its record.
+
+    `draws_dependents` (a guide's enumeration, NumPyro's `TraceEnum_ELBO`): a latent site whose
+    distribution depends on enumerated sites is drawn once per enumerated value (its whole batch
+    shape), not one value shared by all of them. Without `sample_sites_only`, every site is
+    recorded (plates' subsamples, params). `replayed`: `{site: value}` given to latent sites
+    as they are performed (as NumPyro's `replay`), values that hold a guide's enumerated dims,
+    so not of the site's own shape (`substitute` checks it); sites outside loops only.
+    `taken_dims`: the dims those values enumerate (no site of `model` is given them)."""
+    if replayed:
+        def replay(name, msg, infer, is_observed):
+            if name in replayed and not is_observed:
+                msg = msg._replace(value=jnp.asarray(replayed[name]))
+            return msg, infer
+
+        model = with_site_configurator(model, replay)
+    enumerated = enum(model, first_available_dim)
+    enumerated.draws_dependents = draws_dependents
+    enumerated.taken_dims = frozenset(taken_dims)
+    given = substitute(enumerated, data=values)
+    given.entry_point = "log_density"
+    tracer = trace(given)
+    if sample_sites_only:
+        tracer.keep = lambda name, site: site.type == "sample"
+    _, tr = tracer._run(*args, **kwargs)
+    return tr, {name: len(site.loops) for name, site in tracer._recorded.items()}
+
+
+def max_batch_ndim(model, args, kwargs) -> int:
+    """The most batch dims (plates included) any sample site of `model` has, traced without
+    enumeration: `enum`'s default enumeration dims start left of that many."""
+    return _max_batch_ndim(analyze(trace_model(model, *args, **kwargs)))

@@ -15,7 +15,9 @@ the inference code that uses it.
   `log_joint` (a model's result and log joint), `traced` (its result and trace, recording only the
   sites `keep` selects), `Unconstrain` (the handler giving latent sites unconstrained values).
 - **Enumeration**: `enumerated_sites`, `check_enumerable`, `with_site_configurator`,
-  `marginal_log_joint` (the log joint with the marked sites summed out).
+  `marginal_log_joint` (the log joint with the marked sites summed out), `enumerated_trace`
+  (a model's or guide's sample sites traced under `enum`), `max_batch_ndim` (where `enum`'s
+  dims start), `named_log_prob` (a site's `log_prob` with its enumerated and plate dims named).
 - **The primitives** a guide or reparameterizer is written with (`sample`, `param`, `plate`,
   `factor`, `deterministic`, `get_mask`), and their machinery: `prng_key_op`, `raw_key` (a key from `seed`, also under eager blocks),
   `callback_site_errors`, `SiteError`, `RefusedSiteError` (a reparameterizer's), `InvalidParameterError`, and the runtime flags (`flag`, `is_set`) inference sets while it
@@ -42,7 +44,7 @@ from ..primitives import (
     sample,
 )
 from ._basic import _analyzed as analyze_model
-from ._density import _LogJoint, check_call, marginal_log_joint
+from ._density import _LogJoint, check_call, enumerated_trace, marginal_log_joint, max_batch_ndim
 from ._density import _Unconstrain as Unconstrain
 from ._handler import (
     call_unhandled,
@@ -55,12 +57,14 @@ from ._handler import (
 from ._reparam import RefusedSiteError
 from ._sites import unconstrained_type
 from ._trace import is_enumerated, recorded, trace
+from .enumeration._contract import _named as named_log_prob
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
 
 __all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "keep_weak_types", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
-           "with_site_configurator", "marginal_log_joint", "prng_key_op", "raw_key", "callback_site_errors",
+           "with_site_configurator", "marginal_log_joint", "enumerated_trace", "max_batch_ndim",
+           "named_log_prob", "prng_key_op", "raw_key", "callback_site_errors",
            "SiteError", "RefusedSiteError", "InvalidParameterError", "flag", "is_set", "sample", "param", "module", "module_param_names", "plate",
            "factor", "deterministic", "get_mask"]
 

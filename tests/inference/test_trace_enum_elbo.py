@@ -212,7 +212,7 @@ def test_guide_sampled_sites_are_scored_not_enumerated():
             ours, Trace_ELBO().loss(key, params, *pair(effppl), jnp.array(0.7)), rtol=1e-12)
 
 
-def test_enumerated_guide_site_and_unmarked_discrete_model_site_are_errors():
+def test_unmarked_discrete_model_site_is_an_error_and_a_guide_may_enumerate_it():
     def model(y):
         z = effppl.sample("z", dist.Bernoulli(0.3))
         effppl.sample("y", dist.Normal(z, 1.0), obs=y)
@@ -223,8 +223,6 @@ def test_enumerated_guide_site_and_unmarked_discrete_model_site_are_errors():
     def empty_guide(y):
         effppl.param("unused", 0.0)
 
-    with pytest.raises(ELBOError, match="guide site `z` is marked for enumeration"):
-        TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, enumerated_guide, 0.5)
     with pytest.raises(ELBOError, match="site `z` of model `.*model` is discrete"):
         TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {"unused": 0.0}, model, empty_guide, 0.5)
     # marked in the model: summed out, log p(y) = log(0.7 N(y|0,1) + 0.3 N(y|1,1))
@@ -233,6 +231,11 @@ def test_enumerated_guide_site_and_unmarked_discrete_model_site_are_errors():
     exact = jnp.logaddexp(jnp.log(0.7) + dist.Normal(0.0, 1.0).log_prob(0.5),
                           jnp.log(0.3) + dist.Normal(1.0, 1.0).log_prob(0.5))
     np.testing.assert_allclose(value, -exact, rtol=1e-12)
+    # enumerated in the guide: sum_z q(z) [log p(z) + log p(y | z) - log q(z)], q(z) = 1/2
+    value = TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, enumerated_guide, 0.5)
+    by_hand = 0.5 * sum(jnp.log(pz) + dist.Normal(float(z), 1.0).log_prob(0.5) - jnp.log(0.5)
+                        for z, pz in ((0, 0.7), (1, 0.3)))
+    np.testing.assert_allclose(value, -by_hand, rtol=1e-12)
 
 
 def test_subsampled_plate_scales_the_marginal_not_the_components():

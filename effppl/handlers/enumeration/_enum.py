@@ -120,8 +120,11 @@ def check_enumerable(name, fn):
 class _Context:
     """One `enum` being traced: where the model's top level runs, and the dims given out."""
 
-    def __init__(self, first_available_dim, top, plain):
+    def __init__(self, first_available_dim, top, plain, draws_dependents=False,
+                 taken_dims=frozenset()):
         self.first = first_available_dim
+        self.taken = frozenset(taken_dims)  # see `enum.taken_dims`
+        self.draws_dependents = draws_dependents  # a guide's: see `enum.draws_dependents`
         self.dims = {}          # site name -> its enumeration dim, outside `markov` frames
         self.recycled = set()   # the dims given out inside `markov` frames
         self.top = top          # index into handler_traces(): the traces at the model's top level
@@ -148,7 +151,7 @@ class _Context:
             return msg, infer
         if not is_enumerated(infer):
             reached = self._reached_by(msg.fn) if self.dims or _markov.frames() else ()
-            if not reached or infer.get("_reparametrized"):
+            if not reached or infer.get("_reparametrized") or self.draws_dependents:
                 return msg, infer  # a reparametrized site: its auxiliary sites are configured
             # NumPyro's shape: its value, shared by every enumerated value, is that of a trace
             # in which the discrete sites are drawn; its log density broadcasts over their dims
@@ -181,7 +184,7 @@ class _Context:
                             f"{-len(batch) - 1}).")
         plates = {frame.dim for frame in _plate_frames()}
         loose = [d for d in range(-len(batch), 0)
-                 if d > self.first and batch[d] > 1 and d not in plates]
+                 if d > self.first and batch[d] > 1 and d not in plates and d not in self.taken]
         if loose:
             raise SiteError(f"Site `{name}` is enumerated, but its batch dim {loose[0]} (of batch "
                             f"shape {batch}) is not declared by a `plate`: declare it with "
@@ -189,7 +192,10 @@ class _Context:
                             f"enumerated independently.")
         support = fn.enumerate_support(expand=False)
         value = support.reshape((support.shape[0],) + (1,) * (-dim - 1) + tuple(fn.event_shape))
-        return msg._replace(value=value), dict(infer, _enumerate_dim=dim)
+        infer = dict(infer, _enumerate_dim=dim)
+        if self.draws_dependents:  # a guide's: `seed` splits its key there, as NumPyro's
+            infer["_consumes_key"] = True
+        return msg._replace(value=value), infer
 
     def _dim_of(self, name):
         """The enumeration dim of site `name`: outside `markov` frames, the next one left (never
@@ -197,11 +203,13 @@ class _Context:
         rightmost one no visible site holds (`_markov`)."""
         if not _markov.frames():
             if name not in self.dims:
-                self.dims[name] = self._free_dim(set(self.dims.values()) | self.recycled)
+                self.dims[name] = self._free_dim(set(self.dims.values()) | self.recycled
+                                                 | self.taken)
             return self.dims[name]
         dim = _markov.lookup(name)
         if dim is None:
-            dim = self._free_dim(set(_markov.visible_dims()) | set(self.dims.values()))
+            dim = self._free_dim(set(_markov.visible_dims()) | set(self.dims.values())
+                                 | self.taken)
             _markov.record(name, dim)
             self.recycled.add(dim)
         return dim
@@ -277,6 +285,13 @@ class enum:
     """
 
     discrete: tuple | None = None  # (temperature, rng_key) when `infer_discrete` draws them
+    # a guide's enumeration (`TraceEnum_ELBO`, NumPyro's semantics): a latent site whose
+    # distribution depends on enumerated sites is drawn with its whole batch shape, one value
+    # for each of their values, not one value shared by all of them
+    draws_dependents: bool = False
+    # dims that hold enumerated values already (a guide's, under `TraceEnum_ELBO`): no site is
+    # given them, and a site's batch dim there needs no plate
+    taken_dims: frozenset = frozenset()
     fn: Any  # the model (None until a handler built without one is called on one)
 
     def __init__(self, fn: Any = None, first_available_dim=None):
@@ -306,7 +321,8 @@ class enum:
         first = self.first_available_dim
         if first is None:
             first = -_max_batch_ndim(plain) - 1
-        context = _Context(first, max(len(handler_traces()) - 1, 0), plain)
+        context = _Context(first, max(len(handler_traces()) - 1, 0), plain,
+                           self.draws_dependents, self.taken_dims)
         _runtime.state().enum_context = context
         open_frames = len(_markov.frames())
         try:

@@ -16,7 +16,6 @@ import numpyro.distributions as dist
 from numpyro.distributions.kl import kl_divergence
 
 from ... import handlers
-from ..._errors import EffpplError
 from ...handlers.internal import (
     analyze_model,
     is_enumerated,
@@ -25,12 +24,10 @@ from ...handlers.internal import (
     model_name,
     with_site_configurator,
 )
+from . import _enum_guide
+from ._elbo_error import ELBOError
 
 __all__ = ["Trace_ELBO", "TraceMeanField_ELBO", "RenyiELBO", "TraceEnum_ELBO", "ELBOError"]
-
-
-class ELBOError(EffpplError, ValueError):
-    """Invalid ELBO settings."""
 
 
 def _raw_key(rng_key):
@@ -89,14 +86,20 @@ def check_model_guide_match(model, guide_tr, args, kwargs):
     `check_model_guide_match`: the shapes, aligned on the right, must agree, a missing leading
     axis counting as 1. Without it the model would broadcast the guide's value (e.g. one scalar
     for a whole plate) and the ELBO would be a silently different number."""
+    check_model_guide_shapes(model, {n: tuple(jnp.shape(s["value"])) for n, s in guide_tr.items()
+                                     if s["type"] == "sample"}, args, kwargs)
+
+
+def check_model_guide_shapes(model, guide_shapes, args, kwargs):
+    """`check_model_guide_match` on the guide's shapes `{site: shape}`."""
     from itertools import zip_longest
 
-
     for name, site in analyze_model(model, args, kwargs).items():
-        if site.type != "sample" or site.is_observed or not site.bounded or name not in guide_tr:
+        if site.type != "sample" or site.is_observed or not site.bounded \
+                or name not in guide_shapes:
             continue
         model_shape = (*site.loops, *site.aval.shape)
-        guide_shape = tuple(jnp.shape(guide_tr[name]["value"]))
+        guide_shape = guide_shapes[name]
         if any(m != g for m, g in zip_longest(reversed(model_shape), reversed(guide_shape),
                                               fillvalue=1)):
             raise ELBOError(f"Model and guide shapes disagree at site `{name}`: the model's "
@@ -108,8 +111,14 @@ def check_model_guide_match(model, guide_tr, args, kwargs):
 def _score_surrogate(elbo, guide_tr):
     """`elbo` plus a zero-valued term whose gradient is the score-function estimator of the guide
     sites that cannot be reparameterised (discrete ones), as in NumPyro's `Trace_ELBO`."""
-    score = sum((_scaled_sum(s) for s in _latent(guide_tr).values()
-                 if s["fn"] is not None and not s["fn"].has_rsample), start=0.0)
+    return _surrogate(elbo, [s for s in _latent(guide_tr).values()
+                             if s["fn"] is not None and not s["fn"].has_rsample])
+
+
+def _surrogate(elbo, sites):
+    """`elbo` plus a zero-valued term whose gradient is the score-function estimator of the
+    guide's draws at `sites` (trace entries)."""
+    score = sum((_scaled_sum(s) for s in sites), start=0.0)
     if isinstance(score, float):
         return elbo
     return elbo + jax.lax.stop_gradient(elbo) * (score - jax.lax.stop_gradient(score))
@@ -327,25 +336,36 @@ class RenyiELBO(_ELBO):
 
 
 class TraceEnum_ELBO(_ELBO):
-    """The ELBO with the model's sites marked for enumeration summed out exactly: `E_q[log
-    sum_y p(x, y, z) - log q(z)]`, `y` the model's sites marked `infer={"enumerate":
-    "parallel"}` (or by `effppl.infer.config_enumerate`), `z` the guide's sites, as NumPyro's
-    `TraceEnum_ELBO` for a guide without enumerated sites.
+    """The ELBO with the sites marked for enumeration (`infer={"enumerate": "parallel"}`, or
+    `effppl.infer.config_enumerate`) summed exactly, as NumPyro's `TraceEnum_ELBO`: `E_q[log
+    sum_y p(x, y, z) - log q(z)]`, `y` the model's marked sites that the guide does not sample,
+    and, for the guide's marked sites `e`, the expectation over them exact: `sum_e q(e) E_q(z|e)
+    [log sum_y p(x, y, z, e) - log q(z, e)]`.
 
-    The sum is the model's log density with enumeration (`effppl.handlers.log_density`): tensor
+    The model's sum is its log density with enumeration (`effppl.handlers.log_density`): tensor
     variable elimination in plates (funsor's `sum_product`), and the forward algorithm for
     enumerated sites inside a plain `lax.scan` (NumPyro needs its `scan` and `markov` for that).
-    Guide sites that cannot be reparameterised (discrete ones the guide samples) get
-    `Trace_ELBO`'s score-function surrogate: unbiased, without NumPyro's Rao-Blackwellisation
-    over the plates (the loss is the same; the gradient is noisier).
+    A guide site marked for enumeration takes its whole support along a fresh dim (inside plates,
+    one value per element), the guide's sites below it are drawn once per value, and each term
+    of the ELBO (each site's `log p` or `-log q`, or a group of model sites contracted over the
+    model's enumerated sites) is weighted by the guide's probability of the enumerated values it
+    holds, elementwise over its plates (`_enum_guide.py`). Guide sites that cannot be
+    reparameterised and are drawn (discrete ones the guide samples) get `Trace_ELBO`'s
+    score-function surrogate: unbiased, without NumPyro's Rao-Blackwellisation over the plates
+    (the loss is the same; the gradient is noisier).
 
     **Arguments:** `num_particles` (int); `max_plate_nesting` (int >= 0, or `float("inf")`:
-    inferred from the model's plates): enumerated dims start left of that many plate dims (the
-    value changes where enumerated values sit, never the loss); `vectorize_particles` (bool).
+    inferred from the model's (and an enumerating guide's) plates): enumerated dims start left of
+    that many plate dims (the value changes where enumerated values sit, never the loss);
+    `vectorize_particles` (bool).
 
-    **Raises:** `ELBOError` (from `loss`) naming a guide site marked for enumeration (only model
-    sites are enumerated here), or a discrete latent site of the model that is neither marked
-    for enumeration nor sampled by the guide; for a bad `max_plate_nesting`.
+    **Raises:** `ELBOError` (from `loss`) for a discrete latent site of the model that is neither
+    marked for enumeration nor sampled by the guide; for a bad `max_plate_nesting`; and, with
+    sites enumerated in the guide, naming the site, for what is not supported: a guide site
+    enumerated inside a loop of the guide, model sites enumerated inside a loop or `markov`
+    frames, a guide site drawn without a reparameterised sampler below an enumerated one, a term
+    holding a guide variable enumerated in a plate the term is not in, and (as NumPyro raises)
+    model enumeration more global than the guide's.
 
     **References:** Obermeyer et al. (2019), "Tensor Variable Elimination for Plated Factor
     Graphs"; Rabiner (1989) (forward algorithm); NumPyro's `TraceEnum_ELBO`.
@@ -364,14 +384,28 @@ class TraceEnum_ELBO(_ELBO):
         self.max_plate_nesting = max_plate_nesting
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
-
+        if _enum_guide.enumerated_guide_sites(guide, args, kwargs):
+            return self._enumerated_guide_particle(rng_key, param_map, model, guide, args, kwargs)
         log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
-        _check_enumeration(model, guide_tr, args, kwargs)  # first: an enumerated guide site
-        check_model_guide_match(model, guide_tr, args, kwargs)  # has the support's shape
+        _check_enumeration(model, frozenset(guide_tr), args, kwargs)
+        check_model_guide_match(model, guide_tr, args, kwargs)
         model = handlers.seed(_unmarked(model, frozenset(_latent(guide_tr))), k_model)
         first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
         log_p = marginal_log_joint(model, args, kwargs, values, first)
         return _score_surrogate(log_p - log_q, guide_tr)
+
+
+    def _enumerated_guide_particle(self, rng_key, param_map, model, guide, args, kwargs):
+        """The guide's marked sites summed exactly, weighted by q (`_enum_guide`)."""
+        guide_sites = analyze_model(guide, args, kwargs)
+        latent = {n: (*s.loops, *s.aval.shape) for n, s in guide_sites.items()
+                  if s.type == "sample" and not s.is_observed}
+        _check_enumeration(model, frozenset(guide_sites), args, kwargs)
+        check_model_guide_shapes(model, latent, args, kwargs)  # the shapes without enumeration
+        elbo, drawn = _enum_guide.elbo(rng_key, param_map, _unmarked(model, frozenset(latent)),
+                                       guide, args, kwargs, self.max_plate_nesting,
+                                       _model_values)
+        return _surrogate(elbo, list(drawn.values()))
 
 
 def _unmarked(model, names):
@@ -385,17 +419,11 @@ def _unmarked(model, names):
     return with_site_configurator(model, configure)
 
 
-def _check_enumeration(model, guide_tr, args, kwargs):
-    """`ELBOError` for a guide site marked for enumeration, or a discrete latent model site that
-    is neither marked for enumeration nor sampled by the guide."""
-    for name, site in _latent(guide_tr).items():
-        if is_enumerated(site.get("infer") or {}):
-            raise ELBOError(f"effppl.infer.TraceEnum_ELBO enumerates model sites only, but guide "
-                            f"site `{name}` is marked for enumeration: remove its "
-                            f"`infer={{'enumerate': ...}}` (the guide then samples it) or leave "
-                            f"it out of the guide and mark it in the model.")
+def _check_enumeration(model, guide_sites, args, kwargs):
+    """`ELBOError` for a discrete latent model site that is neither marked for enumeration nor
+    among the guide's sites `guide_sites`."""
     for name, site in analyze_model(model, args, kwargs).items():
-        if site.type != "sample" or site.is_observed or name in guide_tr:
+        if site.type != "sample" or site.is_observed or name in guide_sites:
             continue
         static = dict(site.key.static)
         if is_enumerated(static.get("infer", ())):
