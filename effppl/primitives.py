@@ -213,11 +213,37 @@ def _sample_batch_rule(args, dims, *, in_tree, static):
     plate_dims = jax.tree_util.tree_unflatten(in_tree, dims)[0].plates
     (msg,) = _batch_message(args, dims, in_tree)
     plates = tuple(p[0] for p, d in zip(msg.plates, plate_dims) if d is None)
-    msg = msg._replace(fn=promote_batch_shape(msg.fn), plates=plates)
+    msg = msg._replace(fn=promote_batch_shape(_aligned_constraints(msg.fn)), plates=plates)
     if msg.rng_key is not None:  # one key per site occurrence: draws differ across the batch
         msg = msg._replace(rng_key=msg.rng_key[0])
     out = sample_op(msg, **dict(static))
     return [out], [0]
+
+
+def _aligned_constraints(fn):
+    """`fn` (batched along a new leading axis) with the arrays of the constraints it holds (a
+    `Uniform`'s support, `interval(low, high)` as given, not broadcast to its batch shape) given
+    size-1 axes after that axis up to the rank of one element's value: a scalar bound batched to
+    `(n,)` would otherwise broadcast against a value's last axis, not its first (a
+    `Uniform(-2, high[3, 1])` under `vmap` in a `dim=-2` plate scored 3 x 3 x 3 terms for 3 x 3)."""
+    if not isinstance(fn, dist.Distribution):
+        return fn
+    rank = len(fn.batch_shape) + len(fn.event_shape)  # of one element (aux data: not batched)
+
+    def align(x):
+        short = rank - (jnp.ndim(x) - 1)
+        if jnp.ndim(x) == 0 or short <= 0:
+            return x
+        return jnp.reshape(x, (jnp.shape(x)[0], *(1,) * short, *jnp.shape(x)[1:]))
+
+    held = {k: v for k, v in vars(fn).items() if isinstance(v, dist.constraints.Constraint)
+            and jax.tree_util.tree_leaves(v)}
+    if not held:
+        return fn
+    fn = copy.copy(fn)
+    for k, v in held.items():
+        setattr(fn, k, jax.tree.map(align, v))
+    return fn
 
 
 def _per_element(value):

@@ -270,3 +270,33 @@ def test_cond_in_a_scan_inside_vmap_with_a_batched_branch_index():
     assert np.all(rows[:2] != 0) and len(np.unique(np.asarray(rows[:2]))) == 6
     expected = jnp.sum(dist.Normal(jnp.arange(2.0)[:, None] + 1.0, 1.0).log_prob(rows[:2]))
     np.testing.assert_allclose(log_density(model, (), {}, {"y": y})[0], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dim", [-1, -2, -3])
+def test_uniform_with_a_plate_vector_bound_in_a_plate_inside_vmap(dim):
+    """Found by the long run (seed 20261206, model seed 38516): `vmap(3): plate(3, dim=-3): x ~
+    Uniform(-2, -2 + w[plate])` had 3x the log density (27 terms for 9): the support's scalar
+    bound, batched to `(3,)` by the `vmap`, broadcast against the value's last axis. Against the
+    hand-written sum; Normal in the same place is the control that worked before."""
+    w = (jax.nn.softplus(jnp.linspace(-1.0, 1.0, 3)) + 0.5).reshape((3,) + (1,) * (-dim - 1))
+
+    def model():
+        def body(i):
+            with effppl.plate("p", 3, dim=dim):
+                effppl.sample("x", dist.Uniform(-2.0, -2.0 + w))
+        jax.vmap(body)(jnp.arange(3))
+
+    x = jnp.linspace(-1.95, -1.5, 3).reshape((3,) + (1,) * w.ndim) + jnp.zeros(w.shape)
+    expected = jnp.sum(dist.Uniform(-2.0, -2.0 + w).log_prob(x))
+    np.testing.assert_allclose(effppl.log_density(model, (), {}, {"x": x})[0], expected,
+                               rtol=1e-12)
+    trace = effppl.handlers.trace(effppl.handlers.seed(model, 0)).get_trace()
+    assert trace["x"]["value"].shape == (3, *w.shape)
+
+
+def test_uniform_bound_model_of_the_long_run():
+    """The long run's model itself (above), against the independent evaluator."""
+    from . import spec
+    from .compare import check
+    model = eval("(Vmap(name='v1', size=3, body=(Plate(name='p15', size=3, dim=-3, body=(Sample(name='x16', family='Uniform', params=(Const(value=-2.0), Var(kind='plate', name='p15')), observed=False),)),)),)", vars(spec))  # noqa: E501
+    check(model, 38516, pointwise=True, against_numpyro=False)
