@@ -225,7 +225,10 @@ def _aligned_constraints(fn):
     `Uniform`'s support, `interval(low, high)` as given, not broadcast to its batch shape) given
     size-1 axes after that axis up to the rank of one element's value: a scalar bound batched to
     `(n,)` would otherwise broadcast against a value's last axis, not its first (a
-    `Uniform(-2, high[3, 1])` under `vmap` in a `dim=-2` plate scored 3 x 3 x 3 terms for 3 x 3)."""
+    `Uniform(-2, high[3, 1])` under `vmap` in a `dim=-2` plate scored 3 x 3 x 3 terms for 3 x 3).
+    Distributions `fn` wraps (`Independent`, `MaskedDistribution`, a transformed distribution's
+    base, ...) are aligned too, each to its own element's rank: `Uniform(v, high[3]).to_event(1)`
+    under `vmap` checked its support with `v` against the event axis (-inf, silently)."""
     if not isinstance(fn, dist.Distribution):
         return fn
     rank = len(fn.batch_shape) + len(fn.event_shape)  # of one element (aux data: not batched)
@@ -236,13 +239,19 @@ def _aligned_constraints(fn):
             return x
         return jnp.reshape(x, (jnp.shape(x)[0], *(1,) * short, *jnp.shape(x)[1:]))
 
-    held = {k: v for k, v in vars(fn).items() if isinstance(v, dist.constraints.Constraint)
-            and jax.tree_util.tree_leaves(v)}
-    if not held:
+    changed = {}
+    for k, v in vars(fn).items():
+        if isinstance(v, dist.constraints.Constraint) and jax.tree_util.tree_leaves(v):
+            changed[k] = jax.tree.map(align, v)
+        elif isinstance(v, dist.Distribution):
+            inner = _aligned_constraints(v)
+            if inner is not v:
+                changed[k] = inner
+    if not changed:
         return fn
     fn = copy.copy(fn)
-    for k, v in held.items():
-        setattr(fn, k, jax.tree.map(align, v))
+    for k, v in changed.items():
+        setattr(fn, k, v)
     return fn
 
 

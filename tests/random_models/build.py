@@ -41,7 +41,25 @@ def numpyro_can_express(model) -> bool:
     scan inside a scan or a plate (NumPyro's `scan` refuses both), no reversed scan, no scan of
     length 0 (NumPyro's `scan` indexes its empty value), no `do` around a scan (NumPyro's `scan`
     hands a handler outside it the stacked sites after the loop, so the loop's steps, carries
-    included, never see the intervention)."""
+    included, never see the intervention), no `factor` in a plate in a scan (NumPyro's `scan`
+    stacks the factor's `Unit` log factor to `(1, size)` and its `log_prob` raises "Cannot
+    broadcast to shape with fewer dimensions"), and no `do` giving a site that a `scale` inside
+    the `do` weighs (NumPyro's `do` sends a copy of the site's message through the whole handler
+    stack again, so the inner `scale` multiplies twice: `do(scale(x ~ N(0, 1), 3))` scores
+    `9 * log N(x)`; effppl and the evaluator score `3 * log N(x)`, as the model says)."""
+    def scaled_do(body, names, scaled):
+        for s in body:
+            if isinstance(s, S.Sample) and scaled and s.name in names:
+                return True
+            if isinstance(s, S.Handle):
+                if scaled_do(s.body, names, scaled or s.kind == "scale"):
+                    return True
+            elif hasattr(s, "body") and scaled_do(s.body, names, scaled):
+                return True
+            elif isinstance(s, S.Cond) and any(scaled_do(b, names, scaled) for b in s.branches):
+                return True
+        return False
+
     def has_scan(body):
         return any(isinstance(s, S.Scan) or (hasattr(s, "body") and has_scan(s.body))
                    for s in body)
@@ -49,6 +67,8 @@ def numpyro_can_express(model) -> bool:
     def ok(body, in_scan, in_plate):
         for s in body:
             if isinstance(s, (S.Cond, S.Vmap)):
+                return False
+            if isinstance(s, S.Factor) and in_scan and in_plate:
                 return False
             if isinstance(s, S.Scan):
                 if in_scan or in_plate or s.reverse or s.length == 0:
@@ -59,7 +79,9 @@ def numpyro_can_express(model) -> bool:
                 if not ok(s.body, in_scan, True):
                     return False
             elif isinstance(s, S.Handle):
-                if (s.kind == "do" and has_scan(s.body)) or not ok(s.body, in_scan, in_plate):
+                if s.kind == "do" and (has_scan(s.body) or scaled_do(s.body, s.payload, False)):
+                    return False
+                if not ok(s.body, in_scan, in_plate):
                     return False
         return True
     return ok(model, False, False)

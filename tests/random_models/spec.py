@@ -151,6 +151,12 @@ def _vec(p, offsets):
     return p[..., None] + jnp.asarray(offsets, p.dtype)
 
 
+def _low(p):
+    """A bound for an event axis: `p` itself when a scalar (under `vmap`, one element's), so a
+    scalar bound meets a vector one; a column of a plate's vector."""
+    return p if jnp.ndim(p) == 0 else jnp.asarray(p)[..., None]
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -189,6 +195,9 @@ FAMILIES = {f.name: f for f in [
            lambda a, b: dist.LogNormal(_vec(0.5 * a, [0.0, 0.3]),
                                        _vec(0.5 * _sp(b) + 0.2, [0.0, 0.1])).to_event(1),
            default=np.array([0.5, 0.5])),
+    Family("UniformVec2", 2, "interval", (2,),  # a scalar low beside a vector high
+           lambda a, b: dist.Uniform(_low(a), _vec(a + _sp(b) + 0.5, [0.0, 0.5])).to_event(1),
+           observable=False),
     Family("LKJ2", 1, "corr_cholesky", (2, 2),
            lambda a: dist.LKJCholesky(2, _sp(a) + 0.5), observable=False),
     Family("Poisson", 1, "count", (), lambda a: dist.Poisson(_sp(a) + 0.2), latent=False,

@@ -300,3 +300,54 @@ def test_uniform_bound_model_of_the_long_run():
     from .compare import check
     model = eval("(Vmap(name='v1', size=3, body=(Plate(name='p15', size=3, dim=-3, body=(Sample(name='x16', family='Uniform', params=(Const(value=-2.0), Var(kind='plate', name='p15')), observed=False),)),)),)", vars(spec))  # noqa: E501
     check(model, 38516, pointwise=True, against_numpyro=False)
+
+
+def test_vmapped_uniform_bound_in_a_plate_in_a_scan_in_vmap():
+    """Found by the long run (seed 20261206, model seed 1036), before the fix above: `vmap(2):
+    scan(2): plate(4): x ~ Uniform(v, 2 * plate)`, a lower bound batched by the `vmap` beside a
+    plate-vector upper bound, raised "Incompatible shapes for broadcasting: shapes=[(2, 4),
+    (2,)]" from the support check. The same cause as above (the constraint's arrays not aligned
+    after the `vmap` axis); against the hand-written sum and the independent evaluator."""
+    from . import spec
+    from .compare import check
+    model = eval("(Vmap(name='v7', size=2, body=(Scan(name='s8', length=2, reverse=False, init=Var(kind='vmapx', name='v7'), carry_from=None, body=(Plate(name='p9', size=4, dim=None, body=(Sample(name='x12', family='Uniform', params=(Var(kind='vmapx', name='v7'), Mul(c=2.0, a=Var(kind='plate', name='p9'))), observed=False),)),)),)),)", vars(spec))  # noqa: E501
+    check(model, 1036, pointwise=True, against_numpyro=False)
+
+    low = jnp.array([-0.5, 0.25])
+    high = 2.0 * jnp.arange(1.0, 5.0)
+
+    def hand_model():
+        def one(v):
+            def step(c, _):
+                with effppl.plate("p", 4):
+                    effppl.sample("x", dist.Uniform(v, high))
+                return c, None
+            jax.lax.scan(step, 0.0, None, length=2)
+        jax.vmap(one)(low)
+
+    # laid out [scan step, vmap row, plate row]: a `vmap`'s axis follows the loops' axes
+    x = low[:, None] + 0.25 * jnp.arange(1.0, 5.0) + jnp.zeros((2, 2, 4))
+    expected = jnp.sum(dist.Uniform(low[:, None], high).log_prob(x))
+    assert jnp.isfinite(expected)
+    np.testing.assert_allclose(log_density(hand_model, (), {}, {"x": x})[0], expected,
+                               rtol=1e-12)
+    outside = x.at[:, 1, 0].set(0.0)  # below row 1's bound 0.25, above row 0's -0.5
+    assert log_density(hand_model, (), {}, {"x": outside})[0] == -jnp.inf
+
+
+def test_uniform_with_a_vmapped_bound_as_an_event():
+    """`vmap(3): x ~ Uniform(v, high[3]).to_event(1)`: the constraint held by the `Independent`'s
+    base distribution was not aligned to the `vmap` axis, so its support check compared `v[i]`
+    with the event axis and scored -inf for values inside the support, silently. Against the
+    hand-written sum; the random models' `UniformVec2` family draws it since."""
+    low = jnp.array([-1.0, 0.0, 0.5])
+
+    def model():
+        def one(v):
+            effppl.sample("x", dist.Uniform(v, jnp.full(3, 2.0)).to_event(1))
+        jax.vmap(one)(low)
+
+    x = jnp.array([[-0.9, -0.5, 0.0], [0.1, 0.2, 0.3], [0.6, 1.0, 1.9]])
+    expected = jnp.sum(dist.Uniform(low[:, None], 2.0).log_prob(x))
+    np.testing.assert_allclose(log_density(model, (), {}, {"x": x})[0], expected, rtol=1e-12)
+    assert log_density(model, (), {}, {"x": x.at[2, 0].set(0.4)})[0] == -jnp.inf
