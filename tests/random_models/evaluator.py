@@ -78,6 +78,7 @@ def resolve_dim(dim, frames):
 def analyze(model) -> tuple[dict, dict]:
     """`{name: SiteInfo}` of the model's sites, and the owner paths of its inputs."""
     sites, owners = {}, {}
+    carries = {}  # scan name -> its carry's shape (its init's: the update keeps it)
 
     def walk(body, path, frames, conditional, handlers):
         for s in body:
@@ -96,11 +97,14 @@ def analyze(model) -> tuple[dict, dict]:
                     if s.observed:
                         owners[f"data:{s.name}"] = (path, s.name)
                 elif isinstance(s, S.Deterministic):
-                    info.shape = expr_shape(s.expr, {n: (size, dim) for n, size, dim in frames})
+                    info.shape = expr_shape(s.expr, {n: (size, dim) for n, size, dim in frames},
+                                            carries)
             elif isinstance(s, S.Plate):
                 dim = resolve_dim(s.dim, frames)
                 walk(s.body, path, frames + ((s.name, s.size, dim),), conditional, handlers)
             elif isinstance(s, S.Scan):
+                carries[s.name] = expr_shape(s.init, {n: (size, dim) for n, size, dim in frames},
+                                             carries)
                 walk(s.body, path + (("scan", s.name, s.length, s.reverse),), frames,
                      conditional, handlers)
             elif isinstance(s, S.Vmap):
@@ -119,14 +123,19 @@ def analyze(model) -> tuple[dict, dict]:
     return sites, owners
 
 
-def expr_shape(expr, plates):
+def expr_shape(expr, plates, carries=None):
+    """The shape of `expr`'s value: plates' vectors broadcast; a scan's carry has its init's
+    shape (`carries`); every other variable is a scalar."""
     if isinstance(expr, S.Var) and expr.kind == "plate":
         size, dim = plates[expr.name]
         return (size,) + (1,) * (-dim - 1)
+    if isinstance(expr, S.Var) and expr.kind == "carry" and carries:
+        return carries.get(expr.name, ())
     if isinstance(expr, S.Add):
-        return jnp.broadcast_shapes(expr_shape(expr.a, plates), expr_shape(expr.b, plates))
+        return jnp.broadcast_shapes(expr_shape(expr.a, plates, carries),
+                                    expr_shape(expr.b, plates, carries))
     if isinstance(expr, (S.Mul, S.Tanh)):
-        return expr_shape(expr.a, plates)
+        return expr_shape(expr.a, plates, carries)
     return ()
 
 

@@ -351,3 +351,32 @@ def test_uniform_with_a_vmapped_bound_as_an_event():
     expected = jnp.sum(dist.Uniform(low[:, None], 2.0).log_prob(x))
     np.testing.assert_allclose(log_density(model, (), {}, {"x": x})[0], expected, rtol=1e-12)
     assert log_density(model, (), {}, {"x": x.at[2, 0].set(0.4)})[0] == -jnp.inf
+
+
+@pytest.mark.parametrize("length", [3, 0])
+def test_deterministic_of_a_plate_shaped_carry(length):
+    """The evaluator's bug, found by the long run (seed 20261207, model seeds 688 and 1607):
+    `plate(p): scan(init=2 * plate(p)): d = det(carry)` has the carry's shape `(size,)` at each
+    step, but the evaluator's analysis gave `d` the shape `()` (a carry was a scalar to it): it
+    raised assembling `d` (3 steps) or expected `(0,)` where effppl records `(0, 3, 1)` (a scan
+    that never runs, `dim=-2`). effppl against the hand-written trace, and the evaluator since."""
+    from . import spec as S
+    from .compare import check
+    carry = S.Var("carry", "s")
+    body = (S.Deterministic("d", carry), S.Factor("f", S.Var("ref", "d")))
+    scan = S.Scan("s", length, False, S.Mul(2.0, S.Var("plate", "p")), "d", body)
+    model = (S.Plate("p", 3, -2, (scan,)),)
+    check(model, 1, against_numpyro=False)
+
+    def hand():
+        with effppl.plate("p", 3, dim=-2):
+            init = 2.0 * jnp.linspace(-1.0, 1.0, 3)[:, None]
+
+            def step(c, _):
+                d = effppl.deterministic("d", c)
+                effppl.factor("f", jnp.tanh(jnp.mean(d)))
+                return 0.5 * c + 0.5 * jnp.tanh(jnp.mean(d)), None
+            jax.lax.scan(step, init, None, length=length)
+
+    tr = trace(seed(hand, 0)).get_trace()
+    assert tr["d"]["value"].shape == (length, 3, 1)
