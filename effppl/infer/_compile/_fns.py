@@ -30,6 +30,7 @@ from ._arguments import model_arguments
 from ._cache import ArgsStructure, cached, has_static_arrays, split_cache_key, with_static_arrays
 from ._chains import over_chains
 from ._persistent import digest, stored
+from ._windows import windows_as_updates
 
 __all__ = ["SiteInfo", "ModelFns", "model_fns", "prepare", "StaticArgumentWarning"]
 
@@ -161,10 +162,11 @@ class ModelFns:
         self._checked_point_compiled = _compiled(self._checked_point, runs_few_times=True)
         self.observed_values = _compiled(self._observed_values)
         # batched over the draws' index too: a model without latent sites has no draws to
-        # take the batch size from
-        self._log_likelihood_compiled = _compiled(jax.vmap(
+        # take the batch size from; the rows of sites in loops written in place, not scattered
+        # (`_windows`: never differentiated)
+        self._log_likelihood_compiled = _compiled(windows_as_updates(jax.vmap(
             lambda draw, samples, dynamic: self._log_likelihood(samples, dynamic),
-            in_axes=(0, 0, None)))
+            in_axes=(0, 0, None))))
 
     @property
     def name(self) -> str:
