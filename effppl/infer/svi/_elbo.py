@@ -402,10 +402,8 @@ class TraceEnum_ELBO(_ELBO):
                   if s.type == "sample" and not s.is_observed}
         _check_enumeration(model, frozenset(guide_sites), args, kwargs)
         check_model_guide_shapes(model, latent, args, kwargs)  # the shapes without enumeration
-        elbo, drawn = _enum_guide.elbo(rng_key, param_map, _unmarked(model, frozenset(latent)),
-                                       guide, args, kwargs, self.max_plate_nesting,
-                                       _model_values)
-        return _surrogate(elbo, list(drawn.values()))
+        return _enum_guide.elbo(rng_key, param_map, _unmarked(model, frozenset(latent)), guide,
+                                args, kwargs, self.max_plate_nesting, _model_values)
 
 
 def _unmarked(model, names):
