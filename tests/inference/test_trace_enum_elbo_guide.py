@@ -317,8 +317,7 @@ def test_chain_of_guide_enumerated_sites(scaled):
 
 def test_drawn_discrete_guide_site_beside_an_enumerated_one():
     """A discrete guide site that is drawn (not enumerated) and does not depend on an enumerated
-    one: NumPyro's loss (the gradient is `Trace_ELBO`'s score-function surrogate, unbiased but
-    not NumPyro's Rao-Blackwellised one)."""
+    one: NumPyro's loss and Rao-Blackwellised gradient."""
     def pair(ppl):
         def model(y):
             z = ppl.sample("z", dist.Bernoulli(0.4))
@@ -332,12 +331,56 @@ def test_drawn_discrete_guide_site_beside_an_enumerated_one():
             ppl.sample("u", dist.Bernoulli(a))
         return model, guide
 
-    for seed in range(3):
-        key = jax.random.PRNGKey(seed)
-        np.testing.assert_allclose(
-            TraceEnum_ELBO().loss(key, {"a": jnp.array(0.35)}, *pair(effppl), Y),
-            numpyro.infer.TraceEnum_ELBO().loss(key, {"a": jnp.array(0.35)}, *pair(numpyro), Y),
-            rtol=1e-12)
+    _compare(pair, {"a": jnp.array(0.35)}, seeds=(0, 1, 2))
+
+
+@pytest.mark.parametrize("drawn_v", [False, True])
+def test_drawn_guide_sites_in_a_plate_have_numpyros_rao_blackwellised_gradient(drawn_v):
+    """Drawn discrete guide sites in a plate beside an enumerated global one (and a plated
+    enumerated one, or a second drawn one): NumPyro's Rao-Blackwellised gradient."""
+    def pair(ppl):
+        def model(y):
+            z = ppl.sample("z", dist.Bernoulli(0.4))
+            with ppl.plate("n", N):
+                u = ppl.sample("u", dist.Bernoulli(0.3))
+                v = ppl.sample("v", dist.Bernoulli(0.6))
+                ppl.sample("y", dist.Normal(z * 2.0 - u + v, 1.0), obs=y)
+
+        def guide(y):
+            a = ppl.param("a", jnp.array(0.5), constraint=constraints.unit_interval)
+            pu = ppl.param("pu", jnp.ones(N) / 2, constraint=constraints.unit_interval)
+            pv = ppl.param("pv", jnp.ones(N) / 2, constraint=constraints.unit_interval)
+            ppl.sample("z", dist.Bernoulli(a), infer={"enumerate": "parallel"})
+            with ppl.plate("n", N):
+                ppl.sample("u", dist.Bernoulli(pu))
+                ppl.sample("v", dist.Bernoulli(pv),
+                           infer={} if drawn_v else {"enumerate": "parallel"})
+        return model, guide
+
+    rng = np.random.default_rng(1)
+    _compare(pair, {"a": jnp.array(0.35), "pu": jnp.array(rng.uniform(0.2, 0.8, N)),
+                    "pv": jnp.array(rng.uniform(0.2, 0.8, N))})
+
+
+def test_drawn_guide_site_beside_guide_and_model_enumeration():
+    """A drawn guide site, an enumerated guide site and a model site enumerated in a plate:
+    NumPyro's loss and Rao-Blackwellised gradient."""
+    def pair(ppl):
+        def model(y):
+            z = ppl.sample("z", dist.Bernoulli(0.4))
+            u = ppl.sample("u", dist.Categorical(jnp.array([0.2, 0.3, 0.5])))
+            with ppl.plate("n", N):
+                x = ppl.sample("x", dist.Bernoulli(0.6), infer={"enumerate": "parallel"})
+                ppl.sample("y", dist.Normal(z * 2.0 - u + x, 1.0), obs=y)
+
+        def guide(y):
+            a = ppl.param("a", jnp.array(0.5), constraint=constraints.unit_interval)
+            b = ppl.param("b", jnp.ones(3) / 3, constraint=constraints.simplex)
+            ppl.sample("z", dist.Bernoulli(a), infer={"enumerate": "parallel"})
+            ppl.sample("u", dist.Categorical(b))
+        return model, guide
+
+    _compare(pair, {"a": jnp.array(0.35), "b": jnp.array([0.2, 0.5, 0.3])})
 
 
 def test_masked_guide_enumerated_site_weights_by_its_unmasked_probability():

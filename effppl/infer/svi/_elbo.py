@@ -349,10 +349,12 @@ class TraceEnum_ELBO(_ELBO):
     one value per element), the guide's sites below it are drawn once per value, and each term
     of the ELBO (each site's `log p` or `-log q`, or a group of model sites contracted over the
     model's enumerated sites) is weighted by the guide's probability of the enumerated values it
-    holds, elementwise over its plates (`_enum_guide.py`). Guide sites that cannot be
-    reparameterised and are drawn (discrete ones the guide samples) get `Trace_ELBO`'s
-    score-function surrogate: unbiased, without NumPyro's Rao-Blackwellisation over the plates
-    (the loss is the same; the gradient is noisier).
+    holds, elementwise over its plates (`_enum_guide.py`). With sites enumerated in the guide,
+    guide sites that cannot be reparameterised and are drawn (discrete ones the guide samples)
+    get NumPyro's Rao-Blackwellised score-function surrogate: each term weighted by the scores
+    of the drawn sites it depends on (by provenance), summed over the plates it is not in (loss
+    and gradient NumPyro's). Without guide enumeration they get `Trace_ELBO`'s surrogate (the
+    same loss; an unbiased, noisier gradient than NumPyro's).
 
     **Arguments:** `num_particles` (int); `max_plate_nesting` (int >= 0, or `float("inf")`:
     inferred from the model's (and an enumerating guide's) plates): enumerated dims start left of
@@ -402,10 +404,8 @@ class TraceEnum_ELBO(_ELBO):
                   if s.type == "sample" and not s.is_observed}
         _check_enumeration(model, frozenset(guide_sites), args, kwargs)
         check_model_guide_shapes(model, latent, args, kwargs)  # the shapes without enumeration
-        elbo, drawn = _enum_guide.elbo(rng_key, param_map, _unmarked(model, frozenset(latent)),
-                                       guide, args, kwargs, self.max_plate_nesting,
-                                       _model_values)
-        return _surrogate(elbo, list(drawn.values()))
+        return _enum_guide.elbo(rng_key, param_map, _unmarked(model, frozenset(latent)), guide,
+                                args, kwargs, self.max_plate_nesting, _model_values)
 
 
 def _unmarked(model, names):

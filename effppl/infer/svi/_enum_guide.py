@@ -31,7 +31,13 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from ... import handlers
-from ...handlers.internal import enumerated_sites, enumerated_trace, max_batch_ndim, named_log_prob
+from ...handlers.internal import (
+    enumerated_sites,
+    enumerated_trace,
+    max_batch_ndim,
+    named_log_prob,
+    with_site_configurator,
+)
 from ._elbo_error import ELBOError
 
 
@@ -58,9 +64,11 @@ class _Factor:
     """A site's `log_prob` as a funsor Tensor, its dims named: enumerated sites' `_enum_<site>`
     (`variables`), plates' by the plate's name (`plates`)."""
 
-    def __init__(self, site, loops, dims, scaled, measure=False):
+    def __init__(self, site, loops, dims, scaled, measure=False, dice=False):
         funsor = _funsor()
         lp = _unmasked_log_prob(site) if measure else site["log_prob"]
+        if dice:  # a drawn site's measure (the "DiCE" factor): zero, its gradient the score
+            lp = lp - jax.lax.stop_gradient(lp)
         if scaled and site.get("scale") is not None:
             lp = lp * site["scale"]
         if loops:
@@ -92,10 +100,13 @@ def _var(name):
 
 
 def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, model_values):
-    """`(elbo, drawn)` of one particle for a guide with enumerated sites: the ELBO (a scalar) and
-    the guide's sites drawn from distributions without a reparameterised sampler (for the
-    caller's score-function surrogate). `model`: the model with the guide's latent sites no
-    longer marked for enumeration; `model_values(param_map, guide_trace)`: what it is given."""
+    """The ELBO of one particle (a scalar) for a guide with enumerated sites, or with drawn sites
+    that cannot be reparameterised. Its gradient for those drawn sites is NumPyro's
+    Rao-Blackwellised score-function estimator: each cost term is weighted, beside `q(z_c)`, by
+    the zero-valued factor `exp(sum_d (log q(d) - stop_gradient(log q(d))))` over the drawn sites
+    `d` it depends on (found by provenance, `_drawn_dependencies`), each summed over the plates
+    the term is not in. `model`: the model with the guide's latent sites no longer marked for
+    enumeration; `model_values(param_map, guide_trace)`: what it is given."""
     looped = [n for n, in_loop in enumerated_guide_sites(guide, args, kwargs).items() if in_loop]
     if looped:
         raise _error(f"guide site `{looped[0]}` is marked for enumeration inside a loop of the "
@@ -139,10 +150,64 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
                 for n, s in latent.items() if _var(n) in guide_dims.values()}
     costs = _guide_costs(latent, guide_loops, guide_dims, measures)
     costs += _model_costs(model_tr, model_loops, dims, measures)
-    total = sum((_weighted(cost, name, measures) for name, cost in costs), start=jnp.zeros(()))
     drawn = {n: s for n, s in latent.items()
              if _var(n) not in measures and s["fn"] is not None and not s["fn"].has_rsample}
-    return total, drawn
+    dice, deps = {}, ({}, {})
+    if drawn:
+        dice = {n: _Factor(s, guide_loops.get(n, 0), guide_dims, scaled=False, measure=True,
+                           dice=True) for n, s in drawn.items()}
+        deps = _drawn_dependencies(rng_key, param_map, model, guide, args, kwargs, drawn,
+                                   model_values)
+    total = jnp.zeros(())
+    for names, is_model, cost in costs:
+        upstream = frozenset().union(*(deps[0 if is_model else 1].get(n, ()) for n in names))
+        total = total + _weighted(cost, names[0], measures,
+                                  [dice[d] for d in sorted(upstream & dice.keys())])
+    return total
+
+
+def _plain(fn):
+    """`fn` with none of its sites marked for enumeration (each drawn from its distribution)."""
+    def configure(name, msg, infer, is_observed):
+        if "enumerate" in infer:
+            infer = {k: v for k, v in infer.items() if k != "enumerate"}
+        return msg, infer
+
+    return with_site_configurator(fn, configure)
+
+
+def _drawn_dependencies(rng_key, param_map, model, guide, args, kwargs, drawn, model_values):
+    """`(model's, guide's)`: `{site: the drawn guide sites its log density depends on}`, by
+    provenance (`numpyro.ops.provenance`, Wingate et al. 2011) of the model and guide run without
+    enumeration, the drawn sites given their values. A given value (and every site's value
+    downstream of it) also depends, by `0 *`, on its distribution's parameters, as NumPyro's: a
+    cost downstream of an enumerated site depends on the drawn sites its distribution does."""
+    from numpyro.ops.provenance import eval_provenance
+
+    k_model, k_guide = jax.random.split(rng_key)
+    model, guide = _plain(model), _plain(guide)
+
+    def give(values, msg):
+        if msg["type"] != "sample" or msg["name"] not in values:
+            return None
+        value = jnp.asarray(values[msg["name"]])
+        params = [x for x in jax.tree.leaves(msg["fn"])
+                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+        depends = sum((jnp.sum(x) for x in params), start=jnp.zeros(()))
+        return value + (0 * depends).astype(value.dtype)
+
+    def log_probs(**values):
+        given = handlers.substitute(handlers.substitute(guide, data=param_map),
+                                    substitute_fn=functools.partial(give, values))
+        _, guide_tr = handlers.log_density(handlers.seed(given, k_guide), args, kwargs, {})
+        _, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs,
+                                           model_values(param_map, guide_tr))
+        return tuple({n: s["log_prob"] for n, s in tr.items()
+                      if s["type"] == "sample" and s.get("log_prob") is not None}
+                     for tr in (model_tr, guide_tr))
+
+    return eval_provenance(log_probs, **{n: jax.lax.stop_gradient(s["value"])
+                                         for n, s in drawn.items()})
 
 
 def _split_values(values, latent, loops, guide_dims):
@@ -163,7 +228,7 @@ def _split_values(values, latent, loops, guide_dims):
 
 
 def _guide_costs(latent, loops, guide_dims, measures):
-    """`[(site, -log q)]` for the guide's latent sites (scaled)."""
+    """`[((site,), False, -log q)]` for the guide's latent sites (scaled)."""
     funsor = _funsor()
     costs = []
     for name, site in latent.items():
@@ -176,14 +241,15 @@ def _guide_costs(latent, loops, guide_dims, measures):
                          f"distribution depends on the guide's enumerated site(s) "
                          f"{_names(factor.variables)}: not supported. Enumerate it too (`infer="
                          f"{{'enumerate': 'parallel'}}`), or draw those sites.")
-        costs.append((name, factor.tensor * funsor.Number(-1.0)))
+        costs.append(((name,), False, factor.tensor * funsor.Number(-1.0)))
     return costs
 
 
 def _model_costs(model_tr, loops, dims, measures):
-    """`[(site, log p)]`: each model site that holds no variable the model enumerates (scaled),
-    and each group of sites joined through such variables contracted (times the group's scale,
-    as NumPyro's; the scale of its first site)."""
+    """`[(sites, True, log p)]`: each model site that holds no variable the model enumerates
+    (scaled), and each group of sites joined through such variables contracted (times the
+    group's scale, as NumPyro's; the scale of its first site); `sites`: those of the term not
+    enumerated, whose dependencies on the guide's drawn sites are the term's (NumPyro's)."""
     funsor = _funsor()
     factors, summed, scales = {}, {}, {}
     for name, site in model_tr.items():
@@ -199,7 +265,8 @@ def _model_costs(model_tr, loops, dims, measures):
         if not sums:
             (name,) = names
             site = model_tr[name]
-            costs.append((name, _Factor(site, loops.get(name, 0), dims, scaled=True).tensor))
+            costs.append(((name,), True,
+                          _Factor(site, loops.get(name, 0), dims, scaled=True).tensor))
             continue
         group = [factors[n] for n in names]
         plates = frozenset().union(*(f.plates for f in group))
@@ -214,7 +281,7 @@ def _model_costs(model_tr, loops, dims, measures):
         scale = next((scales[n] for n in names if scales[n] is not None), None)
         if scale is not None:
             cost = cost * funsor.Tensor(jnp.ravel(jnp.asarray(scale))[0])
-        costs.append((min(n for n in names if _var(n) not in summed), cost))
+        costs.append((tuple(sorted(n for n in names if _var(n) not in summed)), True, cost))
     return costs
 
 
@@ -250,10 +317,11 @@ def _check_no_more_global(names, group, eliminated, measures):
                          f"those model sites in the guide, or the guide site in the model.")
 
 
-def _weighted(cost, name, measures):
+def _weighted(cost, name, measures, dice=()):
     """`sum over cost's inputs of q(z) cost(z)`: `z` the guide's enumerated variables `cost`
     holds, `q(z)` their marginal (the guide's factors of `z` and of the variables upstream of
-    them, the latter summed out, elementwise over the cost's plates)."""
+    them, the latter summed out, elementwise over the cost's plates); times the `dice` factors
+    (`_Factor`s of drawn sites, zero-valued), each summed over the plates `cost` is not in."""
     funsor = _funsor()
     held = frozenset(cost.inputs) & measures.keys()
     needed, pending = set(), list(held)
@@ -269,12 +337,19 @@ def _weighted(cost, name, measures):
                          f"`{var.removeprefix('_enum_')}`, enumerated inside plate "
                          f"`{min(outside)}`, but is not itself in that plate: not supported "
                          f"(its expectation would need every element's value jointly).")
+    weights = []
     if needed:
         log_q = functools.reduce(operator.add, (measures[v].tensor for v in sorted(needed)))
         extra = frozenset(needed) - held
         if extra:
             log_q = log_q.reduce(funsor.ops.logaddexp, extra)
-        cost = cost * funsor.ops.exp(log_q)
+        weights.append(log_q)
+    for factor in dice:
+        outside = factor.plates - frozenset(cost.inputs)  # a product over them: a sum of logs
+        weights.append(factor.tensor.reduce(funsor.ops.add, outside) if outside
+                       else factor.tensor)
+    if weights:
+        cost = cost * funsor.ops.exp(functools.reduce(operator.add, weights))
     value = cost.reduce(funsor.ops.add)
     return jnp.asarray(value.data)  # pyright: ignore[reportAttributeAccessIssue]
 
