@@ -46,3 +46,12 @@ def test_a_write_out_of_range_is_dropped_as_the_scatter_drops_it():
     np.testing.assert_array_equal(out, jax.jit(plain)(x))
     np.testing.assert_array_equal(out[:, :2], 0.0)  # rows no step writes
     np.testing.assert_allclose(out[:, 2:], 2.0 * jnp.sin(x[:, :2]), rtol=1e-15)
+
+
+def test_a_custom_jvp_function_beside_the_writes_is_bound_as_it_was():
+    """A call primitive in the program (`jax.nn.relu` is a `custom_jvp`) is re-bound with its
+    parameters as bound (the rewrite once raised `KeyError: 'subfuns'` on a `LogNormal` site's
+    `log_likelihood`)."""
+    x = jnp.linspace(-1.0, 2.0, 3 * 4).reshape(3, 4)
+    plain = jax.vmap(lambda r: jax.nn.relu(_writes_rows(r)))
+    np.testing.assert_array_equal(jax.jit(windows_as_updates(plain))(x), jax.jit(plain)(x))

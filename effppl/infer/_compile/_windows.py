@@ -74,9 +74,8 @@ def _evaluate(jaxpr, consts, args) -> list:
                     sub = params[name]
                     params[name] = (tuple(_rewrite(b) for b in sub) if isinstance(sub, tuple)
                                     else _rewrite(sub))
-            out = eqn.primitive.bind(*ins, **params)
-            if not eqn.primitive.multiple_results:
-                out = [out]
+            # `bind_eqn`: a call primitive's parameters (a custom JVP's `subfuns`) as bound
+            out = internal.bind_eqn(eqn.replace(params=params), ins)
         env.update(zip(eqn.outvars, out))
     return [read(v) for v in jaxpr.outvars]
 
