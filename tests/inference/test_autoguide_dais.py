@@ -287,7 +287,7 @@ def test_semi_dais_loss_at_the_same_params_and_key_is_numpyros(use_global_dais_p
     ({"K": 0}, "K"), ({"eta_init": 0.5}, "eta_init"), ({"gamma_init": 1.5}, "gamma_init"),
     ({"init_scale": -1.0}, "init_scale"), ({"subsample_plate": 3}, "subsample_plate"),
     ({"use_global_dais_params": "yes"}, "use_global_dais_params"),
-    ({"local_guide": lambda theta: None}, "local_guide"),
+    ({"local_guide": 3}, "local_guide"),
 ])
 def test_semi_dais_bad_settings_raise_errors_naming_the_argument(settings, argument):
     model, local_model, global_guide = _semi(effppl.sample, effppl.param, effppl.plate)
@@ -316,3 +316,75 @@ def test_semi_dais_fit_on_a_conjugate_local_model_finds_the_analytic_posterior()
     assert mu.shape == (2000, 8)
     np.testing.assert_allclose(mu.mean(0), y / 2, atol=0.06)
     np.testing.assert_allclose(mu.std(0), 0.5 ** 0.5, rtol=0.15)
+
+
+# -- AutoSemiDAIS with a local guide: the base of the annealing ------------------------------
+
+
+def _semi_local(sample, param, plate):
+    def global_model():
+        return sample("theta", dist.Normal(0.0, 1.0))
+
+    def local_model(theta):
+        with plate("data", 8, subsample_size=3) as idx:
+            tau = sample("tau", dist.Gamma(5.0, 5.0))
+            x = sample("x", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+            sample("obs", dist.Normal(theta + x.sum(-1), tau), obs=jnp.asarray(YS)[idx])
+
+    def local_guide(theta):
+        with plate("data", 8, subsample_size=3):
+            loc = param("tau_loc", jnp.zeros(8), event_dim=0)
+            s = param("tau_s", jnp.full(8, 0.3), constraint=dist.constraints.positive,
+                      event_dim=0)
+            sample("tau", dist.LogNormal(loc + 0.1 * theta, s))
+            x_loc = param("x_loc", jnp.zeros((8, 2)), event_dim=1)
+            sample("x", dist.Normal(x_loc, 0.5).to_event(1))
+
+    return ((lambda: local_model(global_model())), local_model,
+            GlobalGuide(global_model, sample, param), local_guide)
+
+
+@pytest.mark.parametrize("kind", ["hand_written", "auto_normal"])
+def test_semi_dais_local_guide_loss_and_gradient_are_numpyros(kind):
+    model, local_model, global_guide, local_guide = _semi_local(effppl.sample, effppl.param,
+                                                                effppl.plate)
+    np_model, np_local, np_global, np_local_guide = _semi_local(numpyro.sample, numpyro.param,
+                                                                numpyro.plate)
+    if kind == "auto_normal":
+        local_guide, np_local_guide = (autoguide.AutoNormal(local_model),
+                                       numpyro_autoguide.AutoNormal(np_local))
+    guide = autoguide.AutoSemiDAIS(model, local_model, global_guide, local_guide, K=3)
+    np_guide = numpyro_autoguide.AutoSemiDAIS(np_model, np_local, np_global, np_local_guide, K=3)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0)))
+    np_svi = numpyro.infer.SVI(np_model, np_guide, numpyro.optim.Adam(0.01),
+                               numpyro.infer.Trace_ELBO())
+    np_params = np_svi.get_params(np_svi.init(jax.random.PRNGKey(0)))
+    assert {k: v.shape for k, v in params.items()} == {k: v.shape for k, v in np_params.items()}
+    rng = np.random.default_rng(0)
+    moved = {k: v * (0.6 + 0.8 * rng.uniform(size=np.shape(v))) for k, v in np_params.items()}
+    moved = {k: v + (0.2 * rng.normal(size=np.shape(v)) if k.endswith(("loc", "coeff")) else 0)
+             for k, v in moved.items()}
+    moved["auto_eta0"] = moved["auto_eta0"] * 4
+    for seed in (1, 2):
+        loss, grad = jax.value_and_grad(lambda p: Trace_ELBO().loss(
+            jax.random.PRNGKey(seed), p, model, guide))(moved)
+        np_loss, np_grad = jax.value_and_grad(lambda p: numpyro.infer.Trace_ELBO().loss(
+            jax.random.PRNGKey(seed), p, np_model, np_guide))(moved)
+        np.testing.assert_allclose(loss, np_loss, rtol=1e-10)
+        for name in np_grad:
+            np.testing.assert_allclose(grad[name], np_grad[name], rtol=1e-8, atol=1e-10,
+                                       err_msg=name)
+
+
+def test_semi_dais_local_guide_without_a_local_site_raises_naming_it():
+    model, local_model, global_guide, _ = _semi_local(effppl.sample, effppl.param, effppl.plate)
+
+    def local_guide(theta):
+        with effppl.plate("data", 8, subsample_size=3):
+            effppl.sample("tau", dist.LogNormal(0.0, 0.3))
+
+    guide = autoguide.AutoSemiDAIS(model, local_model, global_guide, local_guide, K=2)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    with pytest.raises(AutoGuideError, match="local latent site `x`"):
+        svi.init(jax.random.PRNGKey(0))

@@ -33,6 +33,7 @@ from ..._init import init_to_uniform
 from . import _plates as plates_
 from ._base import AutoGuide
 from ._continuous import AutoContinuous
+from ._dais_local import local_guide_base
 from ._errors import AutoGuideError
 from ._sites import fixed_supports
 
@@ -329,9 +330,17 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
     local site whose support depends on other values. `median` and `quantiles` raise
     `NotImplementedError`, as NumPyro's.
 
-    `local_guide` is not supported yet (an `AutoGuideError`); with a global guide whose draw
-    takes one key per site (a hand-written one), the ELBO equals NumPyro's at the same params
-    and key (effppl's `AutoNormal` takes its keys in another order than NumPyro's).
+    **Local guide** (NumPyro's semantics, `_dais_local.py`): the local guide is called at the
+    subsample's indices (its plate of the same name) with `local_model`'s arguments; its draw of
+    the local sites, mapped to unconstrained space with its own sites' supports, is `z_0`
+    (instead of `{prefix}_z_0`, and without `{prefix}_z_0_loc`/`_scale`); its unconstrained log
+    density is the base of the annealing path and, at `z_0`, the factor `{prefix}_z_0_factor`
+    (scaled by N / B). Its params keep their names and full shapes (an `AutoNormal(local_model)`:
+    `{site}_auto_loc`, `{site}_auto_scale` `(N, ...)`). The ELBO and its gradient equal NumPyro's
+    at the same params and key (a hand-written local guide or an `AutoNormal`, with a global
+    guide taking one key per site); the initial values of an `AutoNormal` local guide's params
+    are not NumPyro's. **Raises** (at the first run): `AutoGuideError` naming a local latent
+    site the local guide does not sample, or a site it samples that is not local.
 
     **References:** NumPyro's `AutoSemiDAIS`; Jankowiak and Phan (2022), "Surrogate Likelihoods
     for Variational Annealed Importance Sampling"; Geffner and Domke (2021), "MCMC Variational
@@ -362,9 +371,6 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
         if not isinstance(use_global_dais_params, bool):
             raise AutoGuideError(f"{name}(use_global_dais_params={use_global_dais_params!r:.60})"
                                  f" expected a bool.")
-        if local_guide is not None:  # not yet: its params and draw need its own prototype
-            raise AutoGuideError(f"{name}(local_guide=...): a local guide is not supported yet "
-                                 f"in effppl; leave it None (a normal base per data point).")
         self._dais_settings(K, eta_init, eta_max, gamma_init, init_scale)
         self.local_model, self.global_guide, self.local_guide = (local_model, global_guide,
                                                                  local_guide)
@@ -485,6 +491,18 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
             out[k] = jnp.broadcast_to(value, batch)
         return out
 
+    def _normal_base(self, plan, dtype):
+        """`(z_0, base_log_prob)` without a local guide: a learnable diagonal normal per data
+        point (`{prefix}_z_0_loc`, `{prefix}_z_0_scale` `(N, D)`, read at the subsample), its
+        draw the auxiliary site `{prefix}_z_0` (called inside the subsample plate)."""
+        p, n, d = self.prefix, plan.size, plan.dim
+        loc = ppl.param(f"{p}_z_0_loc", jnp.zeros((n, d), dtype), event_dim=1)
+        scale = ppl.param(f"{p}_z_0_scale", jnp.full((n, d), self.init_scale, dtype),
+                          constraint=constraints.positive, event_dim=1)
+        base = dist.Normal(loc, scale).to_event(1)
+        z_0 = ppl.sample(f"{p}_z_0", base, infer={"is_auxiliary": True})
+        return z_0, lambda z: jnp.sum(base.log_prob(z))
+
     def _sample_latent(self, plan, args, kwargs):
         """`(global latents, local latent (subsample, D))`: the global guide's draw, then the
         annealed draw of the local sites, in NumPyro's order (the same key, the same draws)."""
@@ -500,21 +518,22 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
         plate = ppl.plate(plan.plate, n, subsample_size=b)
         with plate as idx:
             step = self._dais_params(plan, dtype)
+            if self.local_guide is None:
+                z_0, base_log_prob = self._normal_base(plan, dtype)
+        if self.local_guide is not None:  # run outside the plate, at its indices
+            z_0, base_log_prob = local_guide_base(self.local_guide, plan, plate, idx,
+                                                  local_args, local_kwargs)
+            log_q0 = base_log_prob(z_0)
+        with plate:
+            if self.local_guide is not None:  # broadcast to (B,) and scaled by N / B
+                ppl.factor(f"{p}_z_0_factor", log_q0 / b)
             mass = step["mass_matrix"]
-            loc = ppl.param(f"{p}_z_0_loc", jnp.zeros((n, d), dtype), event_dim=1)
-            scale = ppl.param(f"{p}_z_0_scale", jnp.full((n, d), self.init_scale, dtype),
-                              constraint=constraints.positive, event_dim=1)
-            base = dist.Normal(loc, scale).to_event(1)
-            z_0 = ppl.sample(f"{p}_z_0", base, infer={"is_auxiliary": True})
             eps = ppl.sample(f"{p}_momentum", dist.Normal(0.0, mass[..., None])
                              .expand((b, d, K)).to_event(2).mask(False),
                              infer={"is_auxiliary": True})
         betas = jnp.cumsum(step["beta_increments"], axis=-1)
         betas = betas / betas[..., -1:]
         local_model = handlers.substitute(self.local_model, data={plan.plate: idx})
-
-        def base_log_prob(z):
-            return jnp.sum(base.log_prob(z))
 
         def target(z):  # the local model at the subsample, without the plate's scale
             return handlers.block(lambda: unconstrained_log_density(
