@@ -39,6 +39,7 @@ from ...handlers.internal import (
     with_site_configurator,
 )
 from ._elbo_error import ELBOError
+from ._provenance import dependencies
 
 
 def _funsor():
@@ -104,7 +105,7 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     that cannot be reparameterised. Its gradient for those drawn sites is NumPyro's
     Rao-Blackwellised score-function estimator: each cost term is weighted, beside `q(z_c)`, by
     the zero-valued factor `exp(sum_d (log q(d) - stop_gradient(log q(d))))` over the drawn sites
-    `d` it depends on (found by provenance, `_drawn_dependencies`), each summed over the plates
+    `d` it depends on (found by provenance, `_provenance.dependencies`), each summed over the plates
     the term is not in. `model`: the model with the guide's latent sites no longer marked for
     enumeration; `model_values(param_map, guide_trace)`: what it is given."""
     looped = [n for n, in_loop in enumerated_guide_sites(guide, args, kwargs).items() if in_loop]
@@ -156,8 +157,10 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     if drawn:
         dice = {n: _Factor(s, guide_loops.get(n, 0), guide_dims, scaled=False, measure=True,
                            dice=True) for n, s in drawn.items()}
-        deps = _drawn_dependencies(rng_key, param_map, model, guide, args, kwargs, drawn,
-                                   model_values)
+        # by provenance, the model and guide run without enumeration
+        deps = dependencies(rng_key, param_map, _plain(model), _plain(guide), args, kwargs,
+                            {n: jax.lax.stop_gradient(s["value"]) for n, s in drawn.items()},
+                            model_values)
     total = jnp.zeros(())
     for names, is_model, cost in costs:
         upstream = frozenset().union(*(deps[0 if is_model else 1].get(n, ()) for n in names))
@@ -174,40 +177,6 @@ def _plain(fn):
         return msg, infer
 
     return with_site_configurator(fn, configure)
-
-
-def _drawn_dependencies(rng_key, param_map, model, guide, args, kwargs, drawn, model_values):
-    """`(model's, guide's)`: `{site: the drawn guide sites its log density depends on}`, by
-    provenance (`numpyro.ops.provenance`, Wingate et al. 2011) of the model and guide run without
-    enumeration, the drawn sites given their values. A given value (and every site's value
-    downstream of it) also depends, by `0 *`, on its distribution's parameters, as NumPyro's: a
-    cost downstream of an enumerated site depends on the drawn sites its distribution does."""
-    from numpyro.ops.provenance import eval_provenance
-
-    k_model, k_guide = jax.random.split(rng_key)
-    model, guide = _plain(model), _plain(guide)
-
-    def give(values, msg):
-        if msg["type"] != "sample" or msg["name"] not in values:
-            return None
-        value = jnp.asarray(values[msg["name"]])
-        params = [x for x in jax.tree.leaves(msg["fn"])
-                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-        depends = sum((jnp.sum(x) for x in params), start=jnp.zeros(()))
-        return value + (0 * depends).astype(value.dtype)
-
-    def log_probs(**values):
-        given = handlers.substitute(handlers.substitute(guide, data=param_map),
-                                    substitute_fn=functools.partial(give, values))
-        _, guide_tr = handlers.log_density(handlers.seed(given, k_guide), args, kwargs, {})
-        _, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs,
-                                           model_values(param_map, guide_tr))
-        return tuple({n: s["log_prob"] for n, s in tr.items()
-                      if s["type"] == "sample" and s.get("log_prob") is not None}
-                     for tr in (model_tr, guide_tr))
-
-    return eval_provenance(log_probs, **{n: jax.lax.stop_gradient(s["value"])
-                                         for n, s in drawn.items()})
 
 
 def _split_values(values, latent, loops, guide_dims):

@@ -11,9 +11,7 @@ from collections import defaultdict
 
 import jax
 import jax.numpy as jnp
-from numpyro.ops.provenance import eval_provenance
 
-from ... import handlers
 from ._elbo import (
     _ELBO,
     _latent,
@@ -21,6 +19,7 @@ from ._elbo import (
     check_model_guide_match,
     run_guide,
 )
+from ._provenance import dependencies, given_traces
 
 __all__ = ["TraceGraph_ELBO"]
 
@@ -54,38 +53,6 @@ class _FrameSums:
         return jnp.zeros(()) if total is None else total
 
 
-def _traces(rng_key, param_map, model, guide, args, kwargs, given, provenance=False):
-    """`(model trace, guide trace)` of one particle, the guide's sites in `given` taking those
-    values (the rest drawn with `rng_key`, as `run_guide` draws them), the model run on the
-    guide's values. With `provenance`, a given value also depends (by `0 *`) on its site's
-    distribution's parameters, as NumPyro's: a cost downstream of a site's value is then
-    downstream of whatever that site's distribution depends on (the stochastic graph)."""
-    k_model, k_guide = jax.random.split(rng_key)
-
-    def give(msg):
-        if msg["type"] != "sample" or msg["name"] not in given:
-            return None
-        value = jnp.asarray(given[msg["name"]])
-        if not provenance:
-            return value
-        params = [x for x in jax.tree.leaves(msg["fn"])
-                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-        depends = sum((jnp.sum(x) for x in params), start=jnp.zeros(()))
-        return value + (0 * depends).astype(value.dtype)
-
-    seeded = handlers.seed(handlers.substitute(handlers.substitute(guide, data=param_map),
-                                               substitute_fn=give), k_guide)
-    _, guide_tr = handlers.log_density(seeded, args, kwargs, {})
-    _, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs,
-                                       _model_values(param_map, guide_tr))
-    return model_tr, guide_tr
-
-
-def _log_probs(model_tr, guide_tr):
-    return ({n: _scaled(s) for n, s in model_tr.items() if _scored(s)},
-            {n: _scaled(s) for n, s in guide_tr.items() if _scored(s)})
-
-
 def _scored(site):
     return site["type"] == "sample" and site.get("log_prob") is not None
 
@@ -114,7 +81,8 @@ class TraceGraph_ELBO(_ELBO):
         # guide runs again with those values given (the same key draws the others as before);
         # their parameters' gradient is the score term below
         given = {n: jax.lax.stop_gradient(v) for n, v in nonreparam.items()}
-        model_tr, guide_tr = _traces(rng_key, param_map, model, guide, args, kwargs, given)
+        model_tr, guide_tr = given_traces(rng_key, param_map, model, guide, args, kwargs,
+                                          given, _model_values)
         elbo = jnp.zeros(())
         for site in model_tr.values():
             if _scored(site):
@@ -126,9 +94,8 @@ class TraceGraph_ELBO(_ELBO):
         if not nonreparam:
             return elbo
         # which non-reparametrizable guide sites each log density depends on
-        model_deps, guide_deps = eval_provenance(
-            lambda **given: _log_probs(*_traces(rng_key, param_map, model, guide, args, kwargs,
-                                                given, provenance=True)), **nonreparam)
+        model_deps, guide_deps = dependencies(rng_key, param_map, model, guide, args, kwargs,
+                                              nonreparam, _model_values)
         downstream = defaultdict(_FrameSums)
         for tr, deps, sign in ((model_tr, model_deps, 1.0), (guide_tr, guide_deps, -1.0)):
             for name, site in tr.items():
