@@ -180,28 +180,40 @@ def _unconstrained_type(site, key):
 def unconstrained_type(site):
     """`(shape, dtype)` of one occurrence's unconstrained value: that of `biject_to(fn.support)
     .inv(value)` (a simplex of K has K - 1 coordinates). When `cond` branches give the site
-    distributions whose unconstrained values differ in shape, a flat vector as long as the longest:
-    each branch reads its coordinates from the front (`split_row`). Cached per site (a static
+    distributions whose unconstrained values differ in shape, the leading axes their shapes share
+    (a `plate`'s or a `jax.vmap`'s, whether the branch is chosen per element or for the whole
+    batch) followed by one flat axis as long as the longest rest: each branch reads its
+    coordinates from the front of that axis (`split_row`). Cached per site (a static
     description), as each trace of a model asks for every site's."""
     types = {_unconstrained_type(site, key) for key in site.keys or (site.key,)}
     if len(types) == 1:
         return types.pop()
-    return ((max(math.prod(shape) for shape, _ in types),),
+    shapes = [shape for shape, _ in types]
+    lead = 0
+    while all(len(s) > lead + 1 and s[lead] == shapes[0][lead] for s in shapes):
+        lead += 1
+    prefix = shapes[0][:lead]
+    return ((*prefix, max(math.prod(s[lead:]) for s in shapes)),
             jnp.result_type(*[dtype for _, dtype in types]))
 
 
 def pad_row(u, shape):
     """An occurrence's unconstrained value `u` as a row of the site's `shape` (`unconstrained_type`):
-    `u` itself, or `u` flattened and padded with zeros."""
+    `u` itself, or `u` flattened after the leading axes it shares with `shape` and padded with
+    zeros along that last axis."""
     if u.shape == tuple(shape):
         return u
-    return jnp.pad(jnp.ravel(u), (0, shape[0] - u.size))
+    prefix = tuple(shape[:-1])
+    flat = jnp.reshape(u, (*prefix, -1))
+    return jnp.pad(flat, [(0, 0)] * len(prefix) + [(0, shape[-1] - flat.shape[-1])])
 
 
 def split_row(row, shape):
     """`(u, rest)`: the coordinates of shape `shape` one occurrence reads from `row` (`pad_row`'s
-    inverse), and the coordinates it leaves unread (`None` when it reads the whole row)."""
+    inverse: along `row`'s last axis, after its leading axes), and the coordinates it leaves
+    unread (`None` when it reads the whole row)."""
     if row.shape == tuple(shape):
         return row, None
-    size = math.prod(shape)
-    return row[:size].reshape(shape), row[size:]
+    prefix = row.shape[:-1]
+    size = math.prod(shape[len(prefix):])
+    return row[..., :size].reshape(shape), row[..., size:]

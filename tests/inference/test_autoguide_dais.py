@@ -388,3 +388,65 @@ def test_semi_dais_local_guide_without_a_local_site_raises_naming_it():
     svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
     with pytest.raises(AutoGuideError, match="local latent site `x`"):
         svi.init(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("make", [autoguide.AutoDelta, autoguide.AutoDiagonalNormal])
+def test_semi_dais_an_autoguide_without_a_density_as_local_guide_raises_naming_it(make):
+    model, local_model, global_guide, _ = _semi_local(effppl.sample, effppl.param, effppl.plate)
+    with pytest.raises(AutoGuideError, match=rf"local_guide={make.__name__}.*AutoNormal"):
+        autoguide.AutoSemiDAIS(model, local_model, global_guide, make(local_model), K=2)
+
+
+def _conjugate_local_guide(param, sample, plate):
+    def local_guide(y):
+        with plate("data", y.shape[0]):
+            loc = param("mu_loc", jnp.zeros(y.shape[0]))
+            scale = param("mu_scale", jnp.full(y.shape[0], 0.5),
+                          constraint=dist.constraints.positive)
+            sample("mu", dist.Normal(loc, scale))
+    return local_guide
+
+
+def _np_local_conjugate(y):
+    with numpyro.plate("data", y.shape[0]):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def test_semi_dais_local_guide_without_subsampling_is_numpyros_and_fits_the_posterior():
+    """No subsampling (the plate named by `subsample_plate`), no global sites, a hand-written
+    local guide: the loss and gradient at moved params equal NumPyro's, and an SVI fit finds the
+    analytic posterior mu_i | y_i ~ N(y_i / 2, 1 / 2)."""
+    y = jnp.asarray(YS)
+    guide = autoguide.AutoSemiDAIS(
+        local_conjugate, local_conjugate,
+        local_guide=_conjugate_local_guide(effppl.param, effppl.sample, effppl.plate), K=2,
+        subsample_plate="data")
+    np_guide = numpyro_autoguide.AutoSemiDAIS(
+        _np_local_conjugate, _np_local_conjugate,
+        local_guide=_conjugate_local_guide(numpyro.param, numpyro.sample, numpyro.plate), K=2,
+        subsample_plate="data")
+    svi = SVI(local_conjugate, guide, optax.adam(optax.exponential_decay(0.05, 1500, 0.05)),
+              Trace_ELBO(num_particles=4))
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), y))
+    np_svi = numpyro.infer.SVI(_np_local_conjugate, np_guide, numpyro.optim.Adam(0.01),
+                               numpyro.infer.Trace_ELBO())
+    np_params = np_svi.get_params(np_svi.init(jax.random.PRNGKey(0), y))
+    assert {k: v.shape for k, v in params.items()} == {k: v.shape for k, v in np_params.items()}
+    moved = dict(np_params, mu_loc=np_params["mu_loc"] + 0.3 * y,
+                 mu_scale=np_params["mu_scale"] * 1.4, auto_eta0=np_params["auto_eta0"] * 3)
+    loss, grad = jax.value_and_grad(lambda p: Trace_ELBO().loss(
+        jax.random.PRNGKey(3), p, local_conjugate, guide, y))(moved)
+    np_loss, np_grad = jax.value_and_grad(lambda p: numpyro.infer.Trace_ELBO().loss(
+        jax.random.PRNGKey(3), p, _np_local_conjugate, np_guide, y))(moved)
+    np.testing.assert_allclose(loss, np_loss, rtol=1e-10)
+    for name in np_grad:
+        np.testing.assert_allclose(grad[name], np_grad[name], rtol=1e-8, atol=1e-10,
+                                   err_msg=name)
+
+    result = svi.run(jax.random.PRNGKey(0), 1500, y, progress_bar=False)
+    mu = guide.sample_posterior(jax.random.PRNGKey(1), result.params, y,
+                                sample_shape=(2000,))["mu"]
+    assert mu.shape == (2000, 8)
+    np.testing.assert_allclose(mu.mean(0), y / 2, atol=0.06)
+    np.testing.assert_allclose(mu.std(0), 0.5 ** 0.5, rtol=0.15)

@@ -165,14 +165,19 @@ def row_of(n, scans):
 
 def unconstrained_row_shape(info: SiteInfo):
     """`(shape, flat)`: one occurrence's unconstrained shape, and whether its families differ in
-    it (then a flat vector as long as the longest, each family reading from the front)."""
+    it (then the leading axes all their shapes share, e.g. a plate's, and one flat axis as long as
+    the longest rest, each family reading from the front of that axis)."""
     shapes = set()
     for family in info.families:
         fn = _dummy(family, info.shape)
         shapes.add(tuple(biject_to(fn.support).inverse_shape(info.shape)))
     if len(shapes) == 1:
         return shapes.pop(), False
-    return (max(math.prod(s) for s in shapes),), True
+    first = next(iter(shapes))
+    shared = 0
+    while all(len(s) > shared + 1 and s[shared] == first[shared] for s in shapes):
+        shared += 1
+    return (*first[:shared], max(math.prod(s[shared:]) for s in shapes)), True
 
 
 def _dummy(family, shape):
@@ -392,8 +397,9 @@ class _Run:
         for i in row:
             u_row = u_row[i]
         if flat:
-            size = math.prod(u_shape)
-            u, rest = u_row[:size].reshape(u_shape), u_row[size:]
+            shared = len(row_shape) - 1
+            size = math.prod(u_shape[shared:])
+            u, rest = u_row[..., :size].reshape(u_shape), u_row[..., size:]
         else:
             u, rest = u_row, None
         value = t(u)

@@ -380,3 +380,64 @@ def test_deterministic_of_a_plate_shaped_carry(length):
 
     tr = trace(seed(hand, 0)).get_trace()
     assert tr["d"]["value"].shape == (length, 3, 1)
+
+
+def _stick_breaking_log_density(u):
+    """Hand-written: `Dirichlet(1, 1, 1)` at `t(u)` plus `log|det J_t(u)|`, per row of `u`."""
+    from numpyro.distributions.transforms import biject_to
+    d = dist.Dirichlet(jnp.ones(3))
+    t = biject_to(d.support)
+    return d.log_prob(t(u)) + t.log_abs_det_jacobian(u, t(u))
+
+
+@pytest.mark.parametrize("take_normal", [True, False])
+@pytest.mark.parametrize("batched_predicate", [True, False])
+def test_cond_families_of_different_unconstrained_shapes_under_vmap(batched_predicate,
+                                                                    take_normal):
+    """The long run (seed 20261207, 9 of its 13 mismatches): under `jax.vmap`, a site whose `cond`
+    branches hold a `Normal(3).to_event(1)` and a `Dirichlet(3)` (3 and 2 unconstrained
+    coordinates) was laid out `(3, 3)` (a row per element) when the predicate was batched but
+    `(9,)` (the whole batch flattened) when it was not: `potential_energy` refused the other
+    layout. Both are `(3, 3)` now, each element's branch reading its row from the front, the
+    unread coordinates scored standard normal, against the hand-written sum."""
+    from effppl.infer.util import potential_energy
+    v = jnp.arange(3.0)
+    p = jnp.full(3, 0.3 if take_normal else -0.3)
+
+    def model(v, p):
+        def one(vi, pi):
+            return jax.lax.cond(
+                pi > 0, lambda: effppl.sample("x", dist.Normal(jnp.zeros(3) + vi, 1.0).to_event(1)),
+                lambda: effppl.sample("x", dist.Dirichlet(jnp.ones(3))))
+        return jax.vmap(one, in_axes=(0, 0 if batched_predicate else None))(
+            v, p if batched_predicate else p[0])
+
+    u = jnp.array([[0.2, -0.4, 0.7], [1.1, 0.0, -0.3], [-0.5, 0.9, 0.4]])
+    if take_normal:
+        expected = jnp.sum(dist.Normal(v[:, None], 1.0).log_prob(u))
+    else:
+        expected = jnp.sum(_stick_breaking_log_density(u[:, :2])) + jnp.sum(
+            dist.Normal(0.0, 1.0).log_prob(u[:, 2]))
+    np.testing.assert_allclose(-potential_energy(model, (v, p), {}, {"x": u}), expected,
+                               rtol=1e-12)
+    tr = trace(seed(model, 0)).get_trace(v, p)
+    assert tr["x"]["value"].shape == (3, 3)
+
+
+def test_cond_families_of_different_unconstrained_shapes_in_a_plate():
+    """The same layout without `vmap`: the plate's axis stays, one flat row per plate element."""
+    from effppl.infer.util import potential_energy
+
+    def model(p):
+        with effppl.plate("i", 4, dim=-1):
+            return jax.lax.cond(
+                p > 0, lambda: effppl.sample("x", dist.Normal(jnp.zeros(3), 1.0).to_event(1)),
+                lambda: effppl.sample("x", dist.Dirichlet(jnp.ones(3))))
+
+    u = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    np.testing.assert_allclose(-potential_energy(model, (1.0,), {}, {"x": u}),
+                               jnp.sum(dist.Normal(0.0, 1.0).log_prob(u)), rtol=1e-12)
+    expected = jnp.sum(_stick_breaking_log_density(u[:, :2])) + jnp.sum(
+        dist.Normal(0.0, 1.0).log_prob(u[:, 2]))
+    np.testing.assert_allclose(-potential_energy(model, (-1.0,), {}, {"x": u}), expected,
+                               rtol=1e-12)

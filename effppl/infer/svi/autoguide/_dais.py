@@ -35,6 +35,7 @@ from ._base import AutoGuide
 from ._continuous import AutoContinuous
 from ._dais_local import local_guide_base
 from ._errors import AutoGuideError
+from ._per_site import AutoNormal
 from ._sites import fixed_supports
 
 __all__ = ["AutoDAIS", "AutoSemiDAIS"]
@@ -340,7 +341,9 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
     at the same params and key (a hand-written local guide or an `AutoNormal`, with a global
     guide taking one key per site); the initial values of an `AutoNormal` local guide's params
     are not NumPyro's. **Raises** (at the first run): `AutoGuideError` naming a local latent
-    site the local guide does not sample, or a site it samples that is not local.
+    site the local guide does not sample, or a site it samples that is not local; at
+    construction, `AutoGuideError` for an autoguide other than `AutoNormal` as the local guide
+    (`AutoDelta`, `AutoMultivariateNormal`, ...: no density at other values).
 
     **References:** NumPyro's `AutoSemiDAIS`; Jankowiak and Phan (2022), "Surrogate Likelihoods
     for Variational Annealed Importance Sampling"; Geffner and Domke (2021), "MCMC Variational
@@ -361,6 +364,13 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
             if not callable(value) and not (optional and value is None):
                 raise AutoGuideError(f"{name}({arg}={value!r:.60}) expected a callable"
                                      + (" or None." if optional else "."))
+        if isinstance(local_guide, AutoGuide) and not isinstance(local_guide, AutoNormal):
+            raise AutoGuideError(
+                f"{name}(local_guide={type(local_guide).__name__}(...)): the local guide's "
+                f"unconstrained log density at other values is the base of the annealing, and "
+                f"{type(local_guide).__name__} gives none (its draws are `Delta` sites at its "
+                f"own values). Use `AutoNormal(local_model)` or a hand-written guide of the "
+                f"local sites.")
         if global_guide is not None and not callable(getattr(global_guide, "model", None)):
             raise AutoGuideError(f"{name}(global_guide=...) expected a guide with a `.model` "
                                  f"(the global part of the model, e.g. `AutoNormal("
