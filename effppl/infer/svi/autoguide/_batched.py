@@ -20,7 +20,7 @@ from numpyro.distributions.transforms import ReshapeTransform
 
 from ....handlers import internal as ppl
 from ..._init import init_to_uniform
-from ._continuous import AutoContinuous
+from ._continuous import AutoContinuous, AutoLowRankMultivariateNormal
 from ._errors import AutoGuideError
 
 __all__ = ["AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal"]
@@ -217,9 +217,7 @@ class AutoBatchedLowRankMultivariateNormal(_AutoBatched):
                           constraint=self.scale_constraint)
         return self._posterior(loc, factor, scale)
 
-    @staticmethod
-    def _posterior(loc, cov_factor, scale):
-        return dist.LowRankMultivariateNormal(loc, cov_factor * scale[..., None], scale ** 2)
+    _posterior = staticmethod(AutoLowRankMultivariateNormal._posterior)  # batched as it is
 
     def _batched_posterior(self, params):
         p = self.prefix
