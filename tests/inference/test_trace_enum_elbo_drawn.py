@@ -137,11 +137,12 @@ HMM_Y = np.array([0.1, -0.3, 2.2, 1.9, 4.1])
 def _hmm(ppl, how):
     """(e) A global drawn site shifting the emissions of an HMM whose states the model
     enumerates: in a plain `lax.scan` (effppl's forward algorithm) or under `markov` (a Python
-    loop)."""
+    loop); an observed site the drawn one does not reach (NumPyro's gradient differs)."""
     trans = jnp.array([[0.8, 0.2], [0.3, 0.7]])
 
     def model(y):
         c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
         if how == "scan" and ppl is effppl:
             def step(z_prev, y_t):
                 z = effppl.sample("z", dist.Categorical(trans[z_prev]), infer=_enum())
