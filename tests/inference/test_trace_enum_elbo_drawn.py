@@ -131,6 +131,33 @@ def test_drawn_guide_sites_with_model_enumeration_have_numpyros_gradient(case):
     _compare(pair, {k: PARAMS[k] for k in names})
 
 
+def _observed_in_a_scan(ppl):
+    """Observed sites in a plain `lax.scan` (nothing enumerated there) beside a global site
+    enumerated in the model: NumPyro's gradient (its oracle unrolls the loop in Python)."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        b = ppl.sample("b", dist.Bernoulli(jnp.array([0.2, 0.5, 0.9])[c]), infer=_enum())
+        if ppl is effppl:
+            def step(t, y_t):
+                effppl.sample("y", dist.Normal(2.0 * b - 1.0 + 0.1 * t, 1.0), obs=y_t)
+                return t + 1.0, None
+
+            jax.lax.scan(step, 0.0, y)
+        else:
+            for t in range(len(y)):
+                ppl.sample(f"y_{t}", dist.Normal(2.0 * b - 1.0 + 0.1 * t, 1.0), obs=y[t])
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        ppl.sample("c", dist.Categorical(g))
+    return model, guide
+
+
+def test_observed_sites_in_a_scan_beside_model_enumeration_have_numpyros_gradient():
+    _compare(_observed_in_a_scan, {"g": PARAMS["g"]}, seeds=(0, 1))
+
+
 HMM_Y = np.array([0.1, -0.3, 2.2, 1.9, 4.1])
 
 
