@@ -18,6 +18,7 @@ from numpyro.distributions.kl import kl_divergence
 from ... import handlers
 from ...handlers.internal import (
     analyze_model,
+    enumerated_sites,
     is_enumerated,
     log_joint,
     marginal_log_joint,
@@ -349,12 +350,14 @@ class TraceEnum_ELBO(_ELBO):
     one value per element), the guide's sites below it are drawn once per value, and each term
     of the ELBO (each site's `log p` or `-log q`, or a group of model sites contracted over the
     model's enumerated sites) is weighted by the guide's probability of the enumerated values it
-    holds, elementwise over its plates (`_enum_guide.py`). With sites enumerated in the guide,
-    guide sites that cannot be reparameterised and are drawn (discrete ones the guide samples)
-    get NumPyro's Rao-Blackwellised score-function surrogate: each term weighted by the scores
-    of the drawn sites it depends on (by provenance), summed over the plates it is not in (loss
-    and gradient NumPyro's). Without guide enumeration they get `Trace_ELBO`'s surrogate (the
-    same loss; an unbiased, noisier gradient than NumPyro's).
+    holds, elementwise over its plates (`_enum_guide.py`). Guide sites that cannot be
+    reparameterised and are drawn (discrete ones the guide samples, not enumerating them) get
+    NumPyro's Rao-Blackwellised score-function surrogate where the guide or the model enumerates
+    sites: each term weighted by the scores of the drawn sites it depends on (by provenance),
+    summed over the plates it is not in (loss and gradient NumPyro's). Sharp edges: where only
+    the model enumerates and it does so inside a loop (a `lax.scan`, `fori_loop`) or `markov`
+    frames, or where nothing is enumerated, they get `Trace_ELBO`'s surrogate (each score
+    weighted by the whole ELBO: the same loss, an unbiased but noisier gradient than NumPyro's).
 
     **Arguments:** `num_particles` (int); `max_plate_nesting` (int >= 0, or `float("inf")`:
     inferred from the model's (and an enumerating guide's) plates): enumerated dims start left of
@@ -391,11 +394,22 @@ class TraceEnum_ELBO(_ELBO):
         log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
         _check_enumeration(model, frozenset(guide_tr), args, kwargs)
         check_model_guide_match(model, guide_tr, args, kwargs)
-        model = handlers.seed(_unmarked(model, frozenset(_latent(guide_tr))), k_model)
+        model = _unmarked(model, frozenset(_latent(guide_tr)))
         first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
-        log_p = marginal_log_joint(model, args, kwargs, values, first)
-        return _score_surrogate(log_p - log_q, guide_tr)
 
+        def score_surrogate():  # Trace_ELBO's: each draw's score weighted by the whole ELBO
+            log_p = marginal_log_joint(handlers.seed(model, k_model), args, kwargs, values, first)
+            return _score_surrogate(log_p - log_q, guide_tr)
+
+        drawn = [s for s in _latent(guide_tr).values()
+                 if s["fn"] is not None and not s["fn"].has_rsample]
+        if drawn and enumerated_sites(model, args, kwargs):
+            # NumPyro's Rao-Blackwellised surrogate: guide enumeration's, with nothing enumerated
+            # in the guide (the model's enumeration in a loop or `markov` frames: the above)
+            return _enum_guide.elbo(rng_key, param_map, model, guide, args, kwargs,
+                                    self.max_plate_nesting, _model_values,
+                                    looped_model=score_surrogate)
+        return score_surrogate()
 
     def _enumerated_guide_particle(self, rng_key, param_map, model, guide, args, kwargs):
         """The guide's marked sites summed exactly, weighted by q (`_enum_guide`)."""

@@ -10,7 +10,10 @@ marked sites left of the guide's dims. Then
 lacks). The terms: `-log q` of each guide site; `log p` of each model site that holds no
 variable the model enumerates; and, for each group of model sites joined through such variables,
 their contraction (funsor's `sum_product`, the plates not shared by the whole group eliminated),
-as NumPyro's `TraceEnum_ELBO` groups them.
+as NumPyro's `TraceEnum_ELBO` groups them. Drawn guide sites that cannot be reparameterised
+weight each term by their scores (NumPyro's Rao-Blackwellised surrogate); a guide that enumerates
+nothing but draws such sites, beside a model that enumerates, is the degenerate case (every
+`q(z_c)` one), `TraceEnum_ELBO`'s route to NumPyro's gradient there.
 
 Not supported (an `ELBOError` naming the site): guide sites enumerated inside a loop of the
 guide, model sites enumerated inside a loop or `markov` frames together with guide enumeration,
@@ -100,14 +103,19 @@ def _var(name):
     return f"_enum_{name}"
 
 
-def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, model_values):
+def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, model_values,
+         looped_model=None):
     """The ELBO of one particle (a scalar) for a guide with enumerated sites, or with drawn sites
-    that cannot be reparameterised. Its gradient for those drawn sites is NumPyro's
+    that cannot be reparameterised (with or without enumerated ones: none is the degenerate
+    case, every `q(z_c)` one). Its gradient for those drawn sites is NumPyro's
     Rao-Blackwellised score-function estimator: each cost term is weighted, beside `q(z_c)`, by
     the zero-valued factor `exp(sum_d (log q(d) - stop_gradient(log q(d))))` over the drawn sites
     `d` it depends on (found by provenance, `_provenance.dependencies`), each summed over the plates
     the term is not in. `model`: the model with the guide's latent sites no longer marked for
-    enumeration; `model_values(param_map, guide_trace)`: what it is given."""
+    enumeration; `model_values(param_map, guide_trace)`: what it is given. `looped_model`: for a
+    guide that enumerates nothing, a thunk whose result is returned instead where the model
+    enumerates sites inside a loop or `markov` frames (without it, or with guide enumeration,
+    those raise an `ELBOError`)."""
     looped = [n for n, in_loop in enumerated_guide_sites(guide, args, kwargs).items() if in_loop]
     if looped:
         raise _error(f"guide site `{looped[0]}` is marked for enumeration inside a loop of the "
@@ -127,6 +135,9 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     model = handlers.seed(model, k_model)
     model_enum = enumerated_sites(model, args, kwargs)
     looped = [n for n, in_loop in model_enum.items() if in_loop]
+    fallback = looped_model if not guide_dims else None
+    if looped and fallback is not None:
+        return fallback()
     if looped:
         raise _error(f"model site `{looped[0]}` is enumerated inside a loop of the model, and "
                      f"the guide enumerates sites too: not supported together. Enumerate the "
@@ -139,6 +150,8 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     model_dims = {}
     for name, site in model_tr.items():
         infer = site["infer"]
+        if infer.get("_markov_dims") and fallback is not None:
+            return fallback()
         if infer.get("_markov_dims"):
             raise _error(f"model site `{name}` is enumerated inside `markov` frames, and the "
                          f"guide enumerates sites too: not supported together.")

@@ -1,7 +1,7 @@
 """Which guide sites drawn without a reparameterised sampler each log density depends on: the
 model and guide run with those sites given their values, tracked by NumPyro's provenance
 (`numpyro.ops.provenance`, Wingate et al. 2011). Shared by `TraceGraph_ELBO` and
-`TraceEnum_ELBO`'s guide enumeration (NumPyro's Rao-Blackwellised score surrogates)."""
+`TraceEnum_ELBO` (`_enum_guide`; NumPyro's Rao-Blackwellised score surrogates)."""
 
 from __future__ import annotations
 
