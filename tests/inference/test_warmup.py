@@ -19,7 +19,7 @@ from effppl.infer import (
     _init,
 )
 from effppl.infer._compile._fns import prepare
-from effppl.infer.mcmc import _fisher, _start
+from effppl.infer.mcmc import _fisher, _fisher_diag, _start
 
 from ._ppl import dist, factor, sample
 
@@ -187,16 +187,79 @@ def test_collect_warmup_gives_the_warmups_statistics(y):
 
 
 def test_fisher_diagonal_estimate_matches_numpy():
-    """The diagonal estimate from the ring buffer's last n rows is sqrt(Var[x] / Var[grad]).
-    Oracle: NumPy on the same rows."""
+    """The running estimate after n draws is sqrt(S_x / S_g), S nuts-rs's running sum
+    `sum_k (v_k - mean_{k-1})^2` (`RunningVariance::add_sample`), clipped to [1e-20, 1e20], and a
+    coordinate whose ratio is 0 keeps its value. Oracle: NumPy on the same rows."""
     rng = np.random.default_rng(0)
-    draws, grads = rng.normal(size=(30, 3)) * [1.0, 3.0, 0.1], rng.normal(size=(30, 3))
-    written, n = 47, 12  # rows written so far (ring of 30); the last 12 count
-    rows = [(written - n + k) % 30 for k in range(n)]
-    expected = np.sqrt(draws[rows].var(0) / grads[rows].var(0))
-    got = _fisher._diag_estimate(_fisher._ordered(jnp.asarray(draws), written, n),
-                                 _fisher._ordered(jnp.asarray(grads), written, n), n)
+    draws, grads = rng.normal(size=(12, 4)) * [1.0, 3.0, 0.1, 1.0], rng.normal(size=(12, 4))
+    draws[:, 3] = 2.0  # a constant coordinate: ratio 0, kept
+    running = _fisher_diag._running_empty(4, jnp.float64)
+    for x, g in zip(draws, grads):
+        running = _fisher_diag._running_add(running, jnp.asarray(x), jnp.asarray(g))
+
+    def total(v):
+        return sum(((v[k] - v[:k].mean(0)) ** 2 for k in range(1, len(v))), np.zeros(4))
+
+    expected = np.sqrt(total(draws) / total(grads))
+    expected[3] = 7.0
+    got = _fisher_diag.fisher_diag_estimate(running, jnp.full(4, 7.0))
     np.testing.assert_allclose(got, expected, rtol=1e-10)
+    assert int(running.count) == 12
+
+
+def _run_engine(positions, num_warmup):
+    """The `fisher_diag` engine fed `positions` (gradients -x), one per warmup draw: per draw,
+    (did the inverse mass matrix change?, did the estimators switch?)."""
+    init, update, _, seed = _fisher_diag.fisher_diag_engine(0.8)
+    state = seed(init(jnp.full(2, 0.5), 1.0, num_warmup), -jnp.full(2, 0.5))
+    step = jax.jit(lambda s, x: update(s, (0, 0), x, -x, 0.8))
+    rows = []
+    for x in positions:
+        new = step(state, jnp.asarray(x))
+        rows.append((int(new.updates - state.updates), int(new.switches - state.switches)))
+        state = new
+    return np.asarray(rows)
+
+
+def test_fisher_diag_schedule_is_nuts_rs():
+    """nuts-rs's schedule (`GlobalStrategy::adapt`), written out by hand for 100 and 1,000
+    warmup draws: the estimators switch when the background holds 10 draws (the initial point
+    counts) in the first 30%, then 80, 120, ... while a whole window still ends before the last
+    15%; the matrix changes after every draw from the second (the foreground then holds 3)
+    until the last 15%. The engine follows it draw by draw when the chain moves every draw,
+    and a draw where it did not move is left out of the counts."""
+    sched = _fisher_diag.fisher_diag_schedule(100)
+    np.testing.assert_array_equal(np.flatnonzero(sched[:, 1]), [8, 18, 28])
+    np.testing.assert_array_equal(np.flatnonzero(sched[:, 0]), np.arange(1, 85))
+    sched = _fisher_diag.fisher_diag_schedule(1000)
+    np.testing.assert_array_equal(np.flatnonzero(sched[:, 1]),
+                                  list(range(8, 300, 10)) + [298 + 80, 378 + 120])
+    np.testing.assert_array_equal(np.flatnonzero(sched[:, 0]), np.arange(1, 850))
+    positions = np.random.default_rng(0).normal(size=(100, 2))
+    np.testing.assert_array_equal(_run_engine(positions, 100),
+                                  _fisher_diag.fisher_diag_schedule(100))
+    positions[5] = positions[4]  # the chain did not move at draw 5
+    rows = _run_engine(positions, 100)
+    np.testing.assert_array_equal(np.flatnonzero(rows[:, 1]), [9, 19, 29])
+    np.testing.assert_array_equal(np.flatnonzero(rows[:, 0]), np.arange(1, 85))
+
+
+def test_fisher_diag_adapts_to_known_variances():
+    """On a diagonal Gaussian with variances 1e-4..1e4, `fisher_diag`'s inverse mass matrix
+    after the warmup is the variances (for a Gaussian, Var[x] / Var[grad] = sigma^4 exactly)
+    and the step size is of order one."""
+    scales = jnp.asarray([0.01, 0.1, 1.0, 10.0, 100.0])
+
+    def model():
+        sample("x", dist.Normal(jnp.zeros(5), scales))
+
+    mcmc = MCMC(NUTS(model, mass_matrix="fisher_diag"), num_warmup=200, num_samples=100,
+                num_chains=2, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0))
+    imm = np.asarray(mcmc.last_state.inverse_mass_matrix)
+    np.testing.assert_allclose(imm, np.broadcast_to(scales ** 2, imm.shape), rtol=1e-3)
+    step_size = np.asarray(mcmc.last_state.step_size)
+    assert np.all((step_size > 0.3) & (step_size < 2.0)), step_size
 
 
 def _spectrum_after_preconditioning(imm, cov):
@@ -230,10 +293,10 @@ def test_low_rank_estimate_corrects_the_whole_spectrum(d):
 
 def test_fisher_warmup_seeds_the_mass_matrix_from_the_gradient():
     """nutpie's start: the inverse mass matrix is 1 / |grad| at the initial point."""
-    init, _, final, seed = _fisher.fisher_engine(low_rank=False, target_accept_prob=0.8)
+    init, _, final, seed = _fisher_diag.fisher_diag_engine(target_accept_prob=0.8)
     state = seed(init({"a": jnp.zeros(3)}, 1.0, 100), {"a": jnp.asarray([2.0, -4.0, 0.0])})
     np.testing.assert_allclose(final(state)[1], [0.5, 0.25, 1.0])
-    init, _, final, seed = _fisher.fisher_engine(low_rank=True, target_accept_prob=0.8)
+    init, _, final, seed = _fisher.fisher_engine(target_accept_prob=0.8)
     imm = final(seed(init({"a": jnp.zeros(3)}, 1.0, 100), {"a": jnp.asarray([2.0, -4.0, 0.0])}))[1]
     np.testing.assert_allclose(imm.sigma ** 2, [0.5, 0.25, 1.0], rtol=1e-6)  # no correction yet
     np.testing.assert_array_equal(imm.U, 0.0)

@@ -5,7 +5,10 @@
   Welford estimates of the draws' variances or covariance, shrunk towards 1e-3 with weight
   5 / (n + 5); dual averaging of the step size restarted at each window's end), one step at a
   time (`_window`).
-- `"fisher_diag"`, `"low_rank"`: nutpie's Fisher-divergence adaptation (`_fisher`).
+- `"fisher_diag"`: nutpie's Fisher-divergence adaptation of a diagonal, re-estimated after every
+  draw on nuts-rs's schedule (`_fisher_diag`).
+- `"low_rank"`: nutpie's low-rank Fisher-divergence adaptation, re-estimated at window ends
+  (`_fisher`).
 
 Each scheme is `(init, update, final, seed, schedule)`: `init(position, step_size, num_warmup)`,
 `update(state, (stage, window end), position, grad, acceptance_rate)`,
@@ -23,7 +26,7 @@ import numpy as np
 from blackjax.adaptation.window_adaptation import build_schedule
 from blackjax.mcmc.metrics import LowRankInverseMassMatrix
 
-from . import _fisher
+from . import _fisher, _fisher_diag
 from ._window import window_adaptation
 
 __all__ = ["MASS_MATRICES", "Scheme", "scheme_for", "warmup_schedule", "identity_like",
@@ -66,7 +69,11 @@ def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure) 
 
 
 def _nutpie(low_rank: bool, target_accept_prob: float) -> Scheme:
-    init, update, final, seed = _fisher.fisher_engine(low_rank, target_accept_prob)
+    if not low_rank:
+        init, update, final, seed = _fisher_diag.fisher_diag_engine(target_accept_prob)
+        return Scheme(init, update, final, seed,
+                      functools.partial(_table, _fisher_diag.fisher_diag_schedule))
+    init, update, final, seed = _fisher.fisher_engine(target_accept_prob)
     return Scheme(init, update, final, seed, functools.partial(_table, _fisher.fisher_schedule))
 
 

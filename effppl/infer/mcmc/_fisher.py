@@ -1,4 +1,6 @@
-"""Fisher-divergence mass-matrix adaptation (nutpie's warmup), inside the compiled sampler.
+"""Fisher-divergence low-rank mass-matrix adaptation (nutpie's warmup), inside the compiled
+sampler (`mass_matrix="low_rank"`; the diagonal alone, re-estimated after every draw, is
+`_fisher_diag`).
 
 The inverse mass matrix minimises the sample Fisher divergence between the target and a Gaussian
 transformed by it (Seyboldt, Carlson & Carpenter 2026, arXiv 2603.18845): its diagonal is
@@ -33,7 +35,6 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 from blackjax.adaptation.low_rank_adaptation import build_growing_window_schedule
-from blackjax.adaptation.metric_estimators import fisher_score_diagonal_from_moments
 from blackjax.adaptation.metric_recipes import (
     LowRankMetricCoreState,
     lookup_recipe,
@@ -104,18 +105,6 @@ def _ordered(buffer, written, n):
     return jnp.roll(buffer, -((written - n) % rows), axis=0)
 
 
-def _diag_estimate(draws, grads, n):
-    rows = draws.shape[0]
-    mask = (jnp.arange(rows) < n).astype(draws.dtype)[:, None]
-    count = jnp.maximum(n, 2).astype(draws.dtype)
-
-    def variance(x):
-        mean = (mask * x).sum(0) / count
-        return (mask * (x - mean) ** 2).sum(0) / count
-
-    return fisher_score_diagonal_from_moments(variance(draws), variance(grads))
-
-
 def _low_rank_estimate(draws, grads, n):
     """nutpie's low-rank inverse mass matrix from the first `n` rows of `draws` and `grads`,
     through the public `"fisher_low_rank"` recipe of blackjax (gamma 1e-5, cutoff 2) with its
@@ -136,7 +125,7 @@ def _low_rank_estimate(draws, grads, n):
     return jax.tree.map(lambda x: x.astype(draws.dtype), imm)
 
 
-def fisher_engine(low_rank: bool, target_accept_prob: float):
+def fisher_engine(target_accept_prob: float):
     """`(init, update, final, seed)` of the Fisher-divergence warmup, with the signatures of
     `_window.window_adaptation`'s: `init(position, step_size, num_warmup)` (the buffers hold
     `buffer_size(num_warmup)` rows),
@@ -149,12 +138,8 @@ def fisher_engine(low_rank: bool, target_accept_prob: float):
         rows = buffer_size(num_warmup)
         flat = jax.flatten_util.ravel_pytree(position)[0]
         d, dtype = flat.shape[0], flat.dtype
-        if low_rank:
-            imm = LowRankInverseMassMatrix(sigma=jnp.ones(d, dtype),
-                                           U=jnp.zeros((d, _rank(d)), dtype),
-                                           lam=jnp.ones(_rank(d), dtype))
-        else:
-            imm = jnp.ones(d, dtype)
+        imm = LowRankInverseMassMatrix(sigma=jnp.ones(d, dtype), U=jnp.zeros((d, _rank(d)), dtype),
+                                       lam=jnp.ones(_rank(d), dtype))
         zero = jnp.zeros((), jnp.int32)
         return FisherState(da_init(step_size), jnp.asarray(step_size, dtype), imm,
                            jnp.zeros((rows, d), dtype), jnp.zeros((rows, d), dtype),
@@ -162,26 +147,19 @@ def fisher_engine(low_rank: bool, target_accept_prob: float):
 
     def seed(state, grad):
         # nutpie's start M^-1 = 1/|grad| (1 where the gradient vanishes), as blackjax's
-        # `seed_low_rank_sigma_from_grad` sets it: sigma = M^-1/2 (a diagonal: sigma^2)
-        imm = state.inverse_mass_matrix
-        d, dtype = state.draws.shape[1], state.draws.dtype
-        low = imm if low_rank else LowRankInverseMassMatrix(
-            sigma=imm, U=jnp.zeros((d, 0), dtype), lam=jnp.ones(0, dtype))
-        core = LowRankMetricCoreState(inverse_mass_matrix=low, mu_star=None, draws_buffer=None,
+        # `seed_low_rank_sigma_from_grad` sets it: sigma = M^-1/2
+        imm, dtype = state.inverse_mass_matrix, state.draws.dtype
+        core = LowRankMetricCoreState(inverse_mass_matrix=imm, mu_star=None, draws_buffer=None,
                                       grads_buffer=None, buffer_idx=0, background_split=0,
                                       recompute_counter=0)
         sigma = seed_low_rank_sigma_from_grad(core, grad).inverse_mass_matrix.sigma.astype(dtype)
-        return state._replace(inverse_mass_matrix=imm._replace(sigma=sigma) if low_rank
-                              else sigma ** 2)
+        return state._replace(inverse_mass_matrix=imm._replace(sigma=sigma))
 
     def estimate(state):
         n = state.background + state.foreground
         draws = _ordered(state.draws, state.written, n)
         grads = _ordered(state.grads, state.written, n)
-        if low_rank:
-            new = _low_rank_estimate(draws, grads, n)
-        else:
-            new = _diag_estimate(draws, grads, n)
+        new = _low_rank_estimate(draws, grads, n)
         # fewer than 3 draws: keep the current matrix
         return jax.tree.map(lambda a, b: jnp.where(n >= 3, a, b), new, state.inverse_mass_matrix)
 

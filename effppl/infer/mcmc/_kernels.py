@@ -204,7 +204,8 @@ class HMC(_HMCFamily):
       gradients, plus, for `"low_rank"`, a correction of rank k = min(d, 100) from their
       covariances, applied in O(d k) per leapfrog step, on nutpie's schedule (windows of 10 draws
       over the first 30% of the warmup, then of 80 growing by 1.5x; the last 15% tunes the step
-      size alone). `"low_rank"` suits correlated posteriors at any dimension, where `"dense"`
+      size alone). `"fisher_diag"` re-estimates its diagonal after every draw, as nutpie does;
+      `"low_rank"` at each window's end. `"low_rank"` suits correlated posteriors at any dimension, where `"dense"`
       costs O(d^2) per step. `None`: `"dense"` when `dense_mass=True`, else the default.
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
