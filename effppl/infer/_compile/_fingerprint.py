@@ -223,8 +223,6 @@ class _Walker:
     def _function(self, f: types.FunctionType, depth: int) -> None:
         code = f.__code__
         info = _code_info(code)
-        if not info.names.isdisjoint(_DYNAMIC_LOOKUPS):
-            raise _Cannot
         self.tokens.append(("fn", id(code)))
         self.keep.append(code)
         self.value(f.__defaults__, depth)
@@ -241,6 +239,8 @@ class _Walker:
         scope = f.__globals__
         if _trusted(scope.get("__name__")):
             return  # a library's function: its module's globals are the library's own
+        if not info.names.isdisjoint(_DYNAMIC_LOOKUPS):
+            raise _Cannot
         builtins = scope.get("__builtins__", {})
         builtins = vars(builtins) if isinstance(builtins, types.ModuleType) else builtins
         for name in sorted(info.names):
