@@ -47,6 +47,7 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import numpy as np
 
 __all__ = ["Fingerprint", "fingerprint"]
@@ -158,6 +159,11 @@ class _Walker:
         self._object(x, t, depth + 1, names)
 
     def _object(self, x: Any, t: type, depth: int, names: frozenset) -> None:
+        if not (self._data(x, t, depth, names) or self._callable(x, t, depth, names)):
+            self._other(x, t, depth, names)
+
+    def _data(self, x: Any, t: type, depth: int, names: frozenset) -> bool:
+        """Arrays, numbers and containers; `False` for anything else."""
         add = self.tokens.append
         if isinstance(x, jax.core.Tracer):
             raise _Cannot
@@ -167,9 +173,11 @@ class _Walker:
             if x.dtype.hasobject or x.nbytes > _MAX_ARRAY_BYTES:
                 raise _Cannot
             add(("np", x.shape, x.dtype.str, x.tobytes()))
-        elif isinstance(x, np.generic) and not x.dtype.hasobject:
+        elif isinstance(x, np.generic):
+            if x.dtype.hasobject:
+                raise _Cannot
             add(("np", x.dtype.str, x.tobytes()))
-        elif t is np.dtype or isinstance(x, np.dtype):
+        elif isinstance(x, np.dtype):
             add(("dtype", x))
         elif t in (tuple, list, set, frozenset):
             add((t, len(x)))
@@ -180,7 +188,15 @@ class _Walker:
             for k, v in x.items():
                 self.value(k, depth, names)
                 self.value(v, depth, names)
-        elif t is types.FunctionType:
+        else:
+            return False
+        return True
+
+    def _callable(self, x: Any, t: type, depth: int, names: frozenset) -> bool:
+        """Functions, methods, partials, `jax.jit` functions, builtins; `False` for anything
+        else."""
+        add = self.tokens.append
+        if t is types.FunctionType:
             self._function(x, depth)
         elif t is types.MethodType:
             add(("method",))
@@ -200,15 +216,21 @@ class _Walker:
             owner = getattr(x, "__self__", None)
             if owner is not None and not isinstance(owner, types.ModuleType):
                 self.value(owner, depth, names)
-        elif t is types.ModuleType:
+        else:
+            return False
+        return True
+
+    def _other(self, x: Any, t: type, depth: int, names: frozenset) -> None:
+        """Modules, classes, descriptors, named tuples and instances of Python classes."""
+        if t is types.ModuleType:
             self._module(x, depth, names)
         elif isinstance(x, type):
             self._class(x, depth)
-        elif isinstance(x, (staticmethod, classmethod)):
-            add((t,))
+        elif t in (staticmethod, classmethod):
+            self.tokens.append((t,))
             self.value(x.__func__, depth)
         elif t is property:
-            add((t,))
+            self.tokens.append((t,))
             for f in (x.fget, x.fset, x.fdel):
                 self.value(f, depth)
         elif isinstance(x, tuple) and hasattr(t, "_fields"):  # a named tuple
