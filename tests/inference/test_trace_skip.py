@@ -2,6 +2,7 @@
 and a change to anything the model reads is still seen: the new values are used, never the
 ones the cached compiled functions were built with."""
 
+import collections
 import functools
 
 import jax
@@ -200,6 +201,32 @@ def test_partial_arguments_are_read():
     _check(bound, _expected(1.0))
 
 
+class _Shifted:
+    def __init__(self, loc):
+        self.loc = loc
+
+    def model(self, y, shift=None):
+        mu = sample("mu", dist.Normal(0.0, 1.0))
+        sample("y", dist.Normal(mu + self.loc + (0.0 if shift is None else shift.loc), 1.0),
+               obs=y)
+
+
+def test_changed_attribute_of_self_and_of_a_static_argument_is_used():
+    obj = _Shifted(0.0)
+    _check(obj.model, _expected(0.0))
+    _check(obj.model, _expected(0.0))
+    obj.loc = 1.0
+    _check(obj.model, _expected(1.0))
+
+    shift = _Shifted(0.5)  # hashable by identity: a static argument, keyed by itself
+    for _ in range(2):
+        got = log_likelihood(obj.model, {"mu": MU}, Y, shift)["y"]
+        np.testing.assert_allclose(np.asarray(got), _expected(1.5), rtol=1e-5, atol=1e-5)
+    shift.loc = -1.0
+    got = log_likelihood(obj.model, {"mu": MU}, Y, shift)["y"]
+    np.testing.assert_allclose(np.asarray(got), _expected(0.0), rtol=1e-5, atol=1e-5)
+
+
 def test_predictive_sees_a_changed_global(monkeypatch):
     def prior():
         sample("x", dist.Normal(LOC[0], 0.01))
@@ -231,6 +258,8 @@ def test_fingerprint_refuses_what_it_cannot_read():
     assert fingerprint(_draws_numpy_random) is None  # a generator's state lives in C
     assert fingerprint(_uses_np_random) is None
     assert fingerprint(_looks_up_by_name) is None
+    ordered = collections.OrderedDict(a=1.0)  # its items live in C, not in its __dict__
+    assert fingerprint(lambda: ordered) is None
     assert fingerprint(lambda: jnp.zeros(3) + np.zeros(1 << 20)) is not None
     big = np.zeros(1 << 20)
     assert fingerprint(lambda: big) is None  # 8 MiB: not compared by value

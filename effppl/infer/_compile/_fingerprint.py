@@ -25,17 +25,19 @@ are reused as they are.
 Functions, classes and modules of the trusted libraries (the standard library, JAX, numpy,
 scipy, NumPyro, effppl, blackjax, optax, equinox, flax) count by identity: their code is taken
 as unchanging, and only a function's closure and defaults are read (a closure built by a library
-may hold the user's values). Their module-level settings are not read, except those `extra`
-carries (`_fns.model_fns` passes JAX's trace context and NumPyro's validation flag).
+may hold the user's values). Their module-level settings are not read, except those the caller
+passes as `settings` (`_fns.model_fns`: JAX's trace context, NumPyro's validation flag): a
+library function or constant replaced at run time (`jnp.exp = ...`) is not seen.
 
 **When it falls back** (`fingerprint` returns `None`: the model is traced as before): a value it
-cannot understand (an object of a C type, e.g. a random generator or an iterator; an instance
-of a class with `__slots__`; a numpy array of objects or larger than 4 MiB; a tracer); code
-calling `globals`, `vars`, `locals`, `eval`, `exec`, `getattr`, `setattr`, `delattr`,
-`__import__` or `compile`, or reading a clock, the environment or a random generator other
-than JAX's keys (the modules `random`, `time`, `datetime`, `os`, `sys`, `uuid`, `secrets`,
-`numpy.random`, or `np.random` through numpy); a relative import, or a module imported inside
-the model that is not loaded yet; more than 4,096 values or 16 levels.
+cannot understand (an object of a C type, e.g. a random generator, an iterator, an
+`OrderedDict`; an instance of a class with `__slots__`; a module with a `__getattr__`; a numpy
+array of objects or larger than 4 MiB; a tracer); code calling `globals`, `vars`, `locals`,
+`eval`, `exec`, `getattr`, `setattr`, `delattr`, `__import__` or `compile`, or reading a clock,
+the environment or a random generator other than JAX's keys (the modules `random`, `time`,
+`datetime`, `os`, `sys`, `uuid`, `secrets`, `numpy.random`, or `np.random` through numpy); a
+relative import, or a module imported inside the model that is not loaded yet; more than 4,096
+values or 16 levels.
 """
 
 import dis
@@ -68,6 +70,7 @@ _MAX_VALUES = 4096
 _MAX_DEPTH = 16
 _MAX_ARRAY_BYTES = 1 << 22
 _JIT_TYPE = type(jax.jit(lambda: None))
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class built at run time (a `class` statement)
 
 
 class Fingerprint:
@@ -118,14 +121,16 @@ def _trusted(module_name: Any) -> bool:
 
 
 def _python_class(cls: type) -> bool:
-    """Whether every class of `cls`'s MRO but `object` is written in Python (its module is a
-    `.py` file or `__main__`): no state hidden in C, and without `__slots__`."""
+    """Whether every class of `cls`'s MRO but `object` is a class statement's (a heap type whose
+    module is a `.py` file or `__main__`), without `__slots__`: its instances keep their state
+    in their `__dict__`, none hidden in C (`collections.OrderedDict`, `random.Random` and
+    `types.SimpleNamespace` are C types)."""
     for klass in cls.__mro__[:-1]:
         module = sys.modules.get(klass.__module__)
         file = getattr(module, "__file__", None) or ""
         if klass.__module__ != "__main__" and not file.endswith(".py"):
             return False
-        if "__slots__" in vars(klass):
+        if not klass.__flags__ & _HEAP_TYPE or "__slots__" in vars(klass):
             return False
     return True
 
@@ -285,6 +290,8 @@ class _Walker:
         if _trusted(name):
             return
         attrs = vars(module)
+        if "__getattr__" in attrs:  # attributes computed on demand (PEP 562)
+            raise _Cannot
         for attr in sorted(names):
             if attr in attrs:
                 self.tokens.append(("attr", attr))
