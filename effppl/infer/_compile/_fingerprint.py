@@ -36,7 +36,7 @@ array of objects or larger than 4 MiB; a tracer); code calling `globals`, `vars`
 `eval`, `exec`, `getattr`, `setattr`, `delattr`, `__import__` or `compile`, or reading a clock,
 the environment or a random generator other than JAX's keys (the modules `random`, `time`,
 `datetime`, `os`, `sys`, `uuid`, `secrets`, `numpy.random`, or `np.random` through numpy); a
-relative import, or a module imported inside the model that is not loaded yet; more than 4,096
+relative import, or a module imported inside the model that is not loaded yet; more than 2,048
 values or 16 levels.
 """
 
@@ -66,7 +66,7 @@ _CLASS_SKIP = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "_
                          "__abstractmethods__", "__match_args__", "__firstlineno__",
                          "__static_attributes__", "__dataclass_fields__",
                          "__dataclass_params__"})
-_MAX_VALUES = 4096
+_MAX_VALUES = 2048
 _MAX_DEPTH = 16
 _MAX_ARRAY_BYTES = 1 << 22
 _JIT_TYPE = type(jax.jit(lambda: None))
@@ -164,27 +164,17 @@ class _Walker:
         self._object(x, t, depth + 1, names)
 
     def _object(self, x: Any, t: type, depth: int, names: frozenset) -> None:
-        if not (self._data(x, t, depth, names) or self._callable(x, t, depth, names)):
+        if t is types.ModuleType:  # the commonest first: a model's globals are mostly modules
+            self._module(x, depth, names)
+        elif t is types.FunctionType:
+            self._function(x, depth)
+        elif not (self._data(x, t, depth, names) or self._callable(x, t, depth, names)):
             self._other(x, t, depth, names)
 
     def _data(self, x: Any, t: type, depth: int, names: frozenset) -> bool:
         """Arrays, numbers and containers; `False` for anything else."""
         add = self.tokens.append
-        if isinstance(x, jax.core.Tracer):
-            raise _Cannot
-        if isinstance(x, jax.Array):
-            add(("jax", id(x)))
-        elif t is np.ndarray:
-            if x.dtype.hasobject or x.nbytes > _MAX_ARRAY_BYTES:
-                raise _Cannot
-            add(("np", x.shape, x.dtype.str, x.tobytes()))
-        elif isinstance(x, np.generic):
-            if x.dtype.hasobject:
-                raise _Cannot
-            add(("np", x.dtype.str, x.tobytes()))
-        elif isinstance(x, np.dtype):
-            add(("dtype", x))
-        elif t in (tuple, list, set, frozenset):
+        if t in (tuple, list, set, frozenset):
             add((t, len(x)))
             for item in x:
                 self.value(item, depth, names)
@@ -193,17 +183,28 @@ class _Walker:
             for k, v in x.items():
                 self.value(k, depth, names)
                 self.value(v, depth, names)
+        elif t is np.ndarray:
+            if x.dtype.hasobject or x.nbytes > _MAX_ARRAY_BYTES:
+                raise _Cannot
+            add(("np", x.shape, x.dtype.str, x.tobytes()))
+        elif isinstance(x, jax.core.Tracer):
+            raise _Cannot
+        elif isinstance(x, jax.Array):
+            add(("jax", id(x)))
+        elif isinstance(x, np.generic):
+            if x.dtype.hasobject:
+                raise _Cannot
+            add(("np", x.dtype.str, x.tobytes()))
+        elif isinstance(x, np.dtype):
+            add(("dtype", x))
         else:
             return False
         return True
 
     def _callable(self, x: Any, t: type, depth: int, names: frozenset) -> bool:
-        """Functions, methods, partials, `jax.jit` functions, builtins; `False` for anything
-        else."""
+        """Methods, partials, `jax.jit` functions, builtins; `False` for anything else."""
         add = self.tokens.append
-        if t is types.FunctionType:
-            self._function(x, depth)
-        elif t is types.MethodType:
+        if t is types.MethodType:
             add(("method",))
             self.value(x.__func__, depth)
             self.value(x.__self__, depth, names)
@@ -226,10 +227,8 @@ class _Walker:
         return True
 
     def _other(self, x: Any, t: type, depth: int, names: frozenset) -> None:
-        """Modules, classes, descriptors, named tuples and instances of Python classes."""
-        if t is types.ModuleType:
-            self._module(x, depth, names)
-        elif isinstance(x, type):
+        """Classes, descriptors, named tuples and instances of Python classes."""
+        if isinstance(x, type):
             self._class(x, depth)
         elif t in (staticmethod, classmethod):
             self.tokens.append((t,))
