@@ -42,7 +42,9 @@ values or 16 levels.
 
 import dis
 import functools
+import os
 import sys
+import sysconfig
 import types
 import weakref
 from collections.abc import Hashable
@@ -70,6 +72,10 @@ _MAX_VALUES = 2048
 _MAX_DEPTH = 16
 _MAX_ARRAY_BYTES = 1 << 22
 _JIT_TYPE = type(jax.jit(lambda: None))
+_LIBRARY_FOLDERS = tuple({
+    os.path.join(os.path.realpath(path), "")
+    for path in [*(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+                 os.path.join(os.path.dirname(__file__), "..", "..")]})  # the last: effppl/
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class built at run time (a `class` statement)
 
 
@@ -117,7 +123,20 @@ def _code_info(code: types.CodeType) -> _CodeInfo:
 
 
 def _trusted(module_name: Any) -> bool:
-    return isinstance(module_name, str) and module_name.split(".")[0] in _TRUSTED
+    """Whether `module_name` is a module of a trusted library, loaded from where such libraries
+    live (the standard library's folders, site-packages, effppl's own folder): a user's file
+    named `code.py` or `this.py` is not the standard library's."""
+    return isinstance(module_name, str) and _trusted_top(module_name.split(".")[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _trusted_top(top: str) -> bool:
+    if top not in _TRUSTED:
+        return False
+    if top in sys.builtin_module_names:
+        return True
+    file = getattr(sys.modules.get(top), "__file__", None)
+    return file is not None and os.path.realpath(file).startswith(_LIBRARY_FOLDERS)
 
 
 def _python_class(cls: type) -> bool:
