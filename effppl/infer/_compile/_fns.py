@@ -486,7 +486,8 @@ def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> Mode
     reads a global that has changed), it is replaced: compiled functions never silently keep old
     values. The trace is skipped when the model's fingerprint (`_fingerprint.py`: its code,
     closures, the globals, defaults and static arguments it reads, and JAX's settings) equals
-    the one taken at the last trace that found the cached `ModelFns` valid at these shapes.
+    the one taken at the last trace that found the cached `ModelFns` valid at these shapes; when
+    it differs from that one, the `ModelFns` is replaced whatever the trace shows.
     """
     sig = _signature(dynamic)
     key = ("model_fns", model, structure)
@@ -498,6 +499,11 @@ def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> Mode
     program = _program(model, structure, dynamic)
 
     def valid(fns):
+        recorded = fns.traced_with.get(sig)
+        if before is not None and recorded is not None and recorded != before:
+            # what the model reads changed since: rebuilt even when its program's text and
+            # constants are the same (the values of a handler around the model are not in it)
+            return False
         return fns.programs.setdefault(sig, program).same_as(program)
 
     def build():
