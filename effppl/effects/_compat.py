@@ -186,6 +186,12 @@ def outside_transformations() -> bool:
     return _core.trace_state_clean()
 
 
+def trace_context() -> Any:
+    """JAX's settings that a trace depends on (`jax.jit` keys its cache with them: x64, the
+    default device, effppl's handled region, ...), a hashable value."""
+    return _config.trace_context()
+
+
 def check_no_leaked_tracers(consts: Sequence[Any], name: str) -> None:
     """Raise `LeakedTracerError` naming `name` when, outside every JAX transformation, a value
     the traced function `name` closes over (`consts`) is a tracer: it leaked out of an earlier

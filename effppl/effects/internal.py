@@ -11,7 +11,8 @@ and traces jaxprs, so it moves with JAX. `README.md` beside this file has a shor
 - Tracing: `trace_call` (a function at the types of its array arguments), `split_traced_args`
   (which arguments are traced), `trace_to_jaxpr`, `abstractify`, `weaken` (an array weakly
   typed, as a Python scalar),
-  `check_no_leaked_tracers`, `dce`, `current_trace`, `outside_transformations` (no JAX
+  `check_no_leaked_tracers`, `trace_context` (JAX's settings a trace depends on), `dce`,
+  `current_trace`, `outside_transformations` (no JAX
   transformation in progress), `vmap_index`, `paused_gc` (tracing a
   large program without cyclic garbage collection); `config_value` (a JAX setting in force,
   a context manager's too); `recording_sources`, `source_values` (the
@@ -52,6 +53,7 @@ from ._compat import (
     split_traced_args,
     summarize_source,
     trace_call,
+    trace_context,
     trace_to_jaxpr,
     vmap_index,
     vmap_indices,
@@ -66,7 +68,7 @@ from ._walk import Loop, Perform, exclusive, iter_eqns, iter_performs
 __all__ = [
     "forwards_static", "forwards_when", "paused_gc", "iter_performs", "iter_eqns", "exclusive", "Perform", "Loop",
     "SiteKey", "perform_p", "trace_call", "split_traced_args",
-    "trace_to_jaxpr", "abstractify",
+    "trace_to_jaxpr", "trace_context", "abstractify",
     "check_no_leaked_tracers", "dce",
     "current_trace", "outside_transformations", "vmap_index", "vmap_indices", "bind_eqn", "jaxpr_as_fun", "jaxprs_in_params", "Literal",
     "summarize_source", "scan_counts", "scan_p", "describe_non_array", "describe_non_bool",

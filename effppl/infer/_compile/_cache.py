@@ -14,7 +14,8 @@ A model may still read values that are not its arguments (a global data array, a
 module): those are baked into the compiled functions. So `_fns.model_fns` re-traces the model
 itself (not its handlers; milliseconds) on every call and compares the program and the values it
 closes over with those the cached functions were built from; on any change they are rebuilt
-instead of silently reusing the old values.
+instead of silently reusing the old values. It skips that trace when a fingerprint of
+everything the model's code reads (`_fingerprint.py`) is the one taken at its last trace.
 """
 
 import collections
@@ -30,7 +31,7 @@ import numpy as np
 from ..._errors import EffpplError
 
 __all__ = ["UnhashableArgumentError", "ArgsStructure", "StaticArray", "split_cache_key", "cached",
-           "clear_cache"]
+           "lookup", "clear_cache"]
 
 
 class UnhashableArgumentError(EffpplError, TypeError):
@@ -173,6 +174,15 @@ def cached(key: Hashable, build: Callable[[], Any],
         while len(_entries) > _MAX_ENTRIES:
             _entries.popitem(last=False)
     return value
+
+
+def lookup(key: Hashable) -> Any:
+    """The object stored under `key` (marked as used), or `None`."""
+    with _lock:
+        if key not in _entries:
+            return None
+        _entries.move_to_end(key)
+        return _entries[key]
 
 
 def clear_cache() -> None:

@@ -21,14 +21,25 @@ import jax.core
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions
 
 from ...effects import internal
 from .. import _model
 from .._arviz import plate_dims
 from .._init import ModelContext
 from ._arguments import model_arguments
-from ._cache import ArgsStructure, cached, has_static_arrays, split_cache_key, with_static_arrays
+from ._cache import (
+    ArgsStructure,
+    StaticArray,
+    StaticObject,
+    cached,
+    has_static_arrays,
+    lookup,
+    split_cache_key,
+    with_static_arrays,
+)
 from ._chains import over_chains
+from ._fingerprint import fingerprint
 from ._persistent import digest, stored
 from ._windows import windows_as_updates
 
@@ -150,6 +161,9 @@ class ModelFns:
         self.model = with_static_arrays(model) if has_static_arrays(structure) else model
         self.structure = structure
         self.programs: dict = {}  # shape signature -> _Program the functions were built from
+        # shape signature -> `_fingerprint.Fingerprint` of the model at its last trace that
+        # found these functions valid (`model_fns` skips the trace while it holds)
+        self.traced_with: dict = {}
         self._site_info: dict = {}
         self._proposers: dict = {}
         self._predictors: dict = {}
@@ -470,12 +484,26 @@ def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> Mode
     The model is traced (without handlers) at the shapes of `dynamic`; if a cached `ModelFns`
     was built from a different program or different closed-over values at those shapes (the model
     reads a global that has changed), it is replaced: compiled functions never silently keep old
-    values.
+    values. The trace is skipped when the model's fingerprint (`_fingerprint.py`: its code,
+    closures, the globals, defaults and static arguments it reads, and JAX's settings) equals
+    the one taken at the last trace that found the cached `ModelFns` valid at these shapes; when
+    it differs from that one, the `ModelFns` is replaced whatever the trace shows.
     """
-    program = _program(model, structure, dynamic)
     sig = _signature(dynamic)
+    key = ("model_fns", model, structure)
+    before = _model_fingerprint(model, structure)
+    if before is not None:
+        fns = lookup(key)
+        if fns is not None and fns.traced_with.get(sig) == before:
+            return fns
+    program = _program(model, structure, dynamic)
 
     def valid(fns):
+        recorded = fns.traced_with.get(sig)
+        if before is not None and recorded is not None and recorded != before:
+            # what the model reads changed since: rebuilt even when its program's text and
+            # constants are the same (the values of a handler around the model are not in it)
+            return False
         return fns.programs.setdefault(sig, program).same_as(program)
 
     def build():
@@ -483,7 +511,27 @@ def model_fns(model: Callable, structure: ArgsStructure, dynamic: tuple) -> Mode
         fns.programs[sig] = program
         return fns
 
-    return cached(("model_fns", model, structure), build, valid)
+    fns = cached(key, build, valid)
+    # Kept only when the trace changed nothing it read (a model writing what it reads is traced
+    # at every call).
+    if before is not None and _model_fingerprint(model, structure) == before:
+        fns.traced_with[sig] = before
+    else:
+        fns.traced_with.pop(sig, None)
+    return fns
+
+
+def _model_fingerprint(model: Callable, structure: ArgsStructure):
+    """`_fingerprint.fingerprint` of `model`, of the static arguments of `structure` (a hashable
+    object keys the cache by its hash, not by what it holds), and of the settings a trace reads:
+    JAX's trace context, NumPyro's validation flag. `None` under the NumPyro backend (a test
+    seam)."""
+    if _model._backend is not None:
+        return None
+    static = tuple(v for _, v in structure.static_leaves
+                   if not isinstance(v, (StaticArray, StaticObject)))
+    settings = (internal.trace_context(), bool(numpyro.distributions.Distribution._validate_args))
+    return fingerprint(model, static, settings)
 
 
 class StaticArgumentWarning(UserWarning):
