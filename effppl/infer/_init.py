@@ -144,6 +144,9 @@ class _InitToMedian(InitStrategy):
         out = {}
         for i, name in enumerate(ctx.latent):
             fn = sites[name].fn
+            if fn is None:  # `cond` branches of different families: no one distribution to
+                out[name] = current[name]  # take a median of, so keep the prior draw
+                continue
             draws = fn.sample(jax.random.fold_in(rng_key, i), (self.num_samples,))
             transform = biject_to(fn.support)
             median = jnp.median(transform.inv(draws), axis=0)
