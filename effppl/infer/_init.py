@@ -247,7 +247,9 @@ def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
     """Initialise each latent site to its prior median, estimated from `num_samples` draws.
 
     The median of a site is taken given the medians of the sites it depends on (as NumPyro does),
-    in unconstrained space and mapped back, so it lies in the support.
+    in unconstrained space and mapped back, so it lies in the support. A site whose `cond`/`switch`
+    branches use different distribution families (no one distribution to take a median of)
+    starts at a prior draw instead.
 
     **Arguments:**
 
