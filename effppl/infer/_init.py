@@ -144,6 +144,9 @@ class _InitToMedian(InitStrategy):
         out = {}
         for i, name in enumerate(ctx.latent):
             fn = sites[name].fn
+            if fn is None:  # `cond` branches of different families: no one distribution to
+                out[name] = current[name]  # take a median of, so keep the prior draw
+                continue
             draws = fn.sample(jax.random.fold_in(rng_key, i), (self.num_samples,))
             transform = biject_to(fn.support)
             median = jnp.median(transform.inv(draws), axis=0)
@@ -244,7 +247,9 @@ def init_to_median(site=None, num_samples: int = 15) -> InitStrategy:
     """Initialise each latent site to its prior median, estimated from `num_samples` draws.
 
     The median of a site is taken given the medians of the sites it depends on (as NumPyro does),
-    in unconstrained space and mapped back, so it lies in the support.
+    in unconstrained space and mapped back, so it lies in the support. A site whose `cond`/`switch`
+    branches use different distribution families (no one distribution to take a median of)
+    starts at a prior draw instead.
 
     **Arguments:**
 
