@@ -81,27 +81,31 @@ def test_trace_enum_elbo_group_with_different_scales_is_an_error(drawn):
                                                     model, guide))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fisher_diag with a short warmup (num_warmup 1-5; 4 chains with 2) ends with the step size "
-    "at the dual-averaging cap pi on any model: the dual-averaging restart at the first mass "
-    "matrix estimate (draw 1-2) leaves 1-3 iterates, the first of which starts from "
-    "mu = log(10 * step) and gets weight 1 in the running average (count 1, kappa 0.75), so "
-    "`final` returns pi, beyond the leapfrog limit 2 of a whitened Gaussian: 23/200 draws "
-    "diverge on N(3, 2) (posterior sd 1.16) and a 2-d N(0, [1, 5]) started at its mode keeps 6 "
-    "distinct values in 200 draws. `diag` gives step sizes 2.1 and 0.87 there, no divergence. "
-    "Loud (divergence and R-hat warnings), but the posterior is wrong."))
-def test_fisher_diag_short_warmup_step_size_not_at_the_cap():
+_SHORTER = pytest.mark.xfail(strict=True, reason=(
+    "with 4 warmup draws or fewer, dual averaging itself (restarted or not) ends at the cap pi: "
+    "its first iterate log(10 * step) has weight 1 in the running average and 1-3 iterates "
+    "follow; Stan's and blackjax's `diag` end near 2 there"))
+
+
+@pytest.mark.parametrize("num_warmup, num_chains", [
+    (5, 1), (6, 4), pytest.param(4, 1, marks=_SHORTER), pytest.param(2, 4, marks=_SHORTER)])
+def test_fisher_diag_short_warmup_step_size_not_at_the_cap(num_warmup, num_chains):
+    """fisher_diag with a short warmup ended with the step size at the dual-averaging cap pi:
+    the restart at the first mass-matrix estimate (draw 1-2) left 1-3 iterates, the first,
+    `log(10 * step)`, weighted 1 in the running average (23 of 200 draws divergent on N(3, 2),
+    posterior sd 1.16). No restart with fewer than 20 warmup draws left."""
     from effppl.infer import MCMC, NUTS
 
     def oned():
         effppl.sample("x", dist.Normal(3.0, 2.0))
 
-    mcmc = MCMC(NUTS(oned, mass_matrix="fisher_diag"), num_warmup=5, num_samples=200,
-                progress_bar=False)
+    mcmc = MCMC(NUTS(oned, mass_matrix="fisher_diag"), num_warmup=num_warmup, num_samples=200,
+                num_chains=num_chains, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0))
     extra = mcmc.get_extra_fields()
     assert float(np.max(extra["step_size"])) < 0.99 * np.pi
-    assert int(np.sum(extra["diverging"])) < 10
+    assert int(np.sum(extra["diverging"])) < 10 * num_chains
+    assert 1.6 < float(np.std(mcmc.get_samples()["x"])) < 2.5  # N(3, 2)
 
 
 @pytest.mark.xfail(strict=True, reason=(
