@@ -65,18 +65,15 @@ def _scaled_enum_pair(drawn):
     return model, guide
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TraceEnum_ELBO silently multiplies the whole contracted group of an enumerated site by "
-    "the first scale found in it (handlers/enumeration/_contract.py `_factors` with "
-    "scale_outside; infer/svi/_enum_guide.py `_model_costs`), so the enumerated site's own "
-    "log prob (scale 1) is scaled by the observed site's 0.5. NumPyro 0.22 raises 'Expected "
-    "all enumerated sample sites to share a common scale'; effppl returns a loss. The scales "
-    "are traced there, so the check needs them static (or a runtime check)."))
 @pytest.mark.parametrize("drawn", [False, True])
 def test_trace_enum_elbo_group_with_different_scales_is_an_error(drawn):
+    """An enumerated site (no scale) and an observed site depending on it under
+    `handlers.scale(0.5)`: effppl scaled the whole contraction by 0.5, the enumerated site's own
+    log prob too, silently; NumPyro raises. A SiteError naming both sites' scales now."""
     from effppl.infer import TraceEnum_ELBO
+    from effppl.primitives import SiteError
     model, guide = _scaled_enum_pair(drawn)
-    with pytest.raises(Exception, match="scale"):
+    with pytest.raises(SiteError, match=r"`b`: 1, `y`: 0.5|`y`: 0.5.*`b`: 1"):
         jax.block_until_ready(TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {"m": 0.0},
                                                     model, guide))
 
@@ -108,15 +105,13 @@ def test_fisher_diag_short_warmup_step_size_not_at_the_cap(num_warmup, num_chain
     assert 1.6 < float(np.std(mcmc.get_samples()["x"])) < 2.5  # N(3, 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A guide that draws a site the model observes is silently accepted by TraceEnum_ELBO (and "
-    "Trace_ELBO): the model keeps its observation while the loss subtracts the guide's log q "
-    "of its own draw (18.2197 here). NumPyro 0.22's TraceEnum_ELBO fails (a bare "
-    "AssertionError); its Trace_ELBO warns about `c` and replays the guide's draw over the "
-    "observation (17.2197). Neither number means anything: effppl should raise (or warn) "
-    "naming `c`."))
-def test_guide_drawing_a_model_observed_site_is_reported():
-    from effppl.infer import TraceEnum_ELBO
+@pytest.mark.parametrize("elbo", ["TraceEnum_ELBO", "Trace_ELBO"])
+def test_guide_drawing_a_model_observed_site_is_reported(elbo):
+    """A guide drawing a site the model observes was accepted silently (the model keeps its
+    observation, the loss still subtracts the guide's log q of its draw); NumPyro's
+    TraceEnum_ELBO fails with a bare AssertionError. A warning names the site now."""
+    import effppl.infer
+    TraceEnum_ELBO = getattr(effppl.infer, elbo)
     y = jnp.array([-2.1, -1.5, 0.3, 2.0])
 
     def model():

@@ -58,9 +58,10 @@ from ._reparam import RefusedSiteError
 from ._sites import unconstrained_type
 from ._trace import is_enumerated, recorded, trace
 from .enumeration._contract import _named as named_log_prob
+from .enumeration._contract import check_common_scale
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
 
-__all__ = ["analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
+__all__ = ["check_common_scale", "analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "keep_weak_types", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "enumerated_trace", "max_batch_ndim",

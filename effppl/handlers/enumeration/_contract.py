@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from ...primitives import SiteError
@@ -86,15 +88,18 @@ def _factors(tr, loops, scale_outside=False):
     the factors with enumerated dims, left out of them (else None: every factor is scaled)."""
     site_dims = _site_dims(tr)
     total, factors, plates, own, scale, variables = 0.0, [], set(), {}, None, set()
+    scaled: dict = {}  # site with enumerated dims -> its scale
     for name, site in tr.items():
         if site["type"] != "sample":
             continue
         enum_dims = site_dims[name]
         lp, site_scale = site["log_prob"], site.get("scale")
         _no_stale(name, lp, enum_dims)
-        if site_scale is not None and scale_outside and any(
+        if scale_outside and any(
                 size != 1 and axis - lp.ndim in enum_dims for axis, size in enumerate(lp.shape)):
-            scale = jnp.ravel(jnp.asarray(site_scale))[0] if scale is None else scale
+            scaled[name] = site_scale
+            if site_scale is not None:
+                scale = jnp.ravel(jnp.asarray(site_scale))[0] if scale is None else scale
         elif site_scale is not None:
             lp = lp * site_scale
         if loops.get(name):
@@ -111,7 +116,29 @@ def _factors(tr, loops, scale_outside=False):
         plates |= set(names) - enumerated
         if f"_enum_{name}" in enumerated:
             own[name] = factors[-1]
+    check_common_scale(scaled)
     return total, factors, variables, plates, own, scale
+
+
+def check_common_scale(scales: dict) -> None:
+    """`SiteError` when the sites with enumerated dims, `{name: scale or None}`, have scales
+    known while tracing (not traced values) that differ (None counts as 1): their contraction is
+    scaled once, by a common scale (NumPyro's `TraceEnum_ELBO` raises the same way). Scales that
+    are traced values are not checked."""
+    values = {}
+    for name, value in scales.items():
+        if isinstance(value, jax.core.Tracer):
+            return
+        values[name] = np.unique(np.asarray(1.0 if value is None else value, dtype=float))
+    distinct = {float(v) for vs in values.values() for v in vs}
+    if len(distinct) > 1:
+        shown = ", ".join(f"`{n}`: {', '.join(f'{float(v):g}' for v in vs)}"
+                          for n, vs in values.items())
+        raise SiteError(f"Enumerated sites and the sites depending on them must share one scale "
+                        f"(`handlers.scale`, a subsampled plate's N / B), but found "
+                        f"{len(distinct)} different scales ({shown}): their sum over the "
+                        f"enumerated values is scaled once. Apply the same scale to all of them "
+                        f"(as NumPyro requires).")
 
 
 def log_joint(tr, loops, scale_outside=False) -> ArrayLike:

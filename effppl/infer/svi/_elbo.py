@@ -92,10 +92,17 @@ def check_model_guide_match(model, guide_tr, args, kwargs):
 
 
 def check_model_guide_shapes(model, guide_shapes, args, kwargs):
-    """`check_model_guide_match` on the guide's shapes `{site: shape}`."""
+    """`check_model_guide_match` on the guide's shapes `{site: shape}`; a `UserWarning` naming a
+    site the guide samples and the model observes."""
     from itertools import zip_longest
 
     for name, site in analyze_model(model, args, kwargs).items():
+        if site.type == "sample" and site.is_observed and name in guide_shapes:
+            warnings.warn(f"The guide samples site `{name}`, which the model observes: the model "
+                          f"keeps its observation and the ELBO still counts the guide's log "
+                          f"density of its draw, a number without meaning. Remove `{name}` from "
+                          f"the guide (or do not observe it in the model).", UserWarning,
+                          stacklevel=2)
         if site.type != "sample" or site.is_observed or not site.bounded \
                 or name not in guide_shapes:
             continue

@@ -35,6 +35,7 @@ import numpyro.distributions as dist
 
 from ... import handlers
 from ...handlers.internal import (
+    check_common_scale,
     enumerated_sites,
     enumerated_trace,
     max_batch_ndim,
@@ -260,6 +261,7 @@ def _model_costs(model_tr, loops, dims, measures):
                 funsor.ops.logaddexp, funsor.ops.add, tuple(f.tensor for f in group),
                 plates=plates, eliminate=sums | eliminated)
         cost = funsor.optimizer.apply_optimizer(cost)
+        check_common_scale({n: scales[n] for n in names})
         scale = next((scales[n] for n in names if scales[n] is not None), None)
         if scale is not None:
             cost = cost * funsor.Tensor(jnp.ravel(jnp.asarray(scale))[0])
