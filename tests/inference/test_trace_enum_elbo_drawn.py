@@ -207,3 +207,74 @@ def test_model_enumeration_in_a_loop_keeps_the_plain_score_function_gradient(how
                                   k_guide)()
         score = jax.grad(lambda p: dist.Categorical(p["g"]).log_prob(c))(params)
         np.testing.assert_allclose(grad["g"], (1.0 + loss) * score["g"], rtol=1e-10)
+
+
+# Nothing enumerated, in the model or the guide: drawn guide sites still get NumPyro's
+# Rao-Blackwellised surrogate (each cost term weighted by the scores of the drawn sites it
+# depends on), not `Trace_ELBO`'s.
+
+
+def _global_drawn_no_enumeration(ppl):
+    """(a) A global categorical drawn by the guide feeding a continuous latent site of the
+    model; observed sites the draw does not reach."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        z = ppl.sample("z", dist.Normal(0.5 * c - 0.5, 1.0))
+        with ppl.plate("n", N):
+            ppl.sample("y", dist.Normal(z, 1.5), obs=y)
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        ppl.sample("c", dist.Categorical(g))
+        ppl.sample("z", dist.Normal(ppl.param("m", 0.0), 0.5))
+    return model, guide
+
+
+def _plated_drawn_no_enumeration(ppl):
+    """(b) A site drawn in a plate, an observed site in the same plate that it feeds, a global
+    site it feeds (its scores summed over the plate) and a global site it does not reach."""
+    def model(y):
+        s = ppl.sample("s", dist.Normal(0.0, 1.0))
+        with ppl.plate("n", N):
+            u = ppl.sample("u", dist.Bernoulli(0.3))
+            ppl.sample("y", dist.Normal(2.0 * u - 1.0 + s, 1.0), obs=y)
+        ppl.sample("t", dist.Normal(0.3 * jnp.sum(u), 1.0), obs=1.0)
+
+    def guide(y):
+        pu = ppl.param("pu", jnp.ones(N) / 2, constraint=constraints.unit_interval)
+        ppl.sample("s", dist.Normal(ppl.param("m", 0.0), 0.5))
+        with ppl.plate("n", N):
+            ppl.sample("u", dist.Bernoulli(pu))
+    return model, guide
+
+
+def _two_drawn_no_enumeration(ppl):
+    """(c) Two drawn sites: `c` feeds the plate's observations, `d` one observation only, and
+    a third observation neither."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        d = ppl.sample("d", dist.Bernoulli(0.6))
+        with ppl.plate("n", N):
+            ppl.sample("y", dist.Normal(0.8 * c - 0.5, 1.0), obs=y)
+        ppl.sample("z", dist.Normal(2.0 * d - 1.0, 0.5), obs=0.7)
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        a = ppl.param("a", jnp.array(0.5), constraint=constraints.unit_interval)
+        ppl.sample("c", dist.Categorical(g))
+        ppl.sample("d", dist.Bernoulli(a))
+    return model, guide
+
+
+NO_ENUMERATION_CASES = {
+    "global": (_global_drawn_no_enumeration, ("g", "m")),
+    "plate": (_plated_drawn_no_enumeration, ("pu", "m")),
+    "two_drawn": (_two_drawn_no_enumeration, ("g", "a"))}
+
+
+@pytest.mark.parametrize("case", list(NO_ENUMERATION_CASES))
+def test_drawn_guide_sites_without_enumeration_have_numpyros_gradient(case):
+    pair, names = NO_ENUMERATION_CASES[case]
+    _compare(pair, {k: PARAMS[k] for k in names})
