@@ -1,8 +1,9 @@
 """TraceEnum_ELBO with discrete guide sites that are drawn (not enumerated) and sites enumerated
-in the model only, against NumPyro's TraceEnum_ELBO on the same model, guide, params and key:
-the loss and NumPyro's Rao-Blackwellised gradient (each cost term weighted by the scores of the
-drawn sites it depends on). With the model's enumeration inside a loop (a `lax.scan`, `markov`
-frames), the gradient is `Trace_ELBO`'s score-function surrogate (documented)."""
+in the model only, or nothing enumerated, against NumPyro's TraceEnum_ELBO on the same model,
+guide, params and key: the loss and NumPyro's Rao-Blackwellised gradient (each cost term
+weighted by the scores of the drawn sites it depends on). With the model's enumeration inside a
+loop (a `lax.scan`, `markov` frames), or a site drawn inside a loop of the guide, the gradient
+is `Trace_ELBO`'s score-function surrogate (documented)."""
 
 import jax
 import jax.numpy as jnp
@@ -207,3 +208,156 @@ def test_model_enumeration_in_a_loop_keeps_the_plain_score_function_gradient(how
                                   k_guide)()
         score = jax.grad(lambda p: dist.Categorical(p["g"]).log_prob(c))(params)
         np.testing.assert_allclose(grad["g"], (1.0 + loss) * score["g"], rtol=1e-10)
+
+
+# Nothing enumerated, in the model or the guide: drawn guide sites still get NumPyro's
+# Rao-Blackwellised surrogate (each cost term weighted by the scores of the drawn sites it
+# depends on), not `Trace_ELBO`'s.
+
+
+def _global_drawn_no_enumeration(ppl):
+    """(a) A global categorical drawn by the guide feeding a continuous latent site of the
+    model; observed sites the draw does not reach."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        z = ppl.sample("z", dist.Normal(0.5 * c - 0.5, 1.0))
+        with ppl.plate("n", N):
+            ppl.sample("y", dist.Normal(z, 1.5), obs=y)
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        ppl.sample("c", dist.Categorical(g))
+        ppl.sample("z", dist.Normal(ppl.param("m", 0.0), 0.5))
+    return model, guide
+
+
+def _plated_drawn_no_enumeration(ppl):
+    """(b) A site drawn in a plate, an observed site in the same plate that it feeds, a global
+    site it feeds (its scores summed over the plate) and a global site it does not reach."""
+    def model(y):
+        s = ppl.sample("s", dist.Normal(0.0, 1.0))
+        with ppl.plate("n", N):
+            u = ppl.sample("u", dist.Bernoulli(0.3))
+            ppl.sample("y", dist.Normal(2.0 * u - 1.0 + s, 1.0), obs=y)
+        ppl.sample("t", dist.Normal(0.3 * jnp.sum(u), 1.0), obs=1.0)
+
+    def guide(y):
+        pu = ppl.param("pu", jnp.ones(N) / 2, constraint=constraints.unit_interval)
+        ppl.sample("s", dist.Normal(ppl.param("m", 0.0), 0.5))
+        with ppl.plate("n", N):
+            ppl.sample("u", dist.Bernoulli(pu))
+    return model, guide
+
+
+def _two_drawn_no_enumeration(ppl):
+    """(c) Two drawn sites: `c` feeds the plate's observations, `d` one observation only, and
+    a third observation neither."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        d = ppl.sample("d", dist.Bernoulli(0.6))
+        with ppl.plate("n", N):
+            ppl.sample("y", dist.Normal(0.8 * c - 0.5, 1.0), obs=y)
+        ppl.sample("z", dist.Normal(2.0 * d - 1.0, 0.5), obs=0.7)
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        a = ppl.param("a", jnp.array(0.5), constraint=constraints.unit_interval)
+        ppl.sample("c", dist.Categorical(g))
+        ppl.sample("d", dist.Bernoulli(a))
+    return model, guide
+
+
+NO_ENUMERATION_CASES = {
+    "global": (_global_drawn_no_enumeration, ("g", "m")),
+    "plate": (_plated_drawn_no_enumeration, ("pu", "m")),
+    "two_drawn": (_two_drawn_no_enumeration, ("g", "a"))}
+
+
+@pytest.mark.parametrize("case", list(NO_ENUMERATION_CASES))
+def test_drawn_guide_sites_without_enumeration_have_numpyros_gradient(case):
+    pair, names = NO_ENUMERATION_CASES[case]
+    _compare(pair, {k: PARAMS[k] for k in names})
+
+
+def _observed_in_a_scan_no_enumeration(ppl):
+    """Observed sites in a plain `lax.scan`, fed by a global drawn site, and one it does not
+    reach; nothing enumerated (NumPyro's oracle unrolls the loop in Python)."""
+    def model(y):
+        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
+        if ppl is effppl:
+            def step(t, y_t):
+                effppl.sample("y", dist.Normal(0.8 * c - 0.5 + 0.1 * t, 1.0), obs=y_t)
+                return t + 1.0, None
+
+            jax.lax.scan(step, 0.0, y)
+        else:
+            for t in range(len(y)):
+                ppl.sample(f"y_{t}", dist.Normal(0.8 * c - 0.5 + 0.1 * t, 1.0), obs=y[t])
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
+        ppl.sample("c", dist.Categorical(g))
+    return model, guide
+
+
+def test_observed_sites_in_a_scan_without_enumeration_have_numpyros_gradient():
+    _compare(_observed_in_a_scan_no_enumeration, {"g": PARAMS["g"]}, seeds=(0, 1))
+
+
+def _drawn_in_a_scan(ppl, enumerate_model):
+    """A site drawn inside a `lax.scan` of the guide (and of the model), beside, with
+    `enumerate_model`, a global site the model enumerates (NumPyro's oracle unrolls both
+    loops in Python)."""
+    def model(y):
+        b = 0.0
+        if enumerate_model:
+            b = ppl.sample("b", dist.Bernoulli(0.4), infer=_enum())
+        if ppl is effppl:
+            def step(t, y_t):
+                u = effppl.sample("u", dist.Bernoulli(0.3))
+                effppl.sample("y", dist.Normal(2.0 * u - 1.0 + 0.5 * b, 1.0), obs=y_t)
+                return t + 1, None
+
+            jax.lax.scan(step, 0, y)
+        else:
+            for t in range(len(y)):
+                u = ppl.sample(f"u_{t}", dist.Bernoulli(0.3))
+                ppl.sample(f"y_{t}", dist.Normal(2.0 * u - 1.0 + 0.5 * b, 1.0), obs=y[t])
+        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
+
+    def guide(y):
+        pu = ppl.param("pu", jnp.ones(len(y)) / 2, constraint=constraints.unit_interval)
+        if ppl is effppl:
+            def step(t, p):
+                effppl.sample("u", dist.Bernoulli(p))
+                return t + 1, None
+
+            jax.lax.scan(step, 0, pu)
+        else:
+            for t in range(len(y)):
+                ppl.sample(f"u_{t}", dist.Bernoulli(pu[t]))
+    return model, guide
+
+
+@pytest.mark.parametrize("enumerate_model", [False, True])
+def test_drawn_guide_site_in_a_scan_keeps_the_plain_score_function_gradient(enumerate_model):
+    """Provenance is by site, not by iteration: a site drawn inside a loop of the guide keeps
+    `Trace_ELBO`'s surrogate, `(1 + loss) grad log q(u)` at the guide's draws (documented); the
+    loss is NumPyro's."""
+    params = {"pu": PARAMS["pu"]}
+    for seed in (0, 1):
+        loss, grad = _value_and_grad(TraceEnum_ELBO(), params,
+                                     *_drawn_in_a_scan(effppl, enumerate_model), Y, seed=seed)
+        numpyro_guide = _drawn_in_a_scan(numpyro, enumerate_model)
+        theirs = _value_and_grad(numpyro.infer.TraceEnum_ELBO(), params, *numpyro_guide, Y,
+                                 seed=seed)
+        np.testing.assert_allclose(loss, theirs[0], rtol=1e-12)
+        _, k_guide = jax.random.split(jax.random.PRNGKey(seed))
+        guide = numpyro.handlers.substitute(numpyro_guide[1], data=params)
+        tr = numpyro.handlers.trace(numpyro.handlers.seed(guide, k_guide)).get_trace(Y)
+        u = jnp.stack([tr[f"u_{t}"]["value"] for t in range(N)])
+        score = jax.grad(lambda p: jnp.sum(dist.Bernoulli(p["pu"]).log_prob(u)))(params)
+        np.testing.assert_allclose(grad["pu"], (1.0 + loss) * score["pu"], rtol=1e-10)

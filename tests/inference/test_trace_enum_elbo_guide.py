@@ -275,6 +275,32 @@ def test_drawn_discrete_guide_site_below_an_enumerated_one_is_an_error():
         TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, guide, 0.5)
 
 
+def test_drawn_discrete_guide_site_in_a_scan_beside_guide_enumeration_is_an_error():
+    """Provenance is by site, not by iteration, and there is no `Trace_ELBO` surrogate to fall
+    back on with guide enumeration: an error naming the site (it was a `SiteError` about the
+    stacked value's shape)."""
+    def model(y):
+        z = effppl.sample("z", dist.Bernoulli(0.3))
+
+        def step(c, y_t):
+            u = effppl.sample("u", dist.Bernoulli(0.4))
+            effppl.sample("y", dist.Normal(z + u, 1.0), obs=y_t)
+            return c, None
+        jax.lax.scan(step, 0, y)
+
+    def guide(y):
+        effppl.sample("z", dist.Bernoulli(0.5), infer={"enumerate": "parallel"})
+
+        def step(c, y_t):
+            effppl.sample("u", dist.Bernoulli(0.6))
+            return c, None
+        jax.lax.scan(step, 0, y)
+
+    with pytest.raises(ELBOError, match="guide site `u` is drawn from a Bernoulli.*inside a "
+                                        "loop of the guide"):
+        TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, guide, jnp.asarray(Y))
+
+
 def _chain(ppl):
     """`z2` enumerated in the guide below `z1`, also enumerated there: `q(z2 | z1)`."""
     def model(y):

@@ -18,7 +18,6 @@ from numpyro.distributions.kl import kl_divergence
 from ... import handlers
 from ...handlers.internal import (
     analyze_model,
-    enumerated_sites,
     is_enumerated,
     log_joint,
     marginal_log_joint,
@@ -359,12 +358,20 @@ class TraceEnum_ELBO(_ELBO):
     model's enumerated sites) is weighted by the guide's probability of the enumerated values it
     holds, elementwise over its plates (`_enum_guide.py`). Guide sites that cannot be
     reparameterised and are drawn (discrete ones the guide samples, not enumerating them) get
-    NumPyro's Rao-Blackwellised score-function surrogate where the guide or the model enumerates
-    sites: each term weighted by the scores of the drawn sites it depends on (by provenance),
-    summed over the plates it is not in (loss and gradient NumPyro's). Sharp edges: where only
-    the model enumerates and it does so inside a loop (a `lax.scan`, `fori_loop`) or `markov`
-    frames, or where nothing is enumerated, they get `Trace_ELBO`'s surrogate (each score
-    weighted by the whole ELBO: the same loss, an unbiased but noisier gradient than NumPyro's).
+    NumPyro's Rao-Blackwellised score-function surrogate, whether sites are enumerated or not:
+    each term weighted by the scores of the drawn sites it depends on (by provenance), summed
+    over the plates it is not in (loss and gradient NumPyro's).
+
+    Sharp edges:
+
+    - Where the guide enumerates nothing and either the model enumerates inside a loop (a
+      `lax.scan`, `fori_loop`) or `markov` frames, or the guide draws such a site inside a loop,
+      the drawn sites get `Trace_ELBO`'s surrogate (each score weighted by the whole ELBO: the
+      same loss, an unbiased but noisier gradient than NumPyro's).
+    - Provenance is by site name: a model site inside a loop is one term, weighted by the
+      scores of the drawn sites any of its iterations depends on (NumPyro, unrolled, weights
+      each iteration by its own; the same where every iteration depends on the same drawn
+      sites).
 
     **Arguments:** `num_particles` (int); `max_plate_nesting` (int >= 0, or `float("inf")`:
     inferred from the model's (and an enumerating guide's) plates): enumerated dims start left of
@@ -375,7 +382,8 @@ class TraceEnum_ELBO(_ELBO):
     marked for enumeration nor sampled by the guide; for a bad `max_plate_nesting`; and, with
     sites enumerated in the guide, naming the site, for what is not supported: a guide site
     enumerated inside a loop of the guide, model sites enumerated inside a loop or `markov`
-    frames, a guide site drawn without a reparameterised sampler below an enumerated one, a term
+    frames, a guide site drawn without a reparameterised sampler below an enumerated one or
+    inside a loop of the guide, a term
     holding a guide variable enumerated in a plate the term is not in, and (as NumPyro raises)
     model enumeration more global than the guide's.
 
@@ -410,12 +418,13 @@ class TraceEnum_ELBO(_ELBO):
 
         drawn = [s for s in _latent(guide_tr).values()
                  if s["fn"] is not None and not s["fn"].has_rsample]
-        if drawn and enumerated_sites(model, args, kwargs):
+        if drawn:
             # NumPyro's Rao-Blackwellised surrogate: guide enumeration's, with nothing enumerated
-            # in the guide (the model's enumeration in a loop or `markov` frames: the above)
+            # in the guide, whether the model enumerates or not (the model's enumeration in a
+            # loop or `markov` frames, or a drawn site in a loop of the guide: the above)
             return _enum_guide.elbo(rng_key, param_map, model, guide, args, kwargs,
                                     self.max_plate_nesting, _model_values,
-                                    looped_model=score_surrogate)
+                                    fallback=score_surrogate)
         return score_surrogate()
 
     def _enumerated_guide_particle(self, rng_key, param_map, model, guide, args, kwargs):

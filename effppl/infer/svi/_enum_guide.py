@@ -12,12 +12,13 @@ variable the model enumerates; and, for each group of model sites joined through
 their contraction (funsor's `sum_product`, the plates not shared by the whole group eliminated),
 as NumPyro's `TraceEnum_ELBO` groups them. Drawn guide sites that cannot be reparameterised
 weight each term by their scores (NumPyro's Rao-Blackwellised surrogate); a guide that enumerates
-nothing but draws such sites, beside a model that enumerates, is the degenerate case (every
-`q(z_c)` one), `TraceEnum_ELBO`'s route to NumPyro's gradient there.
+nothing but draws such sites, beside a model that enumerates or not, is the degenerate case
+(every `q(z_c)` one), `TraceEnum_ELBO`'s route to NumPyro's gradient there.
 
 Not supported (an `ELBOError` naming the site): guide sites enumerated inside a loop of the
 guide, model sites enumerated inside a loop or `markov` frames together with guide enumeration,
-a guide site drawn (not enumerated, not reparameterised) whose distribution depends on an
+a site drawn (not enumerated, not reparameterised) inside a loop of the guide together with
+guide enumeration, a guide site drawn (not enumerated, not reparameterised) whose distribution depends on an
 enumerated one, a term holding an enumerated variable without that variable's plates, and, as
 NumPyro raises, model enumeration more global than the guide's (a group of model sites summed
 over a plate in which a guide variable it holds is enumerated).
@@ -105,7 +106,7 @@ def _var(name):
 
 
 def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, model_values,
-         looped_model=None):
+         fallback=None):
     """The ELBO of one particle (a scalar) for a guide with enumerated sites, or with drawn sites
     that cannot be reparameterised (with or without enumerated ones: none is the degenerate
     case, every `q(z_c)` one). Its gradient for those drawn sites is NumPyro's
@@ -113,10 +114,11 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     the zero-valued factor `exp(sum_d (log q(d) - stop_gradient(log q(d))))` over the drawn sites
     `d` it depends on (found by provenance, `_provenance.dependencies`), each summed over the plates
     the term is not in. `model`: the model with the guide's latent sites no longer marked for
-    enumeration; `model_values(param_map, guide_trace)`: what it is given. `looped_model`: for a
+    enumeration; `model_values(param_map, guide_trace)`: what it is given. `fallback`: for a
     guide that enumerates nothing, a thunk whose result is returned instead where the model
-    enumerates sites inside a loop or `markov` frames (without it, or with guide enumeration,
-    those raise an `ELBOError`)."""
+    enumerates sites inside a loop or `markov` frames, or where the guide draws such a site
+    inside a loop (provenance is by site, not by iteration); without it, or with guide
+    enumeration, those raise an `ELBOError`."""
     looped = [n for n, in_loop in enumerated_guide_sites(guide, args, kwargs).items() if in_loop]
     if looped:
         raise _error(f"guide site `{looped[0]}` is marked for enumeration inside a loop of the "
@@ -133,10 +135,20 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
     latent = {n: s for n, s in guide_tr.items() if s["type"] == "sample" and not s["is_observed"]}
     guide_dims = {s["infer"]["_enumerate_dim"]: _var(n) for n, s in latent.items()
                   if s["infer"].get("_enumerate_dim") is not None}
+    fallback = fallback if not guide_dims else None
+    looped = [n for n, s in latent.items() if guide_loops.get(n) and s["fn"] is not None
+              and not s["fn"].has_rsample and _var(n) not in guide_dims.values()]
+    if looped and fallback is not None:
+        return fallback()
+    if looped:
+        raise _error(f"guide site `{looped[0]}` is drawn from a "
+                     f"{type(latent[looped[0]]['fn']).__name__}, which cannot be "
+                     f"reparameterised, inside a loop of the guide, and the guide enumerates "
+                     f"sites: not supported together. Draw it outside the loop (e.g. in a "
+                     f"plate), or enumerate it.")
     model = handlers.seed(model, k_model)
     model_enum = enumerated_sites(model, args, kwargs)
     looped = [n for n, in_loop in model_enum.items() if in_loop]
-    fallback = looped_model if not guide_dims else None
     if looped and fallback is not None:
         return fallback()
     if looped:
