@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
