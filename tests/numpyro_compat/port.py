@@ -16,6 +16,11 @@ pass there, and `--reference` that file then counts effppl's passes among the te
 NumPyro (a test NumPyro fails, skips or times out on is not counted). `--timeout` stops a test
 after that many seconds (a failure), on both sides.
 
+Each file runs in its own pytest process, stopped after `--file-timeout` seconds; every test's
+outcome is logged as it ends, so a file that is stopped or crashes keeps the outcomes it had
+(its remaining tests count as "not run", a failure on effppl's side; on NumPyro's side they are
+not among the reference passes). `--json` is rewritten after each file.
+
 The rewrite: `import numpyro` becomes `import effppl as numpyro` (so `numpyro.optim.Adam` is
 `effppl.optim.Adam`), and `import numpyro.handlers as handlers` effppl's; `numpyro.handlers`, `numpyro.infer[.sub]`, `numpyro.primitives` become
 effppl's; `numpyro.contrib.X` becomes `effppl.contrib.X` where effppl has that module
@@ -33,10 +38,10 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 SETS = {
@@ -211,6 +216,7 @@ def read(numpyro: Path, commit: str, path: str) -> str:
 
 
 CONFTEST = '''
+import json
 import os
 import signal
 
@@ -244,6 +250,15 @@ def pytest_runtest_setup(item):
     numpyro.util.set_rng_seed(0)  # as NumPyro's own conftest does
 
 
+def pytest_runtest_logreport(report):
+    # each phase's outcome, appended as it ends: a stopped or crashed run keeps what it had
+    log = os.environ.get("NUMPYRO_PORT_LOG")
+    if log:
+        outcome = "skipped" if hasattr(report, "wasxfail") else report.outcome
+        with open(log, "a") as f:
+            f.write(json.dumps([report.nodeid, report.when, outcome]) + "\\n")
+
+
 def pytest_collection_modifyitems(config, items):
     # leave out the unfair tests by exact name (pytest's --deselect matches prefixes:
     # `test_lift` would take `test_lift_memoize` with it)
@@ -266,6 +281,8 @@ def main(argv=None):
     parser.add_argument("-k", default=None, help="pytest -k expression")
     parser.add_argument("--keep", type=Path, default=None, help="write the ported files here")
     parser.add_argument("--timeout", type=int, default=0, help="seconds per test (0: none)")
+    parser.add_argument("--file-timeout", type=int, default=0,
+                        help="seconds per file (0: none); its remaining tests count as not run")
     parser.add_argument("--as-numpyro", action="store_true", help="run NumPyro's files unchanged")
     parser.add_argument("--json", type=Path, default=None, help="write each test's outcome here")
     parser.add_argument("--reference", type=Path, default=None,
@@ -280,50 +297,76 @@ def main(argv=None):
     for path in files:
         source = read(args.numpyro, args.commit, path)
         (out / Path(path).name).write_text(source if args.as_numpyro else rewrite(source))
-    report = out / "report.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-           "-o", "junit_family=xunit1", "--rootdir", str(out),
-           *(["-n", args.n] if args.n != "0" else []), *(["-k", args.k] if args.k else []),
-           *[str(out / Path(p).name) for p in files]]
-    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR),
+    log = out / "outcomes.jsonl"
+    log.unlink(missing_ok=True)
+    env = dict(os.environ, NUMPYRO_PORT_UNFAIR="\n".join(UNFAIR), NUMPYRO_PORT_LOG=str(log),
                NUMPYRO_PORT_TIMEOUT=str(args.timeout), PYTHONPATH=os.pathsep.join(
                    [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run(cmd, env=env, cwd=out)
-    counts = summarize(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps(counts["outcomes"], indent=0, sort_keys=True))
+    stopped = []
+    for path in files:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "--rootdir", str(out), *(["-n", args.n] if args.n != "0" else []),
+               *(["-k", args.k] if args.k else []), str(out / Path(path).name)]
+        if not run_stopping(cmd, env, out, args.file_timeout or None):
+            stopped.append(Path(path).name)
+        counts = summarize(log)
+        if args.json is not None:
+            args.json.write_text(json.dumps(counts["outcomes"], indent=0, sort_keys=True))
     who = "NumPyro's own tests, unchanged" if args.as_numpyro else "NumPyro tests ported"
     print(f"\n{who} ({args.set}, {args.commit}): {counts['passed']} of {counts['total']} pass "
           f"({counts['failed']} fail, {counts['skipped']} skipped; {len(UNFAIR)} left out as "
           f"unfair); files in {out}")
+    if stopped:
+        print(f"Stopped by --file-timeout or a crash, before all their tests ran: "
+              f"{', '.join(stopped)}")
     if args.reference is not None:
         theirs = json.loads(args.reference.read_text())
         fair = [t for t, outcome in theirs.items() if outcome == "passed"]
         ours = sum(counts["outcomes"].get(t) == "passed" for t in fair)
+        reached = [t for t in fair if t in counts["outcomes"]]
         print(f"Of the {len(fair)} tests passing on NumPyro: {ours} pass on effppl "
-              f"({100 * ours / max(len(fair), 1):.0f}%)")
+              f"({100 * ours / max(len(fair), 1):.0f}%; {len(fair) - len(reached)} of them not "
+              f"run on effppl, counted as failures)")
     return counts
 
 
-def summarize(report: Path) -> dict:
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "failures": [], "outcomes": {}}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        test = f"{case.get('classname', '').split('.')[-1]}.py::{case.get('name')}"
-        if case.find("skipped") is not None:
-            counts["skipped"] += 1
-            counts["outcomes"][test] = "skipped"
-            continue
-        counts["total"] += 1
-        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if bad is None:
-            counts["passed"] += 1
-            counts["outcomes"][test] = "passed"
-        else:
-            counts["failed"] += 1
-            counts["outcomes"][test] = "failed"
-            counts["failures"].append((case.get("name"), (bad.get("message") or "")[:160]))
-    return counts
+def run_stopping(cmd, env, cwd, seconds) -> bool:
+    """Run `cmd`; stop its whole process group after `seconds`. Whether it ended by itself."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
+    try:
+        proc.wait(timeout=seconds)
+        return proc.returncode in (0, 1, 5)  # all passed, some failed, none collected
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
 
+
+def summarize(log: Path) -> dict:
+    """Counts and each test's outcome from the phase log: failed if any phase failed, skipped
+    (or xfailed) if any was skipped, passed if its call passed."""
+    phases: dict[str, dict[str, str]] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            try:
+                nodeid, when, outcome = json.loads(line)
+            except ValueError:  # a line cut short by a killed process
+                continue
+            phases.setdefault(nodeid, {})[when] = outcome
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "total": 0, "outcomes": {}}
+    for test, seen in phases.items():
+        if "failed" in seen.values():
+            outcome = "failed"
+        elif "skipped" in seen.values():
+            outcome = "skipped"
+        elif seen.get("call") == "passed":
+            outcome = "passed"
+        else:  # stopped during its call
+            outcome = "failed"
+        counts["outcomes"][test] = outcome
+        counts[outcome] += 1
+        counts["total"] += outcome != "skipped"
+    return counts
 
 if __name__ == "__main__":
     main()
