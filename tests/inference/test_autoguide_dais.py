@@ -297,10 +297,16 @@ def test_semi_dais_bad_settings_raise_errors_naming_the_argument(settings, argum
         autoguide.AutoSemiDAIS(model, None, global_guide)
 
 
-def local_conjugate(y):
-    with effppl.plate("data", y.shape[0]):
-        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
-        effppl.sample("y", dist.Normal(mu, 1.0), obs=y)
+def _local_conjugate(sample, plate):
+    def local_conjugate(y):
+        with plate("data", y.shape[0]):
+            mu = sample("mu", dist.Normal(0.0, 1.0))
+            sample("y", dist.Normal(mu, 1.0), obs=y)
+    return local_conjugate
+
+
+local_conjugate = _local_conjugate(effppl.sample, effppl.plate)
+_np_local_conjugate = _local_conjugate(numpyro.sample, numpyro.plate)
 
 
 def test_semi_dais_fit_on_a_conjugate_local_model_finds_the_analytic_posterior():
@@ -405,12 +411,6 @@ def _conjugate_local_guide(param, sample, plate):
                           constraint=dist.constraints.positive)
             sample("mu", dist.Normal(loc, scale))
     return local_guide
-
-
-def _np_local_conjugate(y):
-    with numpyro.plate("data", y.shape[0]):
-        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
-        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
 
 def test_semi_dais_local_guide_without_subsampling_is_numpyros_and_fits_the_posterior():

@@ -5,6 +5,8 @@ weighted by the scores of the drawn sites it depends on). With the model's enume
 loop (a `lax.scan`, `markov` frames), or a site drawn inside a loop of the guide, the gradient
 is `Trace_ELBO`'s score-function surrogate (documented)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,21 +134,26 @@ def test_drawn_guide_sites_with_model_enumeration_have_numpyros_gradient(case):
     _compare(pair, {k: PARAMS[k] for k in names})
 
 
-def _observed_in_a_scan(ppl):
-    """Observed sites in a plain `lax.scan` (nothing enumerated there) beside a global site
-    enumerated in the model: NumPyro's gradient (its oracle unrolls the loop in Python)."""
+def _observed_in_a_scan(ppl, enumerate_model):
+    """Observed sites in a plain `lax.scan` (nothing enumerated there), fed by a global drawn
+    site, with `enumerate_model` through a global site the model enumerates, beside one observed
+    site the drawn one does not reach: NumPyro's gradient (its oracle unrolls the loop)."""
     def model(y):
         c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
-        b = ppl.sample("b", dist.Bernoulli(jnp.array([0.2, 0.5, 0.9])[c]), infer=_enum())
+        if enumerate_model:
+            b = ppl.sample("b", dist.Bernoulli(jnp.array([0.2, 0.5, 0.9])[c]), infer=_enum())
+            shift = 2.0 * b - 1.0
+        else:
+            shift = 0.8 * c - 0.5
         if ppl is effppl:
             def step(t, y_t):
-                effppl.sample("y", dist.Normal(2.0 * b - 1.0 + 0.1 * t, 1.0), obs=y_t)
+                effppl.sample("y", dist.Normal(shift + 0.1 * t, 1.0), obs=y_t)
                 return t + 1.0, None
 
             jax.lax.scan(step, 0.0, y)
         else:
             for t in range(len(y)):
-                ppl.sample(f"y_{t}", dist.Normal(2.0 * b - 1.0 + 0.1 * t, 1.0), obs=y[t])
+                ppl.sample(f"y_{t}", dist.Normal(shift + 0.1 * t, 1.0), obs=y[t])
         ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
 
     def guide(y):
@@ -155,8 +162,10 @@ def _observed_in_a_scan(ppl):
     return model, guide
 
 
-def test_observed_sites_in_a_scan_beside_model_enumeration_have_numpyros_gradient():
-    _compare(_observed_in_a_scan, {"g": PARAMS["g"]}, seeds=(0, 1))
+@pytest.mark.parametrize("enumerate_model", [True, False])
+def test_observed_sites_in_a_scan_have_numpyros_gradient(enumerate_model):
+    _compare(functools.partial(_observed_in_a_scan, enumerate_model=enumerate_model),
+             {"g": PARAMS["g"]}, seeds=(0, 1))
 
 
 HMM_Y = np.array([0.1, -0.3, 2.2, 1.9, 4.1])
@@ -279,32 +288,6 @@ NO_ENUMERATION_CASES = {
 def test_drawn_guide_sites_without_enumeration_have_numpyros_gradient(case):
     pair, names = NO_ENUMERATION_CASES[case]
     _compare(pair, {k: PARAMS[k] for k in names})
-
-
-def _observed_in_a_scan_no_enumeration(ppl):
-    """Observed sites in a plain `lax.scan`, fed by a global drawn site, and one it does not
-    reach; nothing enumerated (NumPyro's oracle unrolls the loop in Python)."""
-    def model(y):
-        c = ppl.sample("c", dist.Categorical(jnp.array([0.3, 0.3, 0.4])))
-        if ppl is effppl:
-            def step(t, y_t):
-                effppl.sample("y", dist.Normal(0.8 * c - 0.5 + 0.1 * t, 1.0), obs=y_t)
-                return t + 1.0, None
-
-            jax.lax.scan(step, 0.0, y)
-        else:
-            for t in range(len(y)):
-                ppl.sample(f"y_{t}", dist.Normal(0.8 * c - 0.5 + 0.1 * t, 1.0), obs=y[t])
-        ppl.sample("o", dist.Normal(0.0, 1.0), obs=0.4)
-
-    def guide(y):
-        g = ppl.param("g", jnp.ones(3) / 3, constraint=constraints.simplex)
-        ppl.sample("c", dist.Categorical(g))
-    return model, guide
-
-
-def test_observed_sites_in_a_scan_without_enumeration_have_numpyros_gradient():
-    _compare(_observed_in_a_scan_no_enumeration, {"g": PARAMS["g"]}, seeds=(0, 1))
 
 
 def _drawn_in_a_scan(ppl, enumerate_model):
