@@ -431,3 +431,48 @@ def test_model_takes_the_guides_subsample_as_numpyro_replays_it():
             lambda p: numpyro.infer.Trace_ELBO().loss(key, p, *pair(numpyro), y))(params)
         np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-10)
         np.testing.assert_allclose(ours[1]["loc"], theirs[1]["loc"], rtol=1e-10, atol=1e-12)
+
+
+def test_jax_example_libraries_optimisers_step_as_numpyros():
+    """A `jax.example_libraries.optimizers` triple, as NumPyro's SVI takes it: the same params
+    as NumPyro's after the same steps; `svi.optim` has NumPyro's `get_params`."""
+    from jax.example_libraries import optimizers
+
+    y = _data()
+    ours = SVI(model, guide, optimizers.adam(0.05), Trace_ELBO())
+    theirs = numpyro.infer.SVI(_normal_model(numpyro), _normal_guide(numpyro),
+                               optimizers.adam(0.05), numpyro.infer.Trace_ELBO())
+    state = ours.init(jax.random.PRNGKey(0), y)
+    assert ours.optim.get_params(state.optim_state).keys() == {"loc", "scale"}
+    ours_run = ours.run(jax.random.PRNGKey(0), 30, y, progress_bar=False)
+    theirs_run = theirs.run(jax.random.PRNGKey(0), 30, y, progress_bar=False)
+    for name in ("loc", "scale"):
+        np.testing.assert_allclose(ours_run.params[name], theirs_run.params[name], rtol=1e-5)
+
+
+def test_a_param_without_init_value_takes_the_guides_or_init_params():
+    """As NumPyro's SVI: a model param without `init_value` takes the guide's param of that
+    name; params without one take `init_params`; the shared param is fitted."""
+    def shared_model():
+        shared = effppl.param("shared")
+        effppl.factor("neg_loss", -((shared - 5.0) ** 2))
+
+    def shared_guide():
+        effppl.param("shared", 1.0)
+
+    svi = SVI(shared_model, shared_guide, optax.adam(0.05), Trace_ELBO())
+    result = svi.run(jax.random.PRNGKey(0), 1000, progress_bar=False)
+    np.testing.assert_allclose(result.params["shared"], 5.0, atol=0.05)
+
+    def model_b():
+        effppl.param("a", 0.0)
+        effppl.param("b")
+
+    def guide_c():
+        effppl.param("c")
+
+    svi = SVI(model_b, guide_c, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), init_params={"b": 1.0, "c": 2.0}))
+    assert params == {"a": 0.0, "b": 1.0, "c": 2.0}
+    with pytest.raises(effppl.SiteError, match=r"param\('c'\) expected an `init_value`"):
+        svi.init(jax.random.PRNGKey(0), init_params={"b": 1.0})

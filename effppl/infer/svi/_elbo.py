@@ -69,7 +69,7 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     `model_trace` the model's sites are not recorded (its trace is None): a model whose sites sit
     in loops then carries no buffers of their values through them."""
     log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
-    check_model_guide_match(model, guide_tr, args, kwargs)
+    check_model_guide_match(model, guide_tr, args, kwargs, param_map)
     model = handlers.seed(model, k_model)
     if model_trace:
         log_p, model_tr = handlers.log_density(model, args, kwargs, values)
@@ -80,12 +80,15 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     return log_p, log_q, None, guide_tr
 
 
-def check_model_guide_match(model, guide_tr, args, kwargs):
+def check_model_guide_match(model, guide_tr, args, kwargs, params=None):
     """`ELBOError` naming the first latent site whose value in the guide has a shape the model's
     site does not have (stacked over the loops around it), as NumPyro's
     `check_model_guide_match`: the shapes, aligned on the right, must agree, a missing leading
     axis counting as 1. Without it the model would broadcast the guide's value (e.g. one scalar
-    for a whole plate) and the ELBO would be a silently different number."""
+    for a whole plate) and the ELBO would be a silently different number. `params` (the
+    constrained params) are given to the model's param sites (one may have no `init_value`)."""
+    if params:
+        model = handlers.substitute(model, data=params)
     check_model_guide_shapes(model, {n: tuple(jnp.shape(s["value"])) for n, s in guide_tr.items()
                                      if s["type"] == "sample"}, args, kwargs)
 
@@ -408,7 +411,7 @@ class TraceEnum_ELBO(_ELBO):
             return self._enumerated_guide_particle(rng_key, param_map, model, guide, args, kwargs)
         log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
         _check_enumeration(model, frozenset(guide_tr), args, kwargs)
-        check_model_guide_match(model, guide_tr, args, kwargs)
+        check_model_guide_match(model, guide_tr, args, kwargs, param_map)
         model = _unmarked(model, frozenset(_latent(guide_tr)))
         first = None if self.max_plate_nesting == float("inf") else -self.max_plate_nesting - 1
 

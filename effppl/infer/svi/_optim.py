@@ -10,10 +10,11 @@ from typing import Any
 import jax
 import numpyro.optim
 import optax
+from jax.example_libraries import optimizers
 
 from ...optim import OptimizerError, _NumPyroOptim
 
-__all__ = ["Optimizer", "as_optimizer", "OptimizerError"]
+__all__ = ["Optimizer", "ExampleLibrariesOptim", "as_optimizer", "OptimizerError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +70,30 @@ def _steps_itself(optim) -> bool:
                                                  _NumPyroOptim.eval_and_update)
 
 
+@dataclasses.dataclass(frozen=True)
+class ExampleLibrariesOptim:
+    """A `jax.example_libraries.optimizers` triple `(init_fn, update_fn, params_fn)` behind
+    NumPyro's optimiser interface (its state: `(step, the triple's state)`), as NumPyro's SVI
+    takes one."""
+
+    init_fn: Any
+    update_fn: Any
+    params_fn: Any
+
+    def init(self, params):
+        return jax.numpy.array(0), self.init_fn(params)
+
+    def update(self, g, state):
+        i, opt_state = state
+        return i + 1, self.update_fn(i, g, opt_state)
+
+    def get_params(self, state):
+        return self.params_fn(state[1])
+
+
 def as_optimizer(optim, api: str = "effppl.infer.SVI") -> Optimizer:
-    """`optim` (an optax `GradientTransformation` or a `numpyro.optim` optimiser) wrapped.
+    """`optim` (an optax `GradientTransformation`, a `numpyro.optim` optimiser, or a
+    `jax.example_libraries.optimizers` triple such as `optimizers.adam(1e-2)`) wrapped.
 
     **Raises:** `OptimizerError` for anything else.
     """
@@ -78,8 +101,11 @@ def as_optimizer(optim, api: str = "effppl.infer.SVI") -> Optimizer:
         raise OptimizerError(f"`{api}(model, guide, optim, loss)` expected an optimiser object, "
                              f"but got the class {optim.__name__}: create one (e.g. "
                              f"`{optim.__name__}(step_size=1e-2)`, or `optax.adam(1e-2)`).")
+    if isinstance(optim, optimizers.Optimizer):
+        return Optimizer(ExampleLibrariesOptim(*optim))
     if callable(getattr(optim, "init", None)) and callable(getattr(optim, "update", None)):
         return Optimizer(optim)  # optax's transformations (with or without extra args), NumPyro's
     raise OptimizerError(f"`{api}(model, guide, optim, loss)` expected an optax "
-                         f"GradientTransformation (e.g. `optax.adam(1e-2)`) or a numpyro.optim "
-                         f"optimiser, but got {type(optim).__name__}.")
+                         f"GradientTransformation (e.g. `optax.adam(1e-2)`), a numpyro.optim "
+                         f"optimiser or a jax.example_libraries.optimizers one, but got "
+                         f"{type(optim).__name__}.")

@@ -75,12 +75,15 @@ class Compiled:
 
         args, kwargs = self.args(dynamic)
         rng_key, k_model, k_guide = jax.random.split(rng_key, 3)
+        # as NumPyro's: `init_params` given to the guide, and the guide's params (and draws)
+        # to the model, so a param site may leave out its `init_value` where one of those has it
+        guide = handlers.substitute(self.guide, data=init_params) if init_params else self.guide
         with first_run():  # an autoguide draws its initial values' key first (NumPyro's)
-            guide_tr = handlers.trace(handlers.seed(self.guide, k_guide)).get_trace(*args,
-                                                                                   **kwargs)
-        latent = {n: s["value"] for n, s in guide_tr.items()
-                  if s["type"] == "sample" and not s["is_observed"]}
-        model = handlers.seed(handlers.substitute(self.model, data=latent), k_model)
+            guide_tr = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
+        given = {n: s["value"] for n, s in guide_tr.items()
+                 if s["type"] == "param" or (s["type"] == "sample" and not s["is_observed"])}
+        model = handlers.seed(handlers.substitute(self.model, data={**given, **init_params}),
+                              k_model)
         model_tr = handlers.trace(model).get_trace(*args, **kwargs)
         sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
         mutable = {n: s["value"] for tr in (model_tr, guide_tr) for n, s in tr.items()

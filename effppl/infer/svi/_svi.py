@@ -27,7 +27,7 @@ from .._compile._cache import cached, split_cache_key
 from .._progress import advance
 from .._sharding import check_data, check_mesh, data_rows, place_data, readable
 from ._checkpoint import StepRecord
-from ._optim import as_optimizer
+from ._optim import ExampleLibrariesOptim, as_optimizer
 from ._step import Compiled, SVIError, SVIRunResult, SVIState, constrain
 
 __all__ = ["SVI", "SVIState", "SVIRunResult", "SVIError"]
@@ -128,8 +128,10 @@ class SVI:
                            f"object, but got the class {loss.__name__}: call it "
                            f"(`{loss.__name__}()`).")
         self.model, self.guide, self.loss = model, guide, loss
-        self.optim = optim
         self._optimizer = as_optimizer(optim)
+        # NumPyro's: a jax.example_libraries triple is kept wrapped, with `get_params`
+        wrapped = isinstance(self._optimizer.optim, ExampleLibrariesOptim)
+        self.optim = self._optimizer.optim if wrapped else optim
         if not callable(getattr(loss, "loss", None)):
             raise SVIError(f"`effppl.infer.SVI(model, guide, optim, loss)` expected an ELBO (e.g. "
                            f"`effppl.infer.Trace_ELBO()`), but got {type(loss).__name__}.")

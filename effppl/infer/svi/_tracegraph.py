@@ -74,7 +74,7 @@ class TraceGraph_ELBO(_ELBO):
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
         _, guide_tr, _, _ = run_guide(rng_key, param_map, guide, args, kwargs)
-        check_model_guide_match(model, guide_tr, args, kwargs)
+        check_model_guide_match(model, guide_tr, args, kwargs, param_map)
         nonreparam = {n: s["value"] for n, s in _latent(guide_tr).items()
                       if s["fn"] is not None and not s["fn"].has_rsample}
         # no gradient through a value drawn without a reparametrized sampler (NumPyro's): the
