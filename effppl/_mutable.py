@@ -20,15 +20,15 @@ import jax.numpy as jnp
 
 from . import _runtime
 from . import effects as fx
-from .effects import internal
-from .primitives import (
+from ._site_base import (
     SiteError,
-    _outside_handlers,
     check_eager_trace,
     check_name,
     eager_blocks,
     given_value,
 )
+from ._site_base import outside_handlers as _outside_handlers
+from .effects import internal
 
 __all__ = ["mutable", "mutable_op"]
 
@@ -58,12 +58,37 @@ def close_frame(frame: list) -> None:
             value = caller[0]  # NumPyro returns the caller's own pytree: it changed that one
         leaves, now = jax.tree.flatten(value)
         same = now == tree and all(jnp.shape(x) == a.shape for x, a in zip(leaves, avals))
-        if not same:
+        if same:
+            leaves = [jnp.asarray(x, a.dtype) for x, a in zip(leaves, avals)]
+            mutable_op(tree.unflatten(leaves), name=name, final=True)
+            continue
+        filled = _filled_placeholders(tree.unflatten(avals), value)
+        if filled is None:
             raise SiteError(f"The model changed the mutable site `{name}` from {tree.unflatten(avals)}"
                             f" to {jax.tree.map(jnp.shape, value)}: change its values in place, "
-                            f"keeping its keys and shapes (as they are carried from step to step).")
-        leaves = [jnp.asarray(x, a.dtype) for x, a in zip(leaves, avals)]
-        mutable_op(tree.unflatten(leaves), name=name, final=True)
+                            f"keeping its keys and shapes (as they are carried from step to step; "
+                            f"a None placeholder may be given its first value).")
+        mutable_op(filled, name=name, final=True)
+
+
+def _filled_placeholders(before, after):
+    """`after` as arrays when it is `before` with None placeholders given values (NumPyro's
+    `mutable(name, {"value": None})`, filled by the model's first run) and the other leaves'
+    shapes kept; else None."""
+    def is_none(x):
+        return x is None
+
+    old, old_tree = jax.tree.flatten(before, is_leaf=is_none)
+    new, new_tree = jax.tree.flatten(after, is_leaf=is_none)
+    if old_tree != new_tree or any(n is None or (o is not None and jnp.shape(n) != o.shape)
+                                   for o, n in zip(old, new) if not (o is None and n is None)):
+        return None
+    try:
+        new = [n if n is None else jnp.asarray(n, None if o is None else o.dtype)
+               for o, n in zip(old, new)]
+    except TypeError:
+        return None
+    return new_tree.unflatten(new)
 
 
 def _unchanged(tree, leaves) -> bool:
@@ -91,7 +116,10 @@ def mutable(name: str, init_value: Any = None):
       gives one. effppl needs it to know the value's shapes; or None (NumPyro's placeholder):
       then the value a handler gives (`substitute`, SVI's state from the previous step), or
       None when none gives one, so the caller creates the state and calls `mutable(name,
-      state)` (as NumPyro's `flax_module` does with its `name + "$state"`).
+      state)` (as NumPyro's `flax_module` does with its `name + "$state"`). A pytree with None
+      placeholders (`{"value": None}`, NumPyro's) takes the value a handler gives, else the
+      model fills them in place on its first run (`state["value"] = ...`); the value it leaves
+      then sets the site's keys and shapes.
 
     **Returns:** the value, a fresh pytree of `init_value`'s structure (or `init_value` itself
     outside any handler, as in NumPyro). Change it in place (`state["mean"] = ...`), keeping its
@@ -140,9 +168,11 @@ def mutable(name: str, init_value: Any = None):
                         f"`vmap` of the model: call it at the model's top level (its value is "
                         f"recorded when the model returns).")
     given = given_value("mutable", name)  # `substitute` (SVI's state) gives the value
-    if init_value is None:
-        if given is None:
-            return None  # as NumPyro's: the caller creates the state, `mutable(name, state)`
+    if init_value is None and given is None:
+        return None  # as NumPyro's: the caller creates the state, `mutable(name, state)`
+    if init_value is None or (given is not None  # the given value fills None placeholders
+                              and jax.tree.structure(init_value) != jax.tree.structure(given)
+                              and _filled_placeholders(init_value, given) is not None):
         init_value = jax.tree.map(lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), given)
     # NumPyro returns `init_value` itself when no handler gives a value: a caller that changes
     # its own pytree in place (NumPyro's `flax_module`) changes the site's value
@@ -152,7 +182,10 @@ def mutable(name: str, init_value: Any = None):
     except TypeError:
         raise SiteError(f"effppl.mutable({name!r}, init_value) expected a pytree of arrays, but "
                         f"got {init_value!r:.60}.") from None
-    value = mutable_op(init_value, name=name, final=False)
+    if given is None and not jax.tree.leaves(init_value):
+        value = init_value  # only None placeholders: nothing to give, the final value is recorded
+    else:
+        value = mutable_op(init_value, name=name, final=False)
     leaves, tree = jax.tree.flatten(value)
     runtime.mutable_frames[-1].append((name, value, tree, [internal.abstractify(x) for x in leaves],
                                        leaves, caller))

@@ -29,13 +29,17 @@ from numpyro.primitives import CondIndepStackFrame
 
 from . import _runtime
 from . import effects as fx
-from ._errors import EffpplError
+from ._mutable import mutable as mutable  # NumPyro's `numpyro.primitives.mutable`
+from ._site_base import (
+    SiteError,
+    check_eager_trace,
+    check_name,
+    eager_blocks,
+    given_value,
+)
+from ._site_base import outside_handlers as _outside_handlers
 from .effects import internal
 from .effects.internal import describe_non_array, describe_non_bool
-
-
-class SiteError(EffpplError, ValueError):
-    """A model's sample site is used in a way effppl cannot give a meaning to."""
 
 
 class InvalidParameterError(SiteError):
@@ -110,14 +114,6 @@ def _value_type(msg, **static):
     except NotImplementedError:  # e.g. ImproperUniform: a real-valued site that cannot be drawn
         return jax.ShapeDtypeStruct(shape, jnp.result_type(float))
     return drawn if drawn.shape == shape else jax.ShapeDtypeStruct(shape, drawn.dtype)
-
-
-def _outside_handlers(name, **static):
-    return (f"The model reached site `{name}` outside of any handler: a model runs under a handler "
-            f"or an entry point, e.g. `effppl.handlers.seed(model, rng_seed=0)(*args)` to draw "
-            f"from the prior, `effppl.handlers.trace(...).get_trace(*args)`, "
-            f"`effppl.log_density(model, args, kwargs, params)`, `effppl.infer.MCMC` or "
-            f"`effppl.infer.Predictive`.")
 
 
 sample_op = fx.Operation("sample", out=_value_type, unhandled=_outside_handlers)
@@ -449,13 +445,6 @@ def _is_int(x) -> bool:
     return True
 
 
-def check_name(api, name):
-    """Raise a `SiteError` unless `name`, the name given to `effppl.<api>`, is a non-empty str."""
-    if not isinstance(name, str) or not name:
-        raise SiteError(f"effppl.{api}(name, ...) expected a non-empty str site name, but got "
-                        f"{'an empty str' if name == '' else type(name).__name__} {name!r}.")
-
-
 def _broadcast_to_plates(name, fn):
     stack = _active_plates()
     if not stack:
@@ -493,12 +482,6 @@ def message_contexts():
     return _runtime.state().message_adjusters
 
 
-def eager_blocks():
-    """Handlers of the `with` blocks entered outside any effppl entry point (NumPyro's eager
-    use: `with handlers.seed(rng_seed=0): x = sample(...)`), outermost first."""
-    return _runtime.state().eager_handlers
-
-
 def _perform(op, *args, **static):
     """Perform `op`, through the eager `with` blocks' handlers when there are any and the code
     runs outside every handler's body (else the handlers around the body handle it, and
@@ -508,24 +491,6 @@ def _perform(op, *args, **static):
         check_eager_trace(f"Site `{name}`" if name else "`effppl.prng_key()`")
         return _runtime.run_eager(lambda: op(*args, **static))
     return op(*args, **static)
-
-
-def check_eager_trace(what):
-    """Raise a `SiteError` when `what` (a site, described) is reached, under `with` blocks of
-    handlers entered outside any model, inside a JAX transformation begun within the blocks (a
-    plain `lax.scan`, `jit`, `vmap`, `cond`): the blocks handle one site at a time, so a loop's
-    occurrences would be recorded as one, with values that leak out of the loop's trace."""
-    traces = _runtime.state().eager_traces
-    if not traces or internal.current_trace() is traces[-1]:
-        return
-    raise SiteError(
-        f"{what} is reached inside a JAX transformation (a plain `jax.lax.scan`, `cond`, "
-        f"`jit` or `vmap`) that runs within `with` blocks of effppl handlers entered outside "
-        f"any model (e.g. `with seed(rng_seed=0), trace() as tr: model()`). Such blocks handle "
-        f"one site at a time as it runs, so they cannot stack a loop's occurrences. Run the "
-        f"model under the handlers instead (`trace(seed(model, rng_seed=0)).get_trace(*args)`), "
-        f"or write the loop with `effppl.contrib.control_flow.scan` (NumPyro's `scan`), which "
-        f"runs the whole loop under the blocks.")
 
 
 def site_contexts():
@@ -935,17 +900,6 @@ def _param_type(msg, *, name, init_fn, **static):
 
 
 param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
-
-
-def given_value(kind, name):
-    """The value (or anything with its `shape` and `dtype`) that a handler around the code will
-    give site `name` of type `kind` ("param" or "plate"), the innermost that gives one; None
-    when none does."""
-    for hint in reversed(_runtime.state().value_hints):
-        value = hint(kind, name)
-        if value is not None:
-            return value
-    return None
 
 
 def _param_hint(name):

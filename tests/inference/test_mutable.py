@@ -223,3 +223,34 @@ def test_eager_blocks_give_and_record_a_mutable_site_as_numpyro(placeholder):
         assert nm("s") is None
         assert nm("s", init) is init
     np.testing.assert_allclose(our_tr["s"]["value"]["m"], their_tr["s"]["value"]["m"])
+
+
+def _none_leaf_guide(ppl):
+    """NumPyro's `mutable(name, {"value": None})`: a pytree whose leaf the guide fills in place
+    (NumPyro's test_svi.py::test_mutable_state), beside a sample site."""
+    def guide(y):
+        mutable = effppl.primitives.mutable if ppl is effppl else numpyro.primitives.mutable
+        loc = ppl.param("loc", 0.0)
+        p = mutable("loc1p", {"value": None})
+        p["value"] = loc + 2
+        ppl.sample("mu", dist.Normal(loc, 0.1))
+    return guide
+
+
+def test_a_none_leaf_placeholder_is_filled_and_kept_by_svi_as_numpyro():
+    y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
+    runs = []
+    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
+        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
+        svi = svi_class(_model(ppl), _none_leaf_guide(ppl), optax.adam(0.05), loss)
+        runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
+    ours, theirs = runs
+    np.testing.assert_allclose(ours.params["loc"], theirs.params["loc"], rtol=1e-5)
+    assert set(ours.state.mutable_state) == {"stats", "loc1p"}
+    # the value at the params before the last step (NumPyro's), loc + 2
+    np.testing.assert_allclose(ours.state.mutable_state["loc1p"]["value"],
+                               theirs.state.mutable_state["loc1p"]["value"], rtol=1e-5)
+    tr = trace(seed(_none_leaf_guide(effppl), 0)).get_trace(y)
+    np.testing.assert_allclose(tr["loc1p"]["value"]["value"], 2.0)
+    given = substitute(_none_leaf_guide(effppl), data={"loc1p": {"value": jnp.array(7.0)}})
+    np.testing.assert_allclose(trace(seed(given, 0)).get_trace(y)["loc1p"]["value"]["value"], 2.0)
