@@ -13,7 +13,7 @@ import numpyro.distributions as dist
 from numpyro.distributions.util import cholesky_of_inverse
 
 from ....handlers import internal as ppl
-from ....handlers import potential_energy
+from ....handlers import potential_energy, seed
 from ..._init import init_to_uniform
 from ._continuous import AutoContinuous
 from ._errors import AutoGuideError
@@ -50,11 +50,15 @@ class AutoLaplaceApproximation(AutoContinuous):
         layout = self._layout_now()
         hessian_fn = self.hessian_fn or (lambda f, x: jax.hessian(f)(x))
 
+        # a site the guide does not cover (hidden by `block`, as in an AutoGuideList part) is
+        # drawn once, with a fixed key, and held fixed in the Hessian
+        model = seed(self.model, jax.random.PRNGKey(0))
+
         def build(structure):
             def precision(loc, dynamic):
                 a, kw = structure.rebuild(dynamic)
                 return hessian_fn(
-                    lambda x: potential_energy(self.model, a, kw, self._unpack(x, layout)), loc)
+                    lambda x: potential_energy(model, a, kw, self._unpack(x, layout)), loc)
             return precision
 
         fn, dynamic = self._compiled("laplace_hessian", build, args, kwargs)
@@ -66,11 +70,11 @@ class AutoLaplaceApproximation(AutoContinuous):
         return dist.MultivariateNormal(loc, scale_tril=scale_tril, validate_args=False), ok
 
     def _warn_singular(self, api):
-        warnings.warn(f"effppl.infer.autoguide.AutoLaplaceApproximation.{api}: the Hessian of the "
-                      f"potential energy at `{self.prefix}_loc` is not positive definite (not a "
-                      f"MAP point?), so the posterior is the point `{self.prefix}_loc` (scale_tril "
-                      f"0), as in NumPyro. Fit longer, or use AutoNormal.", UserWarning,
-                      stacklevel=3)
+        warnings.warn(f"effppl.infer.autoguide.AutoLaplaceApproximation.{api}: the Hessian of "
+                      f"log posterior (unconstrained) at `{self.prefix}_loc` is not negative "
+                      f"definite (not a MAP point?), so the posterior is the point "
+                      f"`{self.prefix}_loc` (scale_tril 0), as in NumPyro. Fit longer, or use "
+                      f"AutoNormal.", UserWarning, stacklevel=3)
 
     def get_posterior(self, params):
         """`MultivariateNormal(loc, scale_tril)` with `scale_tril` the Cholesky factor of the

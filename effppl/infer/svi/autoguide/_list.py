@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import jax
 
+from ....handlers import internal as ppl
+from ._base import AutoGuide
+from ._dais import AutoDAIS, AutoSemiDAIS
 from ._errors import AutoGuideError
 
 __all__ = ["AutoGuideList"]
@@ -21,7 +24,8 @@ class AutoGuideList:
     reads its own model, typically `block(model, hide=[...])`); `prefix`, `init_loc_fn`,
     `create_plates`: accepted as NumPyro's (its parts have their own).
 
-    **Raises:** `AutoGuideError` when a part is not callable, or when a method a part lacks
+    **Raises:** `AutoGuideError` when a part is not callable or is an `AutoDAIS` or
+    `AutoSemiDAIS` (as NumPyro's), or when a method a part lacks
     (`median` of a hand-written guide) is asked.
 
     **Example:**
@@ -55,6 +59,12 @@ class AutoGuideList:
         if not callable(part):
             raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList.append(part) expected a "
                                  f"guide (callable), but got {type(part).__name__}.")
+        if isinstance(part, (AutoDAIS, AutoSemiDAIS)):
+            raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList.append: "
+                                 f"{type(part).__name__} cannot be a part (as in NumPyro: "
+                                 f"AutoDAIS, AutoSemiDAIS, and AutoSurrogateLikelihoodDAIS are "
+                                 f"not supported.). Use it as the whole guide, or AutoNormal "
+                                 f"or AutoMultivariateNormal as the part.")
         self._guides.append(part)
 
     def __getitem__(self, index):
@@ -64,12 +74,29 @@ class AutoGuideList:
         return len(self._guides)
 
     def __call__(self, *args, **kwargs) -> dict:
+        self._check_parts(args, kwargs)
         result = {}
         for part in self._guides:
             out = part(*args, **kwargs)
             if isinstance(out, dict):
                 result.update(out)
         return result
+
+    def _check_parts(self, args, kwargs):
+        """`AutoGuideError` for an autoguide part whose model exposes a deterministic site (as
+        NumPyro's): the part would compute it from its own sites' draws alone."""
+        for i, part in enumerate(self._guides):
+            if not isinstance(part, AutoGuide):
+                continue
+            sites = ppl.analyze_model(part.model, args, kwargs)
+            exposed = sorted(n for n, s in sites.items() if s.type == "deterministic")
+            if exposed:
+                raise AutoGuideError(
+                    f"effppl.infer.autoguide.AutoGuideList: deterministic site "
+                    f"{', '.join(f'`{n}`' for n in exposed)} of the model of the part at position "
+                    f"{i} ({type(part).__name__}) should not be exposed (as in NumPyro): give the "
+                    f"part `block(model, hide={exposed!r})`, and get it from "
+                    f"`Predictive(model, guide=..., params=...)`.")
 
     def _setup_prototype(self, *args, **kwargs):
         """Set up each autoguide part at the model's arguments (`SVI.init` calls it)."""

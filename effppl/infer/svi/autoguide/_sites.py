@@ -70,6 +70,10 @@ def _latent(guide: str, name, site, subsampled: dict) -> Latent:
     try:
         shape, dtype = unconstrained_type(site)
     except SiteError as err:
+        fn = getattr(site.message, "fn", None)
+        if getattr(getattr(fn, "support", None), "is_discrete", False):  # NumPyro's words
+            raise AutoGuideError(f"{guide}: continuous inference cannot handle discrete sample "
+                                 f"site `{name}`. {err}") from None
         raise AutoGuideError(f"{guide} covers continuous latent sites only: {err}") from None
     shape = tuple(site.loops) + tuple(shape)
     frames = plates_.site_frames(site, {p: size for p, (size, _) in subsampled.items()})
