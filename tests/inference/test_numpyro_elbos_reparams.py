@@ -225,7 +225,7 @@ def test_autoguide_list_with_a_laplace_part_recovers_the_coefficients():
     coefficients (0.05 noise, 200 points)."""
     from effppl.infer.autoguide import AutoGuideList, AutoLaplaceApproximation, AutoNormal
 
-    def make(sample, plate):  # noqa: D401
+    def make(sample, plate):
         def model(x, y):
             a = sample("a", dist.Normal(0.0, 1.0))
             b = sample("b", dist.Normal(jnp.zeros(2), 1.0))
