@@ -28,7 +28,7 @@ from ..primitives import (
     sample_op,
     value_shape,
 )
-from ._handler import Handler, forward, forward_param, trace_model
+from ._handler import Handler, _named_like, forward, forward_param, trace_model
 from ._sites import analyze
 
 
@@ -163,6 +163,37 @@ def check_values(api, values, sites=None):
                             f"an array of numbers (real, integer or bool), but is {problem}.")
 
 
+class _BatchedValues(Exception):
+    """Raised from `_SetValue.params` for values with extra leading axes: `(batch, names)`."""
+
+
+def _value_batch(data, sites):
+    """`(B, names)` when the values in `data` of the sample and deterministic sites outside loops
+    have shapes `(*B, *site_shape)` with the same `B`, not all of size 1, for each name in
+    `names` (the others: exactly their sites' shapes), else None (one run; other shapes are
+    broadcast or are errors there)."""
+    batch, names = None, []
+    for name, value in data.items():
+        site = sites.get(name)
+        if site is None or site.type not in ("sample", "deterministic"):
+            continue
+        if site.loops:  # rows per occurrence: no batch axes
+            return None
+        shape, site_shape = tuple(jnp.shape(value)), tuple(site.aval.shape)
+        if shape == site_shape:
+            continue
+        cut = len(shape) - len(site_shape)
+        if cut <= 0 or shape[cut:] != site_shape:
+            return None
+        if batch not in (None, shape[:cut]):
+            return None
+        batch = shape[:cut]
+        names.append(name)
+    if not batch or all(d == 1 for d in batch):  # axes of size 1 only: dropped (`site_row`)
+        return None
+    return batch, names
+
+
 def occurrence_counters(names, sites, conditional=False):
     """`{name: int32(0)}`, an occurrence counter for each site in `names` that sits in a loop (or,
     with `conditional`, in a `cond` branch: whether it ran). A site outside loops reads its value
@@ -211,7 +242,38 @@ class _SetValue(Handler):
     def params(self, *args, **kwargs):
         self._sites = self.analysis()
         check_values(self.entry_point or type(self).__name__, self.data, self._sites)
+        batch = _value_batch(self.data, self._sites)
+        if batch:
+            raise _BatchedValues(batch)
         return occurrence_counters(self.data, self._sites)
+
+    def handled(self, *args, **kwargs):
+        """Run under this handler. Values in `data` with extra leading axes `B` (the same for
+        each, beyond their sites' shapes, not all of size 1; sites outside loops), posterior
+        draws say, run the model under nested `jax.vmap`s over `B`: every site and the return
+        value gain the leading axes `B`, as NumPyro's broadcasting of such values gives in a
+        model written for batches; the other values of such sites are broadcast along `B`."""
+        try:
+            return super().handled(*args, **kwargs)
+        except _BatchedValues as batched:
+            batch, names = batched.args[0]
+        sites, model = self._sites, self.fn
+        data = dict(self.data)
+        for name, value in self.data.items():
+            site = sites.get(name)
+            if name not in names and site is not None \
+                    and site.type in ("sample", "deterministic"):
+                data[name] = jnp.broadcast_to(value, (*batch, *site.aval.shape))
+
+        def per_draw(*a, **kw):
+            run = lambda _: model(*a, **kw)  # noqa: E731
+            for _ in batch:
+                run = jax.vmap(run)
+            return run(jnp.zeros(batch))
+
+        h = copy.copy(self)
+        h.fn, h.data = _named_like(model)(per_draw), data
+        return Handler.handled(h, *args, **kwargs)
 
     def value_hint(self, kind, name):
         return self.data.get(name) if self.sets_deterministic else None

@@ -95,3 +95,32 @@ def test_a_series_shorter_than_its_loop_gives_the_first_rows_and_the_rest_is_dra
     np.testing.assert_allclose(model(y, 2), x)
     with pytest.raises(effppl.effects.UnhandledEffectError, match="`x` is given 3 rows.*seed"):
         handlers.trace(handlers.condition(forecast, data={"x": y})).get_trace(y, 2)
+
+
+def test_values_with_extra_leading_axes_run_the_model_per_draw_as_numpyro():
+    """NumPyro's idiom: substitute posterior draws (extra leading axes) and trace the model for
+    its deterministic sites. Each site and the return value gain the draws' axes; the values
+    equal NumPyro's (its broadcasting), and the log density is the sum over the draws."""
+    def make(sample, deterministic):
+        def model():
+            x = sample("x", dist.Normal(0.0, 1.0).expand([3]))
+            deterministic("x2", x ** 2)
+            return sample("y", dist.Normal(x, 1.0))
+        return model
+    draws = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 3))
+    ours = handlers.trace(handlers.seed(handlers.substitute(
+        make(effppl.sample, effppl.deterministic), {"x": draws}), 1)).get_trace()
+    theirs = numpyro.handlers.trace(numpyro.handlers.seed(numpyro.handlers.substitute(
+        make(numpyro.sample, numpyro.deterministic), {"x": draws}), 1)).get_trace()
+    for name in ("x", "x2"):
+        assert ours[name]["value"].shape == theirs[name]["value"].shape == (2, 4, 3)
+        np.testing.assert_allclose(ours[name]["value"], theirs[name]["value"], rtol=1e-6)
+    assert ours["y"]["value"].shape == (2, 4, 3)
+    lp, _ = handlers.log_density(make(effppl.sample, effppl.deterministic), (), {},
+                                 {"x": draws, "y": jnp.zeros(3)})
+    expected = stats.norm.logpdf(draws).sum() + stats.norm.logpdf(0.0, draws, 1.0).sum()
+    np.testing.assert_allclose(lp, expected, rtol=1e-5)
+    # different extra axes for two sites: no common batch, the shape error names a site
+    with pytest.raises(effppl.SiteError, match="`[xy]`"):
+        handlers.log_density(make(effppl.sample, effppl.deterministic), (), {},
+                             {"x": draws, "y": jnp.zeros((5, 3))})
