@@ -28,14 +28,19 @@ def _model(ppl):
     return model
 
 
-def test_svi_keeps_the_mutable_state_as_numpyro_does():
-    y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
+def _svi_runs(guide, y):
+    """30 steps of SVI on `_model` with `guide(ppl)`, by effppl and by NumPyro, one key."""
     runs = []
     for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
         loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
-        svi = svi_class(_model(ppl), _normal_guide(ppl), optax.adam(0.05), loss)
+        svi = svi_class(_model(ppl), guide(ppl), optax.adam(0.05), loss)
         runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
-    ours, theirs = runs
+    return runs
+
+
+def test_svi_keeps_the_mutable_state_as_numpyro_does():
+    y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
+    ours, theirs = _svi_runs(_normal_guide, y)
     np.testing.assert_allclose(ours.losses, theirs.losses, rtol=1e-5)
     for name in ("loc", "scale"):
         np.testing.assert_allclose(ours.params[name], theirs.params[name], rtol=1e-5)
@@ -239,12 +244,7 @@ def _none_leaf_guide(ppl):
 
 def test_a_none_leaf_placeholder_is_filled_and_kept_by_svi_as_numpyro():
     y = jnp.asarray(np.random.RandomState(0).normal(2.0, 1.0, 20))
-    runs = []
-    for ppl, svi_class in ((effppl, SVI), (numpyro, numpyro.infer.SVI)):
-        loss = (Trace_ELBO if ppl is effppl else numpyro.infer.Trace_ELBO)()
-        svi = svi_class(_model(ppl), _none_leaf_guide(ppl), optax.adam(0.05), loss)
-        runs.append(svi.run(jax.random.PRNGKey(0), 30, y, progress_bar=False))
-    ours, theirs = runs
+    ours, theirs = _svi_runs(_none_leaf_guide, y)
     np.testing.assert_allclose(ours.params["loc"], theirs.params["loc"], rtol=1e-5)
     assert set(ours.state.mutable_state) == {"stats", "loc1p"}
     # the value at the params before the last step (NumPyro's), loc + 2
