@@ -20,8 +20,8 @@ FLOORS = (
     ("effects/", 1),
     ("_runtime.py", 2), ("_keys.py", 2), ("distributions.py", 2), ("_pytree_order.py", 2),
     ("_cache_env.py", 2),
-    ("primitives.py", 3),
-    ("_mutable.py", 4), ("_site_fns.py", 4),
+    ("_site_base.py", 3), ("_mutable.py", 3), ("primitives.py", 3),
+    ("_site_fns.py", 4),
     ("handlers/", 5),
     ("infer/", 6), ("optim.py", 6), ("ode/", 6), ("distributed.py", 6), ("contrib/", 6),
     ("diagnostics.py", 6),
@@ -29,7 +29,7 @@ FLOORS = (
 )
 # What the floors above the handlers may import of the PPL (the handlers' door).
 PPL_DOORS = {"effppl.handlers", "effppl.handlers.internal"}
-PPL_CORE = ("effppl.primitives", "effppl._mutable", "effppl._site_fns", "effppl._runtime",
+PPL_CORE = ("effppl._site_base", "effppl.primitives", "effppl._mutable", "effppl._site_fns", "effppl._runtime",
             "effppl.handlers")
 
 

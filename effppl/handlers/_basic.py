@@ -216,6 +216,9 @@ class _SetValue(Handler):
     intervene = False
     sets_deterministic = False
     entry_point: str | None = None  # the function the user called, if not this handler
+    # values with extra leading axes run the model per draw (`handled`): a user's `substitute`
+    # or `condition` only; density entry points and inference's own use need exact shapes
+    batch_values = True
 
     def __init__(self, fn=None, data=None, substitute_fn=None):
         super().__init__(fn)
@@ -242,7 +245,8 @@ class _SetValue(Handler):
     def params(self, *args, **kwargs):
         self._sites = self.analysis()
         check_values(self.entry_point or type(self).__name__, self.data, self._sites)
-        batch = _value_batch(self.data, self._sites)
+        batch = (_value_batch(self.data, self._sites)
+                 if self.batch_values and self.entry_point is None else None)
         if batch:
             raise _BatchedValues(batch)
         return occurrence_counters(self.data, self._sites)
@@ -452,6 +456,15 @@ class substitute(_SetValue):
     """
 
     sets_deterministic = True
+
+
+def substitute_exactly(fn=None, data=None, substitute_fn=None):
+    """`substitute` whose values must have their sites' shapes: no per-draw run for values with
+    extra leading axes (a shape error names the site). Inference's own use (`Predictive`, SVI's
+    initial values), where such axes are a caller's mistake, not posterior draws."""
+    h = substitute(fn, data=data, substitute_fn=substitute_fn)
+    h.batch_values = False
+    return h
 
 
 class condition(_SetValue):

@@ -9,7 +9,8 @@ the inference code that uses it.
   arguments: name -> `Site`), `recorded` (the sites `trace` records), `unconstrained_type` (an
   occurrence's unconstrained shape and dtype), `is_enumerated`, `model_name`, `call_unhandled`,
   `concrete_arguments`, `check_call`.
-- **Running handlers**: `run_outermost` (a handled model under the base handler, compiled),
+- **Running handlers**: `substitute_exactly` (`substitute` with no per-draw run for values
+  with extra leading axes: inference's own values), `run_outermost` (a handled model under the base handler, compiled),
   `run_in_blocks` (a function run whole under the eager `with` blocks, NumPyro's `scan`),
   `keep_weak_types` (a model argument's weak type, lost by tracing, back for `lax.scan`'s carry),
   `log_joint` (a model's result and log joint), `traced` (its result and trace, recording only the
@@ -44,6 +45,7 @@ from ..primitives import (
     sample,
 )
 from ._basic import _analyzed as analyze_model
+from ._basic import substitute_exactly
 from ._density import _LogJoint, check_call, enumerated_trace, marginal_log_joint, max_batch_ndim
 from ._density import _Unconstrain as Unconstrain
 from ._handler import (
@@ -61,7 +63,7 @@ from .enumeration._contract import _named as named_log_prob
 from .enumeration._contract import check_common_scale
 from .enumeration._enum import check_enumerable, enumerated_sites, with_site_configurator
 
-__all__ = ["check_common_scale", "analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
+__all__ = ["check_common_scale", "substitute_exactly", "analyze_model", "recorded", "unconstrained_type", "is_enumerated", "model_name",
            "call_unhandled", "concrete_arguments", "check_call", "run_outermost", "run_in_blocks", "keep_weak_types", "log_joint",
            "traced", "Unconstrain", "enumerated_sites", "check_enumerable",
            "with_site_configurator", "marginal_log_joint", "enumerated_trace", "max_batch_ndim",

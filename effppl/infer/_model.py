@@ -54,6 +54,12 @@ def _handlers():
     return handlers
 
 
+def _substitute(h, fn, data=None, substitute_fn=None):
+    """`h.substitute`; effppl's exact one (no per-draw run for values with extra leading axes)."""
+    exact = ppl.substitute_exactly if h is handlers else h.substitute
+    return exact(fn, data=data, substitute_fn=substitute_fn)
+
+
 class TracedSite(NamedTuple):
     """One site of a model trace, as inference sees it: its values (the static description of a
     site, before any value, is `handlers._sites.Site`).
@@ -251,7 +257,7 @@ def infer_discrete(model: Callable, samples: dict, rng_key: Any) -> Callable:
     """`model` with its enumerated sites drawn from their conditional given the latent values
     `samples` (`effppl.handlers.infer_discrete` of the conditioned model, temperature 1)."""
     h = _handlers()
-    return h.infer_discrete(h.substitute(model, samples), rng_key=jax.random.key_data(rng_key))
+    return h.infer_discrete(_substitute(h, model, samples), rng_key=jax.random.key_data(rng_key))
 
 
 def numpyro_site(site: dict) -> dict:
@@ -295,11 +301,11 @@ def get_trace(
     h = _handlers()
     fn = model
     if substitutions:
-        fn = h.substitute(fn, substitutions)
+        fn = _substitute(h, fn, substitutions)
     if rng_key is not None:
         fn = h.seed(fn, rng_key)
     if substitute_fn is not None:
-        fn = h.substitute(fn, substitute_fn=substitute_fn)
+        fn = _substitute(h, fn, substitute_fn=substitute_fn)
     tracer = h.trace(fn)
     tracer.keep = keep
     tracer.values_only = record == "values"

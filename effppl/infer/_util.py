@@ -7,6 +7,7 @@ from numpyro.infer.util import ModelInfo, ParamInfo
 
 from .. import handlers
 from ..effects.internal import describe_non_array
+from ..handlers.internal import substitute_exactly
 from . import _model
 from ._compile._fns import prepare
 from ._init import find_initial_params, init_to_uniform
@@ -111,7 +112,7 @@ def initialize_model(rng_key, model, *, init_strategy=init_to_uniform, dynamic_a
 
 def _trace_at(model, args, kwargs, values):
 
-    return handlers.trace(handlers.seed(handlers.substitute(model, values), 0)).get_trace(
+    return handlers.trace(handlers.seed(substitute_exactly(model, values), 0)).get_trace(
         *args, **kwargs)
 
 
@@ -129,7 +130,7 @@ def compute_log_probs(model, model_args, model_kwargs, params, sum_log_prob=True
     `TypeError` when `model_args` is not a tuple, or `model_kwargs` or `params` not a dict.
     """
     _model.check_call("effppl.infer.util.compute_log_probs", model_args, model_kwargs, params)
-    tr = handlers.trace(handlers.substitute(model, data=params)).get_trace(
+    tr = handlers.trace(substitute_exactly(model, data=params)).get_trace(
         *model_args, **(model_kwargs or {}))
     log_probs = {}
     for name, site in tr.items():

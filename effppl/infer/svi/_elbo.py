@@ -22,6 +22,7 @@ from ...handlers.internal import (
     log_joint,
     marginal_log_joint,
     model_name,
+    substitute_exactly,
     with_site_configurator,
 )
 from . import _enum_guide
@@ -50,7 +51,7 @@ def run_guide(rng_key, param_map, guide, args, kwargs):
     `param_map` with `z ~ q`, and the values to give the model (params and `z`). The key splits
     as NumPyro's ELBOs split it (model's first), so one key draws the same `z` as in NumPyro."""
     k_model, k_guide = jax.random.split(rng_key)
-    guide = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
+    guide = handlers.seed(substitute_exactly(guide, data=param_map), k_guide)
     log_q, guide_tr = handlers.log_density(guide, args, kwargs, {})
     return log_q, guide_tr, k_model, _model_values(param_map, guide_tr)
 
@@ -74,7 +75,7 @@ def run_guide_and_model(rng_key, param_map, model, guide, args, kwargs, model_tr
     if model_trace:
         log_p, model_tr = handlers.log_density(model, args, kwargs, values)
         return log_p, log_q, model_tr, guide_tr
-    given = handlers.substitute(model, data=values)
+    given = substitute_exactly(model, data=values)
     given.entry_point = "log_density"
     _, log_p = log_joint(given, *args, **kwargs)
     return log_p, log_q, None, guide_tr
@@ -88,7 +89,7 @@ def check_model_guide_match(model, guide_tr, args, kwargs, params=None):
     for a whole plate) and the ELBO would be a silently different number. `params` (the
     constrained params) are given to the model's param sites (one may have no `init_value`)."""
     if params:
-        model = handlers.substitute(model, data=params)
+        model = substitute_exactly(model, data=params)
     check_model_guide_shapes(model, {n: tuple(jnp.shape(s["value"])) for n, s in guide_tr.items()
                                      if s["type"] == "sample"}, args, kwargs)
 
@@ -209,12 +210,12 @@ def _mutable_sites(rng_key, param_map, model, guide, args, kwargs):
     guide_sites, model_sites = names(guide), names(model)
     if not guide_sites and not model_sites:
         return None
-    guide_tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=param_map),
+    guide_tr = handlers.trace(handlers.seed(substitute_exactly(guide, data=param_map),
                                             k_guide)).get_trace(*args, **kwargs)
     values = _model_values(param_map, guide_tr)
     state = {n: guide_tr[n]["value"] for n in guide_sites}
     if model_sites:
-        keep = handlers.trace(handlers.seed(handlers.substitute(model, data=values), k_model))
+        keep = handlers.trace(handlers.seed(substitute_exactly(model, data=values), k_model))
         keep.keep = lambda name, site: site.type == "mutable"
         model_tr = keep.get_trace(*args, **kwargs)
         state.update({n: model_tr[n]["value"] for n in model_sites})

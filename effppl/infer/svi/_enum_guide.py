@@ -41,6 +41,7 @@ from ...handlers.internal import (
     enumerated_trace,
     max_batch_ndim,
     named_log_prob,
+    substitute_exactly,
     with_site_configurator,
 )
 from ._elbo_error import ELBOError
@@ -129,7 +130,7 @@ def elbo(rng_key, param_map, model, guide, args, kwargs, max_plate_nesting, mode
         first = -max(max_batch_ndim(guide, args, kwargs), max_batch_ndim(model, args, kwargs)) - 1
     else:
         first = -max_plate_nesting - 1
-    seeded = handlers.seed(handlers.substitute(guide, data=param_map), k_guide)
+    seeded = handlers.seed(substitute_exactly(guide, data=param_map), k_guide)
     guide_tr, guide_loops = enumerated_trace(seeded, args, kwargs, {}, first,
                                              draws_dependents=True, sample_sites_only=False)
     latent = {n: s for n, s in guide_tr.items() if s["type"] == "sample" and not s["is_observed"]}

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from numpyro.ops.provenance import eval_provenance
 
 from ... import handlers
+from ...handlers.internal import substitute_exactly
 
 __all__ = ["given_traces", "dependencies"]
 
@@ -34,7 +35,7 @@ def given_traces(rng_key, param_map, model, guide, args, kwargs, given, model_va
         depends = sum((jnp.sum(x) for x in params), start=jnp.zeros(()))
         return value + (0 * depends).astype(value.dtype)
 
-    seeded = handlers.seed(handlers.substitute(handlers.substitute(guide, data=param_map),
+    seeded = handlers.seed(substitute_exactly(substitute_exactly(guide, data=param_map),
                                                substitute_fn=give), k_guide)
     _, guide_tr = handlers.log_density(seeded, args, kwargs, {})
     _, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs,

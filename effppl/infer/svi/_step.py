@@ -6,6 +6,7 @@ updates (a `lax.scan`) for one model, guide, loss, optimiser and argument struct
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import jax
@@ -15,6 +16,7 @@ from numpyro.distributions.transforms import biject_to
 
 from ... import handlers
 from ..._errors import EffpplError
+from ...handlers.internal import SiteError, substitute_exactly
 from .autoguide._prototype import first_run
 
 __all__ = ["SVIError", "SVIState", "SVIRunResult", "Compiled", "constrain"]
@@ -25,6 +27,20 @@ class SVIError(EffpplError, FloatingPointError):
     `result` holds the `SVIRunResult` up to the last finite step, when `run` raised it)."""
 
     result: SVIRunResult | None = None
+
+
+@contextlib.contextmanager
+def _init_params_errors(init_params):
+    """A site error about a value in `init_params` (its shape, say) as `SVIError` naming
+    `init_params` and the site; any other error as it is."""
+    try:
+        yield
+    except SiteError as e:
+        message = str(e).split("\n")[0]
+        if not any(f"`{name}`" in message for name in init_params or {}):
+            raise
+        detail = message.split(": ", 1)[-1]
+        raise SVIError(f"`effppl.infer.SVI.init(..., init_params=...)`: {detail}") from e
 
 
 class SVIState(NamedTuple):
@@ -77,14 +93,16 @@ class Compiled:
         rng_key, k_model, k_guide = jax.random.split(rng_key, 3)
         # as NumPyro's: `init_params` given to the guide, and the guide's params (and draws)
         # to the model, so a param site may leave out its `init_value` where one of those has it
-        guide = handlers.substitute(self.guide, data=init_params) if init_params else self.guide
-        with first_run():  # an autoguide draws its initial values' key first (NumPyro's)
+        guide = substitute_exactly(self.guide, data=init_params) if init_params else self.guide
+        with first_run(), _init_params_errors(init_params):
+            # an autoguide draws its initial values' key first (NumPyro's)
             guide_tr = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
         given = {n: s["value"] for n, s in guide_tr.items()
                  if s["type"] == "param" or (s["type"] == "sample" and not s["is_observed"])}
-        model = handlers.seed(handlers.substitute(self.model, data={**given, **init_params}),
+        model = handlers.seed(substitute_exactly(self.model, data={**given, **init_params}),
                               k_model)
-        model_tr = handlers.trace(model).get_trace(*args, **kwargs)
+        with _init_params_errors(init_params):
+            model_tr = handlers.trace(model).get_trace(*args, **kwargs)
         sites = {n: s for tr in (model_tr, guide_tr) for n, s in tr.items() if s["type"] == "param"}
         mutable = {n: s["value"] for tr in (model_tr, guide_tr) for n, s in tr.items()
                    if s["type"] == "mutable"} or None

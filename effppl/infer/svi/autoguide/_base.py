@@ -26,7 +26,7 @@ from numpyro.distributions.transforms import biject_to
 
 from .... import handlers
 from ....handlers import internal as ppl
-from ....handlers.internal import Unconstrain, analyze_model, concrete_arguments
+from ....handlers.internal import Unconstrain, analyze_model, concrete_arguments, substitute_exactly
 from ..._init import init_to_uniform
 from . import _plates as plates_
 from ._errors import AutoGuideError
@@ -195,7 +195,7 @@ class AutoGuide(GuidePostprocess):
         model = self.model
         indices = {n: p.indices for n, p in (plates or {}).items() if p.subsample_size < p.size}
         if indices:
-            model = handlers.substitute(model, data=indices)
+            model = substitute_exactly(model, data=indices)
 
         def run():
             tracer = handlers.trace(Unconstrain(model, unconstrained, "autoguide", per_site=True))

@@ -29,6 +29,7 @@ from numpyro.distributions.transforms import biject_to
 from .... import handlers
 from ....handlers import internal as ppl
 from ....handlers import unconstrained_log_density
+from ....handlers.internal import substitute_exactly
 from ..._init import init_to_uniform
 from . import _plates as plates_
 from ._base import AutoGuide
@@ -455,7 +456,7 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
         `global_latents` (hidden by `block`), or the model's arguments without a global guide."""
         if self.global_guide is None:
             return args, dict(kwargs)
-        model = handlers.substitute(self.global_guide.model, data=global_latents)
+        model = substitute_exactly(self.global_guide.model, data=global_latents)
         return (handlers.block(model)(*args, **kwargs),), {}
 
     # -- the guide ---------------------------------------------------------------------------------
@@ -543,7 +544,7 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
                              infer={"is_auxiliary": True})
         betas = jnp.cumsum(step["beta_increments"], axis=-1)
         betas = betas / betas[..., -1:]
-        local_model = handlers.substitute(self.local_model, data={plan.plate: idx})
+        local_model = substitute_exactly(self.local_model, data={plan.plate: idx})
 
         def target(z):  # the local model at the subsample, without the plate's scale
             return handlers.block(lambda: unconstrained_log_density(

@@ -27,6 +27,7 @@ from numpyro.distributions.transforms import biject_to
 from .... import handlers
 from ....handlers import internal as ppl
 from ....handlers import unconstrained_log_density
+from ....handlers.internal import substitute_exactly
 from ._errors import AutoGuideError
 from ._per_site import AutoNormal
 from ._prototype import in_first_run
@@ -76,7 +77,7 @@ def _hand_written_base(guide, plan, given, args, kwargs):
     supports = {}  # site -> support, read while the draw is traced
 
     def draw():  # a handled function returns arrays only: the trace's values
-        _, tr = handlers.trace(handlers.substitute(guide, data=given))._run(*args, **kwargs)
+        _, tr = handlers.trace(substitute_exactly(guide, data=given))._run(*args, **kwargs)
         latent = {n: s for n, s in tr.items()
                   if s["type"] == "sample" and not s.get("is_observed", False)}
         supports.update({n: s["fn"].support for n, s in latent.items()})
@@ -87,7 +88,7 @@ def _hand_written_base(guide, plan, given, args, kwargs):
     _check_sites(plan, list(values), guide)
     z_0 = plan.pack({n: biject_to(supports[n]).inv(v) for n, v in values.items()})
     scale = plan.size / plan.subsample_size
-    density = handlers.substitute(guide, data={**params, **given})
+    density = substitute_exactly(guide, data={**params, **given})
 
     def base_log_prob(z):  # the guide's plate scales its sites by N / B: undone
         return handlers.block(lambda: unconstrained_log_density(

@@ -16,7 +16,7 @@ import numpy as np
 
 from .... import handlers
 from ....effects.internal import describe_non_array
-from ....handlers.internal import analyze_model
+from ....handlers.internal import analyze_model, substitute_exactly
 from ..._compile._cache import cached, split_cache_key
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._sites import fixed_supports
@@ -122,7 +122,7 @@ class GuidePostprocess:
             return {}
         model_params = {n: v for n, v in params.items()
                         if n in analysis and analysis[n].type == "param"}
-        model = handlers.substitute(self.model, data={**values, **model_params})
+        model = substitute_exactly(self.model, data={**values, **model_params})
         tr = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)
         return {n: site["value"] for n, site in tr.items() if site["type"] == "deterministic"}
 
@@ -194,7 +194,7 @@ class GuidePostprocess:
                 analysis = analyze_model(self.model, a, kw)
 
                 def one(key):
-                    guide = handlers.seed(handlers.substitute(self, data=params), key)
+                    guide = handlers.seed(substitute_exactly(self, data=params), key)
                     tr = handlers.trace(guide).get_trace(*a, **kw)
                     # the model's latent sites only: a guide's own sites (`_auto_latent`,
                     # AutoDAIS's `auto_z_0`, `auto_momentum`, `auto_factor`) are not the model's
