@@ -491,3 +491,28 @@ def test_potential_with_many_reductions_gives_the_same_draws(monkeypatch):
         assert bool(copies) == used
     for name in draws[6]:
         np.testing.assert_array_equal(draws[6][name], draws[7][name])
+
+
+def test_hmc_trajectory_length_integrates_for_that_time_as_numpyro():
+    """NumPyro's `HMC(trajectory_length=L)`: each transition takes ceil(L / step_size) leapfrog
+    steps of size L / n. The draws recover an analytic normal posterior (scales 1, 2, 3); the
+    recorded steps are ceil(L / adapted step size); a given `num_steps` wins over it; NUTS
+    accepts the argument and ignores it (NumPyro's documented behaviour)."""
+    def model():
+        sample("x", dist.Normal(jnp.zeros(3), jnp.array([1.0, 2.0, 3.0])))
+    mcmc = MCMC(HMC(model, trajectory_length=1.5), num_warmup=500, num_samples=4000,
+                progress_bar=False)
+    mcmc.run(jax.random.key(0))
+    x, stats = mcmc.get_samples()["x"], mcmc.get_extra_fields()
+    np.testing.assert_allclose(x.mean(0), 0.0, atol=0.25)
+    np.testing.assert_allclose(x.std(0), [1.0, 2.0, 3.0], rtol=0.1)
+    np.testing.assert_array_equal(stats["n_steps"],
+                                  np.ceil(1.5 / np.asarray(stats["step_size"])).astype(int))
+    assert HMC(model, num_steps=4, trajectory_length=1.5).kernel_kwargs() == \
+        {"num_integration_steps": 4}
+    with pytest.raises(KernelSettingsError, match="trajectory_length"):
+        HMC(model, trajectory_length=-1.0)
+    with pytest.raises(KernelSettingsError, match="At least one of num_steps or trajectory"):
+        HMC(model, num_steps=None, trajectory_length=None)
+    assert HMC(model).trajectory_length == pytest.approx(2 * np.pi)  # NumPyro's default
+    NUTS(model, trajectory_length=1.5)  # no effect, as in NumPyro

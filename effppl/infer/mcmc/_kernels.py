@@ -4,6 +4,7 @@ A kernel object holds the model, the initialisation strategy and the sampler set
 driver builds (and caches, keyed by `settings()`) the compiled warmup and sampling functions.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -65,8 +66,6 @@ _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has 
                                      "mass matrix as Stan does"),
     "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
                                         "given one"),
-    "trajectory_length": (None, "give `HMC(num_steps=...)` (the number of leapfrog steps) "
-                                "instead"),
     "kinetic_fn": (None, "blackjax's Euclidean kinetic energy is the only one"),
     "potential_fn": (None, "effppl builds the potential from the model"),
 }
@@ -176,7 +175,8 @@ class _HMCFamily:
 
 
 class HMC(_HMCFamily):
-    """Hamiltonian Monte Carlo with a fixed number of leapfrog steps, on blackjax's `hmc` kernel.
+    """Hamiltonian Monte Carlo with a fixed trajectory length or number of leapfrog steps, on
+    blackjax's `hmc` kernel.
 
     Step size and mass matrix are tuned during warmup by Stan's window adaptation (or by nutpie's
     Fisher-divergence adaptation: `mass_matrix=`)
@@ -185,7 +185,10 @@ class HMC(_HMCFamily):
     **Arguments:**
 
     - `model`: the model, a Python callable using `effppl.sample`.
-    - `num_steps`: leapfrog steps per transition (int >= 1).
+    - `num_steps`: leapfrog steps per transition (int >= 1), or None (the default): then each
+      transition integrates for time `trajectory_length` L (a positive float, default 2 pi) in
+      `n = ceil(L / step_size)` steps of size L / n, as NumPyro's `HMC`. A given `num_steps`
+      wins over `trajectory_length`, as in NumPyro.
     - `step_size`: initial step size (unconstrained units); the final one when
       `adapt_step_size=False`.
     - `adapt_step_size`: tune the step size by dual averaging during warmup.
@@ -211,11 +214,12 @@ class HMC(_HMCFamily):
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
     - NumPyro's `forward_mode_differentiation`, `regularize_mass_matrix`,
-      `find_heuristic_step_size`, `trajectory_length`, `kinetic_fn`, `potential_fn`: accepted at
-      NumPyro's defaults only (another value raises, naming why).
+      `find_heuristic_step_size`, `kinetic_fn`, `potential_fn`: accepted at NumPyro's defaults
+      only (another value raises, naming why).
 
-    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings, and for a NumPyro
-    option at another value than its default.
+    **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings (also when both
+    `num_steps` and `trajectory_length` are None), and for a NumPyro option at another value
+    than its default.
 
     **References:** Neal (2011), "MCMC using Hamiltonian dynamics"; Stan Reference Manual,
     "HMC algorithm parameters"; Seyboldt, Carlson & Carpenter (2026), "Preconditioning HMC by
@@ -240,17 +244,29 @@ class HMC(_HMCFamily):
     _api = "HMC"
     _algorithm = blackjax.hmc
 
-    def __init__(self, model: Callable, num_steps: int = 10, step_size: float = 1.0, *,
-                 adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
-                 dense_mass: Any = False, target_accept_prob: float = 0.8,
-                 init_strategy: InitStrategy = _UNIFORM,
+    def __init__(self, model: Callable, num_steps: int | None = None, step_size: float = 1.0, *,
+                 trajectory_length: float | None = 2 * math.pi, adapt_step_size: bool = True,
+                 adapt_mass_matrix: bool = True, dense_mass: Any = False,
+                 target_accept_prob: float = 0.8, init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
                  mass_matrix: str | None = None, **numpyro_options):
-        _check("HMC", "num_steps", num_steps,
-               isinstance(num_steps, int) and not isinstance(num_steps, bool) and num_steps >= 1,
-               "an int >= 1")
+        if num_steps is not None:
+            _check("HMC", "num_steps", num_steps,
+                   isinstance(num_steps, int) and not isinstance(num_steps, bool)
+                   and num_steps >= 1, "an int >= 1, or None")
+        if trajectory_length is not None:
+            _check("HMC", "trajectory_length", trajectory_length,
+                   _positive(trajectory_length) and math.isfinite(float(trajectory_length)),
+                   "a positive float, or None")
         _known_options("HMC", numpyro_options)
+        if num_steps is None and trajectory_length is None:
+            raise KernelSettingsError("`effppl.infer.HMC(..., num_steps=None, trajectory_length="
+                                      "None)`: At least one of num_steps or trajectory_length "
+                                      "must be given (as in NumPyro).")
+        # as NumPyro's: a given `num_steps` wins over `trajectory_length`
         self.num_steps = num_steps
+        self.trajectory_length = (float(trajectory_length) if num_steps is None
+                                  and trajectory_length is not None else None)
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
@@ -259,7 +275,26 @@ class HMC(_HMCFamily):
                          mass_matrix=mass_matrix, numpyro_options=numpyro_options)
 
     def kernel_kwargs(self) -> dict:
+        if self.num_steps is None:
+            return {}
         return {"num_integration_steps": self.num_steps}
+
+    def settings(self) -> tuple:
+        return (*super().settings(), self.trajectory_length)
+
+    def build_kernel(self) -> Callable:
+        """blackjax's `hmc` kernel; with `trajectory_length` L, each transition takes
+        `n = ceil(L / step_size)` leapfrog steps of size `L / n` (NumPyro's `HMC`)."""
+        kernel = super().build_kernel()
+        length = self.trajectory_length
+        if length is None:
+            return kernel
+
+        def kernel_of_length(rng_key, state, logdensity_fn, step_size, inverse_mass_matrix):
+            n = jnp.maximum(jnp.ceil(length / step_size), 1.0)
+            return kernel(rng_key, state, logdensity_fn, length / n, inverse_mass_matrix,
+                          num_integration_steps=n.astype(jnp.int32))
+        return kernel_of_length
 
 
 class NUTS(_HMCFamily):
@@ -310,7 +345,9 @@ class NUTS(_HMCFamily):
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
-                 mass_matrix: str | None = None, **numpyro_options):
+                 mass_matrix: str | None = None, trajectory_length: float | None = None,
+                 **numpyro_options):
+        del trajectory_length  # as NumPyro's: "This arg has no effect in NUTS sampler."
         _check("NUTS", "max_tree_depth", max_tree_depth,
                isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
                and max_tree_depth >= 1, "an int >= 1")
