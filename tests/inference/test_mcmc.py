@@ -55,7 +55,7 @@ def test_nuts_recovers_conjugate_normal_posterior(nuts_run, y):
 
 
 def test_hmc_recovers_conjugate_normal_posterior(y):
-    mcmc = _run(HMC(m.normal_normal, num_steps=5), (y,))
+    mcmc = _run(HMC(m.normal_normal, num_steps=5, trajectory_length=None), (y,))
     mean, sd = m.normal_normal_posterior(np.asarray(y))
     ess = float(az.ess(np.asarray(mcmc.get_samples(group_by_chain=True)["mu"])))
     _assert_normal_posterior(np.asarray(mcmc.get_samples()["mu"]), mean, sd, ess)
@@ -496,8 +496,9 @@ def test_potential_with_many_reductions_gives_the_same_draws(monkeypatch):
 def test_hmc_trajectory_length_integrates_for_that_time_as_numpyro():
     """NumPyro's `HMC(trajectory_length=L)`: each transition takes ceil(L / step_size) leapfrog
     steps of size L / n. The draws recover an analytic normal posterior (scales 1, 2, 3); the
-    recorded steps are ceil(L / adapted step size); a given `num_steps` wins over it; NUTS
-    accepts the argument and ignores it (NumPyro's documented behaviour)."""
+    recorded steps are ceil(L / adapted step size); with both given, `num_steps` steps of
+    L / num_steps and NumPyro's warning; NUTS accepts the argument and ignores it (NumPyro's
+    documented behaviour)."""
     def model():
         sample("x", dist.Normal(jnp.zeros(3), jnp.array([1.0, 2.0, 3.0])))
     mcmc = MCMC(HMC(model, trajectory_length=1.5), num_warmup=500, num_samples=4000,
@@ -508,7 +509,13 @@ def test_hmc_trajectory_length_integrates_for_that_time_as_numpyro():
     np.testing.assert_allclose(x.std(0), [1.0, 2.0, 3.0], rtol=0.1)
     np.testing.assert_array_equal(stats["n_steps"],
                                   np.ceil(1.5 / np.asarray(stats["step_size"])).astype(int))
-    assert HMC(model, num_steps=4, trajectory_length=1.5).kernel_kwargs() == \
+    with pytest.warns(UserWarning, match="step size can't be adapted"):
+        both = HMC(model, num_steps=4, trajectory_length=1.5)
+    mcmc = MCMC(both, num_warmup=50, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.key(1))
+    np.testing.assert_array_equal(mcmc.get_extra_fields()["n_steps"], 4)
+    np.testing.assert_allclose(mcmc.get_extra_fields()["step_size"], 1.5 / 4)
+    assert HMC(model, num_steps=4, trajectory_length=None).kernel_kwargs() == \
         {"num_integration_steps": 4}
     with pytest.raises(KernelSettingsError, match="trajectory_length"):
         HMC(model, trajectory_length=-1.0)

@@ -5,6 +5,7 @@ driver builds (and caches, keyed by `settings()`) the compiled warmup and sampli
 """
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -187,8 +188,10 @@ class HMC(_HMCFamily):
     - `model`: the model, a Python callable using `effppl.sample`.
     - `num_steps`: leapfrog steps per transition (int >= 1), or None (the default): then each
       transition integrates for time `trajectory_length` L (a positive float, default 2 pi) in
-      `n = ceil(L / step_size)` steps of size L / n, as NumPyro's `HMC`. A given `num_steps`
-      wins over `trajectory_length`, as in NumPyro.
+      `n = ceil(L / step_size)` steps of size L / n, as NumPyro's `HMC`. With both given, as in
+      NumPyro, each transition takes `num_steps` steps of size `L / num_steps`: the step size is
+      then fixed (a `UserWarning` says so when `adapt_step_size`); give `trajectory_length=None`
+      for `num_steps` steps of an adapted size.
     - `step_size`: initial step size (unconstrained units); the final one when
       `adapt_step_size=False`.
     - `adapt_step_size`: tune the step size by dual averaging during warmup.
@@ -233,7 +236,7 @@ class HMC(_HMCFamily):
         >>> from effppl.infer import HMC, MCMC
         >>> def model():
         ...     effppl.sample("x", dist.Normal(0.0, 1.0))
-        >>> mcmc = MCMC(HMC(model, num_steps=8), num_warmup=200, num_samples=500,
+        >>> mcmc = MCMC(HMC(model, trajectory_length=1.0), num_warmup=200, num_samples=500,
         ...             progress_bar=False)
         >>> mcmc.run(jax.random.key(0))
         >>> x = mcmc.get_samples()["x"]
@@ -263,10 +266,19 @@ class HMC(_HMCFamily):
             raise KernelSettingsError("`effppl.infer.HMC(..., num_steps=None, trajectory_length="
                                       "None)`: At least one of num_steps or trajectory_length "
                                       "must be given (as in NumPyro).")
-        # as NumPyro's: a given `num_steps` wins over `trajectory_length`
+        if num_steps is not None and trajectory_length is not None and adapt_step_size:
+            warnings.warn(f"effppl.infer.HMC: both num_steps={num_steps} and trajectory_length="
+                          f"{float(trajectory_length):.4g} are given, so each transition takes "
+                          f"{num_steps} steps of size trajectory_length / num_steps and the step "
+                          f"size can't be adapted (as in NumPyro). Give trajectory_length=None "
+                          f"for {num_steps} steps of an adapted size.", UserWarning, stacklevel=2)
+        if num_steps is not None and trajectory_length is not None:
+            # NumPyro's transitions: `num_steps` steps of L / num_steps, whatever the adaptation
+            # says; here the step size is that one, and not adapted (so the draws' stats say it)
+            step_size, adapt_step_size = float(trajectory_length) / num_steps, False
+            trajectory_length = None
         self.num_steps = num_steps
-        self.trajectory_length = (float(trajectory_length) if num_steps is None
-                                  and trajectory_length is not None else None)
+        self.trajectory_length = None if trajectory_length is None else float(trajectory_length)
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, dense_mass=dense_mass,
                          target_accept_prob=target_accept_prob, init_strategy=init_strategy,
@@ -275,12 +287,12 @@ class HMC(_HMCFamily):
                          mass_matrix=mass_matrix, numpyro_options=numpyro_options)
 
     def kernel_kwargs(self) -> dict:
-        if self.num_steps is None:
+        if self.trajectory_length is not None:  # the steps come from `build_kernel`
             return {}
         return {"num_integration_steps": self.num_steps}
 
     def settings(self) -> tuple:
-        return (*super().settings(), self.trajectory_length)
+        return (*super().settings(), self.num_steps, self.trajectory_length)
 
     def build_kernel(self) -> Callable:
         """blackjax's `hmc` kernel; with `trajectory_length` L, each transition takes
