@@ -523,3 +523,46 @@ def test_hmc_trajectory_length_integrates_for_that_time_as_numpyro():
         HMC(model, num_steps=None, trajectory_length=None)
     assert HMC(model).trajectory_length == pytest.approx(2 * np.pi)  # NumPyro's default
     NUTS(model, trajectory_length=1.5)  # no effect, as in NumPyro
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_last_state_numpyro_views_match_numpyros_state(dense):
+    """`last_state.adapt_state`, `z`, `z_grad`, `potential_energy` as NumPyro's `HMCState`: with
+    the same fixed inverse mass matrix, the same keys, shapes and matrices (mass matrix square
+    roots) as NumPyro's; one chain has no chain axis, two chains have one."""
+    import numpyro
+    import numpyro.infer
+
+    def make(sample_fn, d):
+        def model():
+            sample_fn("b", d.Normal(0.0, 2.0))
+            sample_fn("a", d.MultivariateNormal(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])))
+        return model
+    imm = (jnp.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]]) if dense
+           else jnp.array([2.0, 1.0, 0.5]))
+    kw = dict(dense_mass=dense, inverse_mass_matrix={("a", "b"): imm}, adapt_mass_matrix=False)
+    theirs = numpyro.infer.MCMC(numpyro.infer.NUTS(make(numpyro.sample, numpyro.distributions),
+                                                   **kw), num_warmup=20, num_samples=5,
+                                progress_bar=False)
+    theirs.run(jax.random.PRNGKey(0))
+    ours = MCMC(NUTS(make(sample, dist), **kw), num_warmup=20, num_samples=5, progress_bar=False)
+    ours.run(jax.random.key(0))
+    a, b = ours.last_state.adapt_state, theirs.last_state.adapt_state
+    for field in ("inverse_mass_matrix", "mass_matrix_sqrt", "mass_matrix_sqrt_inv"):
+        assert list(getattr(a, field)) == list(getattr(b, field)) == [("a", "b")]
+        np.testing.assert_allclose(getattr(a, field)[("a", "b")], getattr(b, field)[("a", "b")],
+                                   rtol=1e-5, atol=1e-6)
+    assert np.shape(a.step_size) == np.shape(b.step_size) == ()
+    state = ours.last_state
+    assert {k: np.shape(v) for k, v in state.z.items()} == \
+        {k: np.shape(v) for k, v in theirs.last_state.z.items()} == {"a": (2,), "b": ()}
+    pe = -effppl.log_density(make(sample, dist), (), {}, state.z)[0]
+    np.testing.assert_allclose(state.potential_energy, pe, rtol=1e-5)  # no Jacobians: reals
+    grad = jax.grad(lambda z: -effppl.log_density(make(sample, dist), (), {}, z)[0])(state.z)
+    for k in grad:
+        np.testing.assert_allclose(state.z_grad[k], grad[k], rtol=1e-4, atol=1e-6)
+    two = MCMC(NUTS(make(sample, dist), **kw), num_warmup=20, num_samples=5, num_chains=2,
+               chain_method="vectorized", progress_bar=False)
+    two.run(jax.random.key(0))
+    assert np.shape(two.last_state.adapt_state.step_size) == (2,)
+    assert np.shape(two.last_state.z["a"]) == (2, 2)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..._errors import EffpplError
 
-__all__ = ["MCMCError", "DivergenceWarning", "MCMCState", "MCMCResults", "MCMCResultsView",
+__all__ = ["MCMCError", "DivergenceWarning", "AdaptState", "MCMCState", "MCMCResults", "MCMCResultsView",
            "STATS", "NUMPYRO_FIELDS", "numpyro_fields"]
 
 
@@ -42,11 +42,51 @@ def numpyro_fields(extra_fields, api):
     return tuple(f for f in extra_fields if f in NUMPYRO_FIELDS)
 
 
+class AdaptState(NamedTuple):
+    """NumPyro's `adapt_state` of a chain's state (`MCMCState.adapt_state`).
+
+    `step_size`: float; `inverse_mass_matrix`: dict `(site names, sorted) -> matrix` over the
+    flat unconstrained position (a vector: diagonal; a square matrix: dense, block-structured
+    ones with their zeros), NumPyro's keying; `mass_matrix_sqrt`, `mass_matrix_sqrt_inv`: dicts
+    keyed the same, `S` the lower Cholesky factor of the mass matrix (`S S^T = M`) and `S^-1`
+    (`S^-T S^-1` = the inverse mass matrix), elementwise vectors for a diagonal mass matrix,
+    as NumPyro's `HMCAdaptState`.
+    """
+
+    step_size: Any
+    inverse_mass_matrix: dict
+    mass_matrix_sqrt: Any
+    mass_matrix_sqrt_inv: Any
+
+
+def _one_chain(x):
+    """NumPyro's view: no chain axis when there is one chain."""
+    return jax.tree.map(lambda v: v[0] if np.shape(v)[:1] == (1,) else v, x)
+
+
+def _sqrt_pair(imm):
+    """`(mass_matrix_sqrt, mass_matrix_sqrt_inv)` of an inverse mass matrix (vector: diagonal;
+    else `[..., d, d]`), as NumPyro's: `S`, the lower Cholesky factor of the mass matrix, and
+    `S^-1` (so `S^-T S^-1` is the inverse mass matrix); elementwise for a diagonal one."""
+    import jax.numpy as jnp
+    if jnp.ndim(imm) == 0 or imm.shape[-1:] != imm.shape[-2:-1]:
+        return 1.0 / jnp.sqrt(imm), jnp.sqrt(imm)
+    sqrt = jnp.linalg.cholesky(jnp.linalg.inv(imm))
+    eye = jnp.broadcast_to(jnp.eye(imm.shape[-1], dtype=imm.dtype), imm.shape)
+    return sqrt, jax.scipy.linalg.solve_triangular(sqrt, eye, lower=True)
+
+
 class MCMCState(NamedTuple):
     """The chains' state after warmup or sampling (leading axis: chain).
 
     `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
-    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters.
+    `step_size`, `inverse_mass_matrix`: the adapted kernel parameters (over the flat position,
+    sites in sorted order).
+
+    NumPyro's names read the same state, as NumPyro's `HMCState` has them (no chain axis when
+    there is one chain): `z` (the position), `z_grad` (the potential energy's gradient),
+    `potential_energy`, and `adapt_state` (an `AdaptState`: `step_size`, `inverse_mass_matrix`
+    as a dict keyed by the tuple of site names, `mass_matrix_sqrt`, `mass_matrix_sqrt_inv`).
     """
 
     position: dict
@@ -54,6 +94,32 @@ class MCMCState(NamedTuple):
     logdensity_grad: dict
     step_size: Any
     inverse_mass_matrix: Any
+
+    @property
+    def z(self) -> dict:
+        """NumPyro's name: the unconstrained position, dict site -> value."""
+        return _one_chain(self.position)
+
+    @property
+    def z_grad(self) -> dict:
+        """NumPyro's name: the gradient of the potential energy (minus the log density's)."""
+        return _one_chain(jax.tree.map(lambda g: -g, self.logdensity_grad))
+
+    @property
+    def potential_energy(self) -> Any:
+        """NumPyro's name: the potential energy, minus the log density."""
+        return _one_chain(-self.logdensity)
+
+    @property
+    def adapt_state(self) -> AdaptState:
+        """NumPyro's `adapt_state`: the adapted step size and mass matrix (see `AdaptState`)."""
+        imm = self.inverse_mass_matrix
+        if isinstance(imm, dict) and not imm:  # a model without latent sites
+            parts: tuple = ({}, {}, {})
+        else:
+            key = tuple(sorted(self.position))
+            parts = tuple({key: m} for m in (imm, *_sqrt_pair(imm)))
+        return AdaptState(_one_chain(self.step_size), *(_one_chain(p) for p in parts))
 
 
 class MCMCResults(NamedTuple):
