@@ -267,11 +267,12 @@ class HMC(_HMCFamily):
                                       "None)`: At least one of num_steps or trajectory_length "
                                       "must be given (as in NumPyro).")
         if num_steps is not None and trajectory_length is not None and adapt_step_size:
-            warnings.warn(f"effppl.infer.HMC: both num_steps={num_steps} and trajectory_length="
-                          f"{float(trajectory_length):.4g} are given, so each transition takes "
-                          f"{num_steps} steps of size trajectory_length / num_steps and the step "
-                          f"size can't be adapted (as in NumPyro). Give trajectory_length=None "
-                          f"for {num_steps} steps of an adapted size.", UserWarning, stacklevel=2)
+            warnings.warn(f"effppl.infer.HMC: If both num_steps ({num_steps}) and "
+                          f"trajectory_length ({float(trajectory_length):.4g}) are given, each "
+                          f"transition takes {num_steps} steps of size trajectory_length / "
+                          f"num_steps and the step size can't be adapted (as in NumPyro). Give "
+                          f"trajectory_length=None for {num_steps} steps of an adapted size.",
+                          UserWarning, stacklevel=2)
         if num_steps is not None and trajectory_length is not None:
             # NumPyro's transitions: `num_steps` steps of L / num_steps, whatever the adaptation
             # says; here the step size is that one, and not adapted (so the draws' stats say it)
