@@ -83,3 +83,51 @@ def test_mass_groups_naming_no_site_or_misshapen_matrices_raise():
              num_samples=2, progress_bar=False).run(jax.random.PRNGKey(0))
     with pytest.raises(TypeError, match="dense_mass"):
         NUTS(model, dense_mass=[("x", 1)])
+
+
+def _four_sites(sample):
+    def model():
+        d = dist if sample is effppl.sample else numpyro.distributions
+        sample("x", d.Normal(0, 1))
+        sample("y", d.Normal(0, 1).expand([4]))
+        sample("w", d.Normal(0, 1).expand([2, 5]))
+        sample("z", d.Normal(0, 1).expand([1]))
+    return model
+
+
+@pytest.mark.parametrize("dense_mass", [False, True, [("y", "w", "z", "x")], [("x", "w"), ("y",)],
+                                        [("y",)], [("z",), ("w",), ("y",)]])
+def test_adapt_state_blocks_are_numpyros(dense_mass):
+    """`last_state.adapt_state` keyed by NumPyro's blocks (dense groups in their own order, the
+    rest diagonal and sorted), with NumPyro's shapes and, at the same fixed matrix, its values."""
+    grouped = {n for g in dense_mass for n in g} if isinstance(dense_mass, list) else set()
+    given = dense_mass is False or isinstance(dense_mass, list) and (
+        ("w",) in dense_mass or "w" not in grouped)
+    kw = dict(dense_mass=dense_mass, adapt_mass_matrix=False,  # (NumPyro: no overlap allowed)
+              inverse_mass_matrix={("w",): jnp.linspace(0.5, 2.0, 10)} if given else None)
+    ours = MCMC(NUTS(_four_sites(effppl.sample), **kw), num_warmup=0, num_samples=1,
+                progress_bar=False)
+    ours.run(jax.random.PRNGKey(0))
+    theirs = NpMCMC(NpNUTS(_four_sites(numpyro.sample), **kw), num_warmup=0, num_samples=1,
+                    progress_bar=False)
+    theirs.run(jax.random.PRNGKey(0))
+    a = ours.last_state.adapt_state
+    b = theirs.last_state.adapt_state  # pyright: ignore[reportOptionalMemberAccess]
+    for field in ("inverse_mass_matrix", "mass_matrix_sqrt", "mass_matrix_sqrt_inv"):
+        mine, np_ = getattr(a, field), getattr(b, field)
+        assert {k: v.shape for k, v in mine.items()} == {k: v.shape for k, v in np_.items()}
+        for key in np_:
+            np.testing.assert_allclose(mine[key], np_[key], rtol=1e-6, atol=1e-7)
+
+
+def test_adapted_blocks_follow_the_groups_site_order():
+    """NumPyro's `test_structured_mass`, second half: a group `("y", "x")` is keyed so and its
+    block is in that order (the covariance reversed)."""
+    mcmc = MCMC(NUTS(_model(effppl.sample), dense_mass=[("w",), ("y", "x")]), num_warmup=1000,
+                num_samples=1, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), jnp.asarray(COV))
+    imm = mcmc.last_state.adapt_state.inverse_mass_matrix
+    assert set(imm) == {("w",), ("y", "x"), ("z",)}
+    np.testing.assert_allclose(imm[("w",)], W_COV, atol=0.5, rtol=0.5)
+    np.testing.assert_allclose(imm[("y", "x")], XY_COV[::-1, ::-1], atol=0.5, rtol=0.5)
+    np.testing.assert_allclose(imm[("z",)], [2.5], atol=0.5, rtol=0.5)

@@ -28,6 +28,7 @@ from ._checkpoint import RunRecord
 from ._chunks import SECONDS, Chunks
 from ._empty import without_latents
 from ._kernels import _HMCFamily
+from ._mass import numpyro_blocks
 from ._mixing import ChainMixingWarning, warn_mixing
 from ._results import (
     NUMPYRO_FIELDS,
@@ -302,7 +303,10 @@ class MCMC(MCMCResultsView):
         state = chain.state
         last = MCMCState(position=state.position, logdensity=state.logdensity,
                          logdensity_grad=state.logdensity_grad, step_size=chain.step_size,
-                         inverse_mass_matrix=chain.inverse_mass_matrix)
+                         inverse_mass_matrix=chain.inverse_mass_matrix,
+                         mass_blocks=numpyro_blocks(
+                             state.position, getattr(self.kernel, "dense_mass", False),
+                             getattr(self.kernel, "inverse_mass_matrix", None)))
         if not sample:
             self.post_warmup_state = last
             if collect_warmup and values:

@@ -12,14 +12,16 @@ of its group's coordinates alone, which is what NumPyro estimates per block.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..._errors import EffpplError
 
-__all__ = ["MassSettingsError", "normalize_dense_mass", "normalize_inverse_mass_matrix",
-           "structure"]
+__all__ = ["MassSettingsError", "MassBlocks", "normalize_dense_mass", "normalize_inverse_mass_matrix",
+           "structure", "numpyro_blocks", "block_views"]
 
 
 class MassSettingsError(EffpplError, ValueError):
@@ -130,3 +132,56 @@ def structure(api: str, sizes: dict, dense_mass, imm, dtype) -> tuple:
         else:
             initial[idx] = block
     return mask, initial
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class MassBlocks:
+    """NumPyro's block structure of a mass matrix, a static pytree node (no leaves) that rides
+    in `MCMCState`: `blocks`, a tuple of `(site group, dense)` in NumPyro's order: the
+    `dense_mass` groups (dense), then the other groups of a given `inverse_mass_matrix` dict
+    (diagonal), then the remaining sites, sorted (diagonal)."""
+
+    blocks: tuple
+
+
+def numpyro_blocks(sites, dense_mass, imm) -> MassBlocks:
+    """The `MassBlocks` NumPyro's `_initialize_mass_matrix` builds for latent `sites` from a
+    normalized `dense_mass` (bool or groups) and `inverse_mass_matrix` (None, an array, or
+    `(group, array)` pairs); a bool `dense_mass` is NumPyro's `[sorted sites]` or `[]`. Where
+    NumPyro refuses a given group that overlaps a dense one, effppl has written it into that
+    dense block, and the view shows it there."""
+    every = tuple(sorted(sites))
+    groups = [every] if dense_mass is True else list(dense_mass or ())
+    given = [] if imm is None else [every] if isinstance(imm, np.ndarray) else [g for g, _ in imm]
+    blocks = [(tuple(g), True) for g in groups]
+    covered = {name for group in groups for name in group}
+    for group in given:  # (a given group inside a dense one is a part of that block)
+        if not covered & set(group):
+            blocks.append((tuple(group), False))
+            covered |= set(group)
+    rest = tuple(n for n in every if n not in covered)
+    if rest:
+        blocks.append((rest, False))
+    return MassBlocks(tuple(blocks))
+
+
+def block_views(blocks: MassBlocks, sizes: dict, imm, lead: int) -> dict:
+    """NumPyro's dict `group -> block` of a flat inverse mass matrix `imm` after `lead` leading
+    (chain) axes (`[..., d]`: diagonal, `[..., d, d]`: dense; leading axes kept) over sites of
+    flat sizes `sizes`: a dense group's square block in the group's own site order, a diagonal
+    group's vector."""
+    import jax.numpy as jnp
+
+    offsets = _offsets(sizes)
+    is_dense = jnp.ndim(imm) - lead == 2
+    out = {}
+    for group, dense in blocks.blocks:
+        idx = np.concatenate([np.arange(*offsets[n]) for n in group])
+        if is_dense:
+            block = imm[..., idx[:, None], idx[None, :]]
+            out[group] = block if dense else jnp.diagonal(block, axis1=-2, axis2=-1)
+        else:
+            vec = imm[..., idx]
+            out[group] = vec[..., :, None] * jnp.eye(len(idx), dtype=vec.dtype) if dense else vec
+    return out

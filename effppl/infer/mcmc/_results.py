@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from ..._errors import EffpplError
+from ._mass import block_views, numpyro_blocks
 
 __all__ = ["MCMCError", "DivergenceWarning", "AdaptState", "MCMCState", "MCMCResults", "MCMCResultsView",
            "STATS", "NUMPYRO_FIELDS", "numpyro_fields"]
@@ -64,12 +65,12 @@ def _one_chain(x):
     return jax.tree.map(lambda v: v[0] if np.shape(v)[:1] == (1,) else v, x)
 
 
-def _sqrt_pair(imm):
-    """`(mass_matrix_sqrt, mass_matrix_sqrt_inv)` of an inverse mass matrix (vector: diagonal;
-    else `[..., d, d]`), as NumPyro's: `S`, the lower Cholesky factor of the mass matrix, and
+def _sqrt_pair(imm, dense):
+    """`(mass_matrix_sqrt, mass_matrix_sqrt_inv)` of an inverse mass matrix (`[..., d]`: diagonal;
+    `dense`: `[..., d, d]`), as NumPyro's: `S`, the lower Cholesky factor of the mass matrix, and
     `S^-1` (so `S^-T S^-1` is the inverse mass matrix); elementwise for a diagonal one."""
     import jax.numpy as jnp
-    if jnp.ndim(imm) == 0 or imm.shape[-1:] != imm.shape[-2:-1]:
+    if not dense:
         return 1.0 / jnp.sqrt(imm), jnp.sqrt(imm)
     sqrt = jnp.linalg.cholesky(jnp.linalg.inv(imm))
     eye = jnp.broadcast_to(jnp.eye(imm.shape[-1], dtype=imm.dtype), imm.shape)
@@ -81,12 +82,14 @@ class MCMCState(NamedTuple):
 
     `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
     `step_size`, `inverse_mass_matrix`: the adapted kernel parameters (over the flat position,
-    sites in sorted order).
+    sites in sorted order); `mass_blocks`: NumPyro's block structure of that matrix (a static
+    `MassBlocks`, no leaves; None: one block of every site).
 
     NumPyro's names read the same state, as NumPyro's `HMCState` has them (no chain axis when
     there is one chain): `z` (the position), `z_grad` (the potential energy's gradient),
     `potential_energy`, and `adapt_state` (an `AdaptState`: `step_size`, `inverse_mass_matrix`
-    as a dict keyed by the tuple of site names, `mass_matrix_sqrt`, `mass_matrix_sqrt_inv`).
+    as a dict keyed by the tuples of site names of NumPyro's blocks, `mass_matrix_sqrt`,
+    `mass_matrix_sqrt_inv`).
     """
 
     position: dict
@@ -94,6 +97,7 @@ class MCMCState(NamedTuple):
     logdensity_grad: dict
     step_size: Any
     inverse_mass_matrix: Any
+    mass_blocks: Any = None
 
     @property
     def z(self) -> dict:
@@ -116,9 +120,16 @@ class MCMCState(NamedTuple):
         imm = self.inverse_mass_matrix
         if isinstance(imm, dict) and not imm:  # a model without latent sites
             parts: tuple = ({}, {}, {})
+        elif not hasattr(imm, "ndim"):  # the Fisher schemes' factored matrices: as they are
+            parts = ({tuple(sorted(self.position)): imm}, {}, {})
         else:
-            key = tuple(sorted(self.position))
-            parts = tuple({key: m} for m in (imm, *_sqrt_pair(imm)))
+            blocks = self.mass_blocks or numpyro_blocks(self.position, np.ndim(imm) == 3, None)
+            sizes = {k: int(np.prod(np.shape(v)[1:])) for k, v in self.position.items()}
+            views = block_views(blocks, sizes, imm, lead=1)
+            dense = dict(blocks.blocks)
+            roots = {g: _sqrt_pair(m, dense[g]) for g, m in views.items()}
+            parts = (views, {g: r[0] for g, r in roots.items()},
+                     {g: r[1] for g, r in roots.items()})
         return AdaptState(_one_chain(self.step_size), *(_one_chain(p) for p in parts))
 
 
