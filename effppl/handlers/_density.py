@@ -82,6 +82,14 @@ class _Enumerated(Exception):
     True)` found them)."""
 
 
+def _takes_given(msg, static) -> bool:
+    """Whether a latent site named in the entry point's values takes its value from them: unless
+    it is observed, also when a handler inside the model already gave it one (`substitute`):
+    the entry point's value replaces it, as NumPyro's `potential_energy` substitutes over the
+    model's own handlers (as `log_density`'s `substitute` does)."""
+    return msg.value is None or not static.get("is_observed", False)
+
+
 class _Unconstrain(Handler):
     """Gives latent sites `params` in unconstrained space: value `t(u)` with `t =
     biject_to(fn.support)` built from the site's *current* distribution (so a support depending on
@@ -136,7 +144,7 @@ class _Unconstrain(Handler):
         @internal.forwards_when(lambda *, name, **_: name not in self.values)
         @internal.forwards_static("name", "cond_indep_stack", reads=self._reads)
         def sample(state, msg, *, resume, name, read, **static):
-            if msg.value is None:
+            if _takes_given(msg, static):
                 state, msg = self._given(state, msg, name, read, static)
             return resume(state, forward(msg, name=name, **static))
         return {sample_op: sample, param_op: self._param_clause()}
@@ -237,7 +245,7 @@ class _UnconstrainedJoint(_Unconstrain):
         @internal.forwards_static("name", "cond_indep_stack", reads=self._reads_any)
         def sample(state, msg, *, resume, name, read, **static):
             *inner, total, failed = state
-            if name in self.values and msg.value is None:
+            if name in self.values and _takes_given(msg, static):
                 inner, msg = self._given(tuple(inner), msg, name, read, static)
             total, value = _add_log_prob(total, msg, name, static)
             return resume((*inner, total, failed), value)

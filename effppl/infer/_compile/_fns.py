@@ -80,7 +80,9 @@ class SiteInfo(NamedTuple):
     log density (not in `latent` nor `discrete_latent`); `not_enumerable`: `(site,
     distribution)` for those among them whose distribution has no finite support; `valued`: the
     latent sites a handler inside the model gives their value (`substitute`, `do`), which no
-    outer handler replaces, so they need no draws (`log_likelihood`).
+    outer handler replaces, so they need no draws (`log_likelihood`); `missing_plates`:
+    `(site, dim, batch shape)` for each batch dimension longer than 1 of a sample site inside
+    some plate that no plate covers (`missing_plates`, NumPyro's loose plate check).
     """
 
     latent: tuple
@@ -92,6 +94,27 @@ class SiteInfo(NamedTuple):
     enumerated: tuple = ()
     not_enumerable: tuple = ()
     valued: tuple = ()
+    missing_plates: tuple = ()
+
+
+def missing_plates(site, loop_ndim: int) -> list:
+    """`[(dim, batch shape)]`: the batch dimensions longer than 1 of sample site `site` that no
+    enclosing plate covers, where some plate encloses it (NumPyro's "loose" check of
+    `numpyro.util._validate_model`: a site in no plate is not checked). The batch shape is the
+    distribution's broadcast with the value's; a site in a loop is not checked (its recorded
+    distribution may hold the loop's axes)."""
+    if site.kind != "sample" or site.fn is None or not site.plates or loop_ndim:
+        return []
+    event_ndim = len(site.fn.event_shape)
+    shape = jnp.shape(site.value)
+    try:
+        batch = jnp.broadcast_shapes(tuple(site.fn.batch_shape),
+                                     tuple(shape[:len(shape) - event_ndim]))
+    except ValueError:  # (the density says so, naming the site)
+        return []
+    covered = {frame.dim for frame in site.plates}
+    return [(-i, tuple(batch)) for i in range(1, len(batch) + 1)
+            if batch[-i] > 1 and -i not in covered]
 
 
 def _signature(dynamic: tuple) -> tuple:
@@ -317,6 +340,7 @@ class ModelFns:
         sig = _signature(dynamic)
         if sig not in self._site_info:
             found, unrecorded, dims, not_enumerable, valued = {}, [], [], [], []
+            missing: list = []
 
             def probe(key, dynamic):
                 args, kwargs = self.args(dynamic)
@@ -334,6 +358,8 @@ class ModelFns:
                     loop_ndim = len(static[name].loops) if name in static else 0
                     if not site.enumerated and (names := plate_dims(site, loop_ndim)) is not None:
                         dims.append((name, names))
+                    missing.extend((name, dim, batch)
+                                   for dim, batch in missing_plates(site, loop_ndim))
                 valued.extend(n for n, s in static.items() if s.type == "sample"
                               and not s.is_observed
                               and getattr(getattr(s, "message", None), "value", None) is not None)
@@ -360,6 +386,7 @@ class ModelFns:
                 enumerated=hidden,
                 not_enumerable=tuple(not_enumerable),
                 valued=tuple(n for n in valued if n in latent),
+                missing_plates=() if hidden else tuple(missing),
             )
         return self._site_info[sig]
 
@@ -401,9 +428,14 @@ class ModelFns:
             def propose(rng_key, strategy_dynamic, dynamic):
                 args, kwargs = self.args(dynamic)
                 with _model.initialising():
-                    latent = self.site_info(dynamic).latent
-                    ctx = ModelContext(model=self.model, args=args, kwargs=kwargs, latent=latent)
-                    return strategy.propose(rng_key, ctx, strategy_dynamic)
+                    info = self.site_info(dynamic)
+                    ctx = ModelContext(model=self.model, args=args, kwargs=kwargs,
+                                       latent=info.latent)
+                    proposed = strategy.propose(rng_key, ctx, strategy_dynamic)
+                    if info.valued:  # NumPyro: a site that already stores a value starts there
+                        stored = ctx.unconstrain(ctx.prior(rng_key))
+                        proposed = {**proposed, **{n: stored[n] for n in info.valued}}
+                    return proposed
 
             self._proposers[key] = _compiled(over_chains(propose, (0, None, None)))
         return self._proposers[key]

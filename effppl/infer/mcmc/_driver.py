@@ -7,6 +7,7 @@ and stores the draws. A second `run` with new data of the same shapes compiles n
 
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ from ._empty import without_latents
 from ._kernels import _HMCFamily
 from ._mass import numpyro_blocks
 from ._mixing import ChainMixingWarning, warn_mixing
+from ._potential import PotentialProgram, potential_program
 from ._results import (
     NUMPYRO_FIELDS,
     DivergenceWarning,
@@ -194,13 +196,28 @@ class MCMC(MCMCResultsView):
             return Chunks(length), length
         return Chunks(max(num_warmup, 1)), max(num_draws, 1)
 
-    def _prepare(self, rng_key, args, kwargs, api):
+    def _prepare(self, rng_key, args, kwargs, api, init_params=None):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = typed_key(rng_key, f"`{api}`", MCMCError)
-        fns, dynamic = prepare(api, self.kernel.model, args, kwargs)
+        fns, dynamic = prepare(api, self._model(), args, kwargs)
         info = fns.site_info(dynamic)
         for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
             check_enumerable(name, fn)
+        if init_params is None:
+            for name in info.valued:  # NumPyro's warning; they start at their value
+                warnings.warn(f"{api}: {self.kernel.init_strategy.describe()} skipping "
+                              f"initialization of site '{name}' which already stores a value "
+                              f"(a `substitute` inside model `{fns.name}`); it starts there, "
+                              f"and the sampler moves it as any latent site (the sampler's "
+                              f"values replace the model's own, as in NumPyro).",
+                              UserWarning, stacklevel=4)
+        for name, dim, batch in info.missing_plates:  # NumPyro's loose plate check
+            warnings.warn(f"{api}: Missing a plate statement for batch dimension {dim} at site "
+                          f"'{name}' of model `{fns.name}` (its batch shape is {batch}; the "
+                          f"plates around it cover other dimensions). Its log density is summed "
+                          f"over that dimension as over a plate's; wrap it in "
+                          f"`effppl.plate(..., {batch[dim]}, dim={dim})` to say so.",
+                          UserWarning, stacklevel=4)
         if info.discrete_latent:
             raise MCMCError(
                 f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
@@ -217,7 +234,7 @@ class MCMC(MCMCResultsView):
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
                  collect_warmup: bool = False, checkpoint=None):
-        key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api)
+        key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api, init_params)
         if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
             results = without_latents(fns, info, dynamic, self.num_chains,
                                       self.num_samples // self.thinning)
@@ -326,7 +343,30 @@ class MCMC(MCMCResultsView):
     def _explained(self, args, kwargs):
         """No finite initial point because a distribution parameter is invalid (validation on):
         that error, naming the site, instead."""
-        return explained_by_parameters(self.kernel.model, args, kwargs, (InitializationError,))
+        return explained_by_parameters(self._model(), args, kwargs, (InitializationError,))
+
+    # -- NumPyro's `potential_fn` kernels (`_potential.py`) ----------------------------------
+
+    _program: PotentialProgram | None = None
+
+    def _model(self):
+        """The model the chains run: the kernel's, or the model of its `potential_fn`."""
+        return self.kernel.model if self._program is None else self._program.model
+
+    def _for_potential(self, args, kwargs, init_params, api):
+        """`init_params` as the sites of the kernel's `potential_fn` model (set up here), or as
+        given for a kernel with a model."""
+        if getattr(self.kernel, "potential_fn", None) is None:
+            self._program = None
+            return init_params
+        if init_params is None and self.post_warmup_state is not None and self._program:
+            return None  # (continuing from `warmup`, whose program it is)
+        self._program = potential_program(self.kernel, init_params, self.num_chains, args,
+                                          kwargs, api)
+        return self._program.sites_of(init_params)
+
+    def _sample_tree(self, samples):
+        return samples if self._program is None else self._program.tree_of(samples)
 
     def warmup(self, rng_key, *args, extra_fields=(), collect_warmup: bool = False,
                init_params=None, **kwargs) -> None:
@@ -348,6 +388,7 @@ class MCMC(MCMCResultsView):
             raise MCMCError(f"`effppl.infer.MCMC.warmup(..., collect_warmup=...)` expected a "
                             f"bool, but got {collect_warmup!r}.")
         aliases = numpyro_fields(extra_fields, "effppl.infer.MCMC.warmup")
+        init_params = self._for_potential(args, kwargs, init_params, "effppl.infer.MCMC.warmup")
         with site_errors(), self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.warmup", sample=False,
                           init_params=init_params, collect_warmup=bool(collect_warmup))
@@ -407,7 +448,8 @@ class MCMC(MCMCResultsView):
         """
         aliases = numpyro_fields(extra_fields, "effppl.infer.MCMC.run")
         checkpoint = as_checkpoint(checkpoint, "effppl.infer.MCMC.run")
-        with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self.kernel.model), \
+        init_params = self._for_potential(args, kwargs, init_params, "effppl.infer.MCMC.run")
+        with site_errors(), leaked_tracers("effppl.infer.MCMC.run", self._model()), \
                 self._explained(args, kwargs):
             self._execute(rng_key, args, kwargs, "effppl.infer.MCMC.run", sample=True,
                           init_params=init_params, checkpoint=checkpoint)

@@ -68,7 +68,7 @@ _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has 
     "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
                                         "given one"),
     "kinetic_fn": (None, "blackjax's Euclidean kinetic energy is the only one"),
-    "potential_fn": (None, "effppl builds the potential from the model"),
+    "potential_fn": (None, "taken apart"),  # (`_HMCFamily` reads it: `_potential.py`)
 }
 
 
@@ -99,7 +99,16 @@ class _HMCFamily:
                  dense_mass, target_accept_prob, init_strategy, divergence_threshold,
                  inverse_mass_matrix=None, mass_matrix=None, numpyro_options=None):
         api = self._api
-        _check(api, "model", model, callable(model), "a callable model")
+        self.potential_fn = numpyro_options.pop("potential_fn", None) if numpyro_options else None
+        if self.potential_fn is None:
+            _check(api, "model", model, callable(model),
+                   "a callable model (or NumPyro's `potential_fn=` with no model)")
+        elif model is not None:
+            raise KernelSettingsError(f"`effppl.infer.{api}`: only one of `model` or "
+                                      f"`potential_fn` can be given (as in NumPyro).")
+        else:
+            _check(api, "potential_fn", self.potential_fn, callable(self.potential_fn),
+                   "a callable potential energy of a pytree of unconstrained arrays")
         _check(api, "step_size", step_size, _positive(step_size), "a positive float")
         dense_mass = normalize_dense_mass(api, dense_mass)
         self.inverse_mass_matrix = normalize_inverse_mass_matrix(api, inverse_mass_matrix)
@@ -172,6 +181,8 @@ class _HMCFamily:
         }
 
     def __repr__(self) -> str:
+        if self.potential_fn is not None:
+            return f"{self._api}(potential_fn={getattr(self.potential_fn, '__name__', '?')})"
         return f"{self._api}(model={model_name(self.model)})"
 
 
@@ -216,8 +227,12 @@ class HMC(_HMCFamily):
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
     - `init_strategy`: `init_to_uniform()` (default), `init_to_median()`, `init_to_value(...)`.
     - `divergence_threshold`: energy error above which a transition counts as divergent.
+    - `potential_fn`: NumPyro's alternative to `model` (give one of them): a potential energy
+      (minus an unnormalised log density) of a pytree of unconstrained arrays; `MCMC.run` then
+      needs `init_params` in that structure (a leading `num_chains` axis with several chains)
+      and no model arguments, and `get_samples()` returns draws in that structure.
     - NumPyro's `forward_mode_differentiation`, `regularize_mass_matrix`,
-      `find_heuristic_step_size`, `kinetic_fn`, `potential_fn`: accepted at NumPyro's defaults
+      `find_heuristic_step_size`, `kinetic_fn`: accepted at NumPyro's defaults
       only (another value raises, naming why).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings (also when both
@@ -247,7 +262,8 @@ class HMC(_HMCFamily):
     _api = "HMC"
     _algorithm = blackjax.hmc
 
-    def __init__(self, model: Callable, num_steps: int | None = None, step_size: float = 1.0, *,
+    def __init__(self, model: Callable | None = None, num_steps: int | None = None,
+                 step_size: float = 1.0, *,
                  trajectory_length: float | None = 2 * math.pi, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, dense_mass: Any = False,
                  target_accept_prob: float = 0.8, init_strategy: InitStrategy = _UNIFORM,
@@ -353,7 +369,8 @@ class NUTS(_HMCFamily):
     _api = "NUTS"
     _algorithm = blackjax.nuts
 
-    def __init__(self, model: Callable, *, step_size: float = 1.0, adapt_step_size: bool = True,
+    def __init__(self, model: Callable | None = None, *, step_size: float = 1.0,
+                 adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
                  target_accept_prob: float = 0.8, max_tree_depth: int = 10,
                  init_strategy: InitStrategy = _UNIFORM,

@@ -174,7 +174,12 @@ class MCMCResultsView:
 
         Latent sites are constrained (in their support); deterministic sites are included.
         """
-        return self._flatten(self._get("samples", "get_samples"), group_by_chain)
+        return self._sample_tree(self._flatten(self._get("samples", "get_samples"),
+                                               group_by_chain))
+
+    def _sample_tree(self, samples):
+        """The draws in the structure the user gave (`MCMC`: a `potential_fn`'s `init_params`)."""
+        return samples
 
     def get_extra_fields(self, group_by_chain: bool = False) -> dict:
         """Per-draw sampler statistics, shaped like `get_samples`.
