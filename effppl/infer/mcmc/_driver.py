@@ -74,6 +74,21 @@ def _concat(parts, place):
     return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
 
 
+def _refuse_traced(api, inputs):
+    """`MCMCError` when `MCMC.run`/`warmup` is itself traced (inside `jax.jit`, `jax.vmap`, a
+    `lax` loop): its key, data or initial point is a tracer."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(inputs)):
+        raise MCMCError(
+            f"`{api}` was called inside a JAX transformation (`jax.jit`, `jax.vmap`, a `lax` "
+            f"loop): its key, data or init_params are traced. effppl's MCMC compiles the "
+            f"sampler itself and, between compiled steps, checks initial points, restarts "
+            f"degenerate warmups and counts divergences on the host, which a trace cannot do. "
+            f"Call it outside the transformation: its compiled sampler is reused for new data "
+            f"of the same shapes (no recompilation), and for many independent runs (e.g. "
+            f"consensus Monte Carlo) run them as chains (`num_chains`, "
+            f"`chain_method='vectorized'`) or loop in Python.")
+
+
 class MCMC(MCMCResultsView):
     """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
 
@@ -234,6 +249,7 @@ class MCMC(MCMCResultsView):
 
     def _execute(self, rng_key, args, kwargs, api, *, sample: bool, init_params=None,
                  collect_warmup: bool = False, checkpoint=None):
+        _refuse_traced(api, (rng_key, args, kwargs, init_params))
         key, fns, info, dynamic, mesh = self._prepare(rng_key, args, kwargs, api, init_params)
         if not info.latent:  # nothing to sample (NumPyro runs and returns no latent draws)
             results = without_latents(fns, info, dynamic, self.num_chains,
@@ -433,7 +449,9 @@ class MCMC(MCMCResultsView):
         `MCMCError` for a model whose latent sites are discrete and not enumerated (a model
         with no latent site runs no sampler: its draws hold its deterministic sites, as
         NumPyro's), or `init_params` given while
-        `post_warmup_state` is set; `CheckpointError` for a `checkpoint` of another run (naming
+        `post_warmup_state` is set, or a call inside `jax.jit`/`jax.vmap` (traced key, data or
+        `init_params`: call it outside; NumPyro's `potential_fn` kernels also for missing
+        `init_params` or given model arguments); `CheckpointError` for a `checkpoint` of another run (naming
         what differs), a damaged one, or a path that holds something else;
         `ModelArgumentError` naming a model argument that cannot be
         data; `SiteError` naming a site whose explicit `validate_args=True` check fails, or
