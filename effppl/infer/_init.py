@@ -345,7 +345,8 @@ def rounding_error(params: dict, pe, grad: dict) -> np.ndarray:
 
 def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, dynamic: tuple,
                         *, max_tries: int = 100, api: str = "effppl.infer.MCMC.run",
-                        chain_keys=None, max_rounding_error: float | None = None):
+                        chain_keys=None, max_rounding_error: float | None = None,
+                        forward: bool = False):
     """Draw one valid unconstrained initial point per chain.
 
     **Arguments:**
@@ -357,6 +358,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     - `dynamic`: the array leaves of the model arguments.
     - `max_tries`: number of draws per chain before giving up.
     - `chain_keys`: the first draws' keys, one per chain (default `split(rng_key, num_chains)`).
+    - `forward`: take the gradient in forward mode (NumPyro's `forward_mode_differentiation`).
     - `max_rounding_error`: when given (the sampler's divergence threshold), a point whose
       potential energy's `rounding_error` exceeds it is redrawn as well: it is finite, but no
       Hamiltonian trajectory can leave it (Stan and NumPyro accept it, and their chains can stay
@@ -375,16 +377,18 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
     name = fns.name
     for attempt in range(1, max_tries + 1):
         try:
-            pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+            pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic, forward)
         except ValueError as err:
-            if "while_loop" not in str(err):
+            if "while_loop" not in str(err) or forward:
                 raise
             raise InitializationError(
                 f"`{api}` needs the gradient of model `{name}`'s log density, but JAX cannot "
                 "differentiate a `lax.while_loop` in reverse mode, and the model has sample sites "
                 "inside one, through which the gradient would go. Use `lax.scan` or "
                 "`lax.fori_loop` with static bounds (and `effppl.handlers.mask` for a "
-                "data-dependent number of steps).") from err
+                "data-dependent number of steps), or, with few latent coordinates, take the "
+                "gradient in forward mode: `NUTS(model, forward_mode_differentiation=True)`, "
+                "as in NumPyro.") from err
         finite = _chains_ok(pe, param_ok, grad_ok)
         ok = finite.copy()
         if max_rounding_error is not None:
@@ -432,7 +436,7 @@ def find_initial_params(fns, strategy: InitStrategy, rng_key, num_chains: int, d
 
 
 def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple,
-                         *, api: str = "effppl.infer.MCMC.run"):
+                         *, api: str = "effppl.infer.MCMC.run", forward: bool = False):
     """The user's initial point, checked, as `find_initial_params` returns one.
 
     **Arguments:** as `find_initial_params`, and `init_params`: dict latent site -> *unconstrained*
@@ -473,7 +477,7 @@ def given_initial_params(fns, init_params: dict, num_chains: int, dynamic: tuple
                 f"{spec.shape[1:]}, so its value must have that shape or {spec.shape} (one per "
                 f"chain), but got {jnp.shape(init_params[site])}.")
         params[site] = value
-    pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic)
+    pe, grad, param_ok, grad_ok = fns.potential_and_grad(params, dynamic, forward)
     ok = _chains_ok(pe, param_ok, grad_ok)
     pe = readable(pe)
     if not ok.all():

@@ -40,6 +40,7 @@ from ._cache import (
 )
 from ._chains import over_chains
 from ._fingerprint import fingerprint
+from ._forward import forward_gradient, value_and_forward_grad
 from ._persistent import digest, stored
 from ._windows import windows_as_updates
 
@@ -197,6 +198,9 @@ class ModelFns:
         self._fingerprints: dict = {}  # argument types -> `fingerprint`
         self._checked_point = over_chains(self._potential_and_grad, (0, None))
         self._checked_point_compiled = _compiled(self._checked_point, runs_few_times=True)
+        self._checked_point_forward = _compiled(over_chains(
+            functools.partial(self._potential_and_grad, forward=True), (0, None)),
+            runs_few_times=True)
         self.observed_values = _compiled(self._observed_values)
         # batched over the draws' index too: a model without latent sites has no draws to
         # take the batch size from; the rows of sites in loops written in place, not scattered
@@ -297,7 +301,7 @@ class ModelFns:
         return digest(str(potential.jaxpr), str(values[0].jaxpr), potential.consts,
                       values[0].consts, untold)
 
-    def potential_and_grad(self, params: dict, dynamic: tuple):
+    def potential_and_grad(self, params: dict, dynamic: tuple, forward: bool = False):
         """`(potential energy[chain], grad, param_ok, grad_ok)` at `params` (leading chain
         axis), with per-site flags saying each unconstrained value and gradient is finite.
 
@@ -307,6 +311,8 @@ class ModelFns:
         and its gradient (2 s against 12-20 s at 400 sites), which the sampler's program does
         anyway. Small ones stay compiled: eager evaluation compiles each distinct primitive
         once, more programs than one compiled function for a model of a few sites."""
+        if forward:  # (NumPyro's `forward_mode_differentiation`: rare, small models)
+            return self._checked_point_forward(params, dynamic)
         one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
         closed = self._potential_jaxpr(one_chain, dynamic)
         if closed is not None and len(closed.jaxpr.eqns) >= EAGER_FROM_EQNS:
@@ -323,10 +329,13 @@ class ModelFns:
         return sum(1 for eqn in closed.jaxpr.eqns
                    if eqn.primitive.name.startswith("reduce_") and eqn.params.get("axes"))
 
-    def logdensity_fn(self, dynamic: tuple) -> Callable:
-        """The log density of the unconstrained latent sites (traceable; for blackjax)."""
+    def logdensity_fn(self, dynamic: tuple, forward: bool = False) -> Callable:
+        """The log density of the unconstrained latent sites (traceable; for blackjax); with
+        `forward`, JAX takes its gradient in forward mode (`_forward.forward_gradient`)."""
+        potential = forward_gradient(self._potential_call) if forward else self._potential_call
+
         def logdensity(params):
-            return -self._potential_call(params, dynamic)
+            return -potential(params, dynamic)
 
         return logdensity
 
@@ -390,8 +399,9 @@ class ModelFns:
             )
         return self._site_info[sig]
 
-    def _potential_and_grad(self, params, dynamic):
-        pe, grad = jax.value_and_grad(self.potential)(params, dynamic)
+    def _potential_and_grad(self, params, dynamic, forward=False):
+        pe, grad = (value_and_forward_grad if forward else jax.value_and_grad)(self.potential)(
+            params, dynamic)
         param_ok = {n: jnp.all(jnp.isfinite(v)) for n, v in params.items()}
         grad_ok = {n: jnp.all(jnp.isfinite(g)) for n, g in grad.items()}
         return pe, grad, param_ok, grad_ok

@@ -10,6 +10,7 @@ import math
 import warnings
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import tqdm.auto as tqdm

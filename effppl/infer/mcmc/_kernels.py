@@ -58,11 +58,7 @@ def _positive(value: Any) -> bool:
 
 
 _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has no other value)
-    "forward_mode_differentiation": (False, "effppl differentiates the log density in reverse "
-                                            "mode; a `while_loop` in the model with latent "
-                                            "sites is an error anyway (no static number of "
-                                            "occurrences), and observed sites in one are "
-                                            "differentiable in reverse mode"),
+    "forward_mode_differentiation": (False, "taken apart"),  # (`_HMCFamily` reads it)
     "regularize_mass_matrix": (True, "blackjax's window adaptation always regularises the "
                                      "mass matrix as Stan does"),
     "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
@@ -99,7 +95,13 @@ class _HMCFamily:
                  dense_mass, target_accept_prob, init_strategy, divergence_threshold,
                  inverse_mass_matrix=None, mass_matrix=None, numpyro_options=None):
         api = self._api
-        self.potential_fn = numpyro_options.pop("potential_fn", None) if numpyro_options else None
+        numpyro_options = dict(numpyro_options or {})
+        self.potential_fn = numpyro_options.pop("potential_fn", None)
+        self.forward_mode_differentiation = numpyro_options.pop(
+            "forward_mode_differentiation", False)
+        _check(api, "forward_mode_differentiation", self.forward_mode_differentiation,
+               isinstance(self.forward_mode_differentiation, (bool, np.bool_)), "a bool")
+        self.forward_mode_differentiation = bool(self.forward_mode_differentiation)
         if self.potential_fn is None:
             _check(api, "model", model, callable(model),
                    "a callable model (or NumPyro's `potential_fn=` with no model)")
@@ -148,7 +150,7 @@ class _HMCFamily:
             type(self).__name__, self.step_size, self.adapt_step_size, self.adapt_mass_matrix,
             self.dense_mass, self.mass_matrix, self.target_accept_prob,
             self.divergence_threshold, tuple(sorted(self.kernel_kwargs().items())),
-            settings_key(self.inverse_mass_matrix),
+            settings_key(self.inverse_mass_matrix), self.forward_mode_differentiation,
         )
 
     def init_state(self, position, logdensity, logdensity_grad):
@@ -231,9 +233,11 @@ class HMC(_HMCFamily):
       (minus an unnormalised log density) of a pytree of unconstrained arrays; `MCMC.run` then
       needs `init_params` in that structure (a leading `num_chains` axis with several chains)
       and no model arguments, and `get_samples()` returns draws in that structure.
-    - NumPyro's `forward_mode_differentiation`, `regularize_mass_matrix`,
-      `find_heuristic_step_size`, `kinetic_fn`: accepted at NumPyro's defaults
-      only (another value raises, naming why).
+    - `forward_mode_differentiation`: as NumPyro's, take the log density's gradient in forward
+      mode (`jax.jacfwd`: d forward passes per gradient, batched), for a model JAX cannot
+      differentiate in reverse mode (a `lax.while_loop` between a latent site and the density).
+    - NumPyro's `regularize_mass_matrix`, `find_heuristic_step_size`, `kinetic_fn`: accepted at
+      NumPyro's defaults only (another value raises, naming why).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings (also when both
     `num_steps` and `trajectory_length` are None), and for a NumPyro option at another value

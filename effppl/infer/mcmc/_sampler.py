@@ -179,7 +179,8 @@ class Sampler:
         # sampler does: XLA's compile time grows with the number of leaves in a while loop's
         # carry (1.6x at 200 sites with one leaf per site), and blackjax's trajectory carries
         # several copies of the position.
-        model_logdensity = self.fns.logdensity_fn(dynamic)
+        model_logdensity = self.fns.logdensity_fn(
+            dynamic, forward=getattr(self.kernel, "forward_mode_differentiation", False))
         many_reductions = self.fns.reductions(state.position, dynamic) >= MANY_REDUCTIONS
         flat_position, unravel = ravel_pytree(state.position)
         state = state._replace(position=flat_position,

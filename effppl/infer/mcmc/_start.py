@@ -45,7 +45,7 @@ def initial_chain(mcmc, sampler, fns, info, keys, dynamic, place, api, pws, init
         # The log density and its gradient at the saved position are recomputed: the data
         # (or a global the model reads) may have changed since the state was saved.
         position = place(pws.position)
-        pe, grad, _, _ = fns.potential_and_grad(position, dynamic)
+        pe, grad, _, _ = fns.potential_and_grad(position, dynamic, forward=_forward(mcmc))
         if not np.all(np.isfinite(np.asarray(pe))):
             raise MCMCError(
                 f"`{api}`: the log density of model `{fns.name}` is not finite at the "
@@ -55,12 +55,19 @@ def initial_chain(mcmc, sampler, fns, info, keys, dynamic, place, api, pws, init
         return chain._replace(step_size=pws.step_size,
                               inverse_mass_matrix=pws.inverse_mass_matrix), 0
     if init_params is not None:
-        init = given_initial_params(fns, init_params, mcmc.num_chains, dynamic, api=api)
+        init = given_initial_params(fns, init_params, mcmc.num_chains, dynamic, api=api,
+                                    forward=_forward(mcmc))
     else:
         init = find_initial_params(fns, mcmc.kernel.init_strategy, keys[0], mcmc.num_chains,
                                    dynamic, api=api, chain_keys=keys[1],
-                                   max_rounding_error=mcmc.kernel.divergence_threshold)
+                                   max_rounding_error=mcmc.kernel.divergence_threshold,
+                                   forward=_forward(mcmc))
     return sampler.start(mcmc.num_warmup)(*place(init)), mcmc.num_warmup
+
+
+def _forward(mcmc) -> bool:
+    """Whether the kernel takes gradients in forward mode (NumPyro's option)."""
+    return getattr(mcmc.kernel, "forward_mode_differentiation", False)
 
 
 def restart_chains(mcmc, sampler, fns, init_key, dynamic, place, api, first, keys, bad, attempt):
@@ -70,6 +77,7 @@ def restart_chains(mcmc, sampler, fns, init_key, dynamic, place, api, first, key
     init = find_initial_params(fns, mcmc.kernel.init_strategy,
                                jax.random.fold_in(init_key, attempt), mcmc.num_chains,
                                dynamic, api=api,
-                               max_rounding_error=mcmc.kernel.divergence_threshold)
+                               max_rounding_error=mcmc.kernel.divergence_threshold,
+                               forward=_forward(mcmc))
     fresh = sampler.start(mcmc.num_warmup)(*place(init))
     return restarted(first, keys, fresh, bad, attempt)
