@@ -79,3 +79,4 @@ def test_potential_fn_errors_name_what_is_wrong():
         NUTS(lambda: None, potential_fn=jnp.sum)
     with pytest.raises(KernelSettingsError, match="potential_fn"):
         HMC()
+

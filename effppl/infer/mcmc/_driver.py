@@ -41,6 +41,7 @@ from ._results import (
     MCMCResultsView,
     MCMCState,
     numpyro_fields,
+    site_fields,
 )
 from ._sampler import Span, sampler_for
 from ._start import initial_chain, restart_chains
@@ -411,7 +412,9 @@ class MCMC(MCMCResultsView):
                           init_params=init_params, collect_warmup=bool(collect_warmup))
         if collect_warmup and self.num_warmup:
             stats = self._get("stats", "warmup")
-            stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases})
+            stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases
+                          if name in NUMPYRO_FIELDS})
+            site_fields(self._results_for("warmup"), aliases, "effppl.infer.MCMC.warmup")
 
     def run(self, rng_key, *args, extra_fields=(), init_params=None, checkpoint=None,
             **kwargs) -> None:
@@ -425,7 +428,9 @@ class MCMC(MCMCResultsView):
         - `extra_fields`: names of statistics `get_extra_fields` must return, for NumPyro
           compatibility: every statistic of `get_extra_fields` is always recorded, and NumPyro's
           names `accept_prob`, `num_steps`, `potential_energy` and `adapt_state.step_size` are
-          added under those names when asked for. Other names raise `MCMCError`.
+          added under those names when asked for; NumPyro's `"z.<site>"` adds a latent site's
+          unconstrained draws, and `"~z.<site>"` leaves the site out of `get_samples`. Other
+          names raise `MCMCError`.
         - `init_params`: optional starting point, as NumPyro's: dict latent site -> *unconstrained*
           value (`effppl.handlers.unconstrain_fn` maps constrained values there), of the site's
           unconstrained shape or with a leading `num_chains` axis; replaces `init_strategy`. For
@@ -475,4 +480,6 @@ class MCMC(MCMCResultsView):
         if self._results is None:  # interrupted before the first draw
             return
         stats = self._get("stats", "run")
-        stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases})
+        stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases
+                      if name in NUMPYRO_FIELDS})
+        site_fields(self._results_for("run"), aliases, "effppl.infer.MCMC.run")

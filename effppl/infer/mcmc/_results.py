@@ -10,7 +10,7 @@ from ..._errors import EffpplError
 from ._mass import block_views, numpyro_blocks
 
 __all__ = ["MCMCError", "DivergenceWarning", "AdaptState", "MCMCState", "MCMCResults", "MCMCResultsView",
-           "STATS", "NUMPYRO_FIELDS", "numpyro_fields"]
+           "STATS", "NUMPYRO_FIELDS", "numpyro_fields", "site_fields"]
 
 
 class MCMCError(EffpplError, ValueError):
@@ -31,16 +31,57 @@ NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's
 }
 
 
+def _site_field(field) -> bool:
+    """NumPyro's `"z.<site>"` (a latent site's unconstrained draws) or `"~z.<site>"` (leave the
+    site out of the draws)."""
+    return isinstance(field, str) and field.startswith(("z.", "~z.")) and \
+        len(field) > field.index(".") + 1
+
+
 def numpyro_fields(extra_fields, api):
-    """The NumPyro names among `extra_fields`; raises `MCMCError` on a name effppl cannot give."""
+    """The NumPyro names among `extra_fields` (with NumPyro's site fields `"z.<site>"` and
+    `"~z.<site>"`); raises `MCMCError` on a name effppl cannot give."""
     if isinstance(extra_fields, str):
         extra_fields = (extra_fields,)
-    unknown = [f for f in extra_fields if f not in STATS and f not in NUMPYRO_FIELDS]
+    unknown = [f for f in extra_fields
+               if f not in STATS and f not in NUMPYRO_FIELDS and not _site_field(f)]
     if unknown:
         raise MCMCError(
             f"`{api}(..., extra_fields=...)`: effppl cannot record {unknown}. It records "
-            f"{list(STATS)} always, and gives NumPyro's names {list(NUMPYRO_FIELDS)} when asked.")
-    return tuple(f for f in extra_fields if f in NUMPYRO_FIELDS)
+            f"{list(STATS)} always, and gives NumPyro's names {list(NUMPYRO_FIELDS)} and "
+            f"`'z.<site>'` (a latent site's unconstrained draws; `'~z.<site>'` leaves the site "
+            f"out of the draws) when asked.")
+    return tuple(dict.fromkeys(f for f in extra_fields if f in NUMPYRO_FIELDS or _site_field(f)))
+
+
+def site_fields(results: "MCMCResults", fields, api) -> None:
+    """NumPyro's site fields of `fields` applied to `results` in place: `"z.<site>"` adds the
+    site's unconstrained draws to the statistics (`[chain, draw, ...]`), `"~z.<site>"` drops the
+    site from the draws. **Raises:** `MCMCError` naming a site that is not latent."""
+    wanted = [f for f in fields if _site_field(f)]
+    if not wanted:
+        return
+    latent = results.info.latent
+    unknown = [f for f in wanted if f.split(".", 1)[1] not in latent]
+    if unknown:
+        raise MCMCError(f"`{api}(..., extra_fields={unknown})`: not latent sites of model "
+                        f"`{results.fns.name}`; those are {list(latent)}.")
+    unconstrained = None
+    if any(not f.startswith("~") for f in wanted):
+        from ...handlers import unconstrain_fn
+        args, kwargs = results.fns.args(results.dynamic)
+        draws = {n: results.samples[n] for n in latent}
+        chains, num = np.shape(draws[latent[0]])[:2]
+        flat = jax.tree.map(lambda x: x.reshape((chains * num,) + x.shape[2:]), draws)
+        values = jax.jit(jax.vmap(
+            lambda v: unconstrain_fn(results.fns.model, args, kwargs, v)))(flat)
+        unconstrained = jax.tree.map(lambda x: x.reshape((chains, num) + x.shape[1:]), values)
+    for field in wanted:
+        name = field.split(".", 1)[1]
+        if field.startswith("~"):
+            results.samples.pop(name, None)
+        elif unconstrained is not None:
+            results.stats[field] = unconstrained[name]
 
 
 class AdaptState(NamedTuple):

@@ -47,7 +47,8 @@ class _AutoFlow(AutoContinuous):
     def _checked_dim(self, d):
         if d == 1:  # as NumPyro's (a ValueError)
             raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}: the model's "
-                                 f"latent size is 1; use AutoDiagonalNormal instead.")
+                                 f"latent dim = 1. Consider using AutoDiagonalNormal instead "
+                                 f"(a flow of one coordinate is an affine map).")
         return d
 
     def _flows(self, d, bind):
