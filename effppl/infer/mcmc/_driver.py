@@ -355,7 +355,9 @@ class MCMC(MCMCResultsView):
         self._results = MCMCResults(samples=samples, stats=stats, fns=fns,
                                     dynamic=dynamic, info=info, last_state=last)
         warn_divergences(fns.name, self._results.stats, record.draws_done * self.num_chains)
-        warn_tree_depth(fns.name, self._results.stats, getattr(self.kernel, "max_tree_depth", None))
+        depth = getattr(self.kernel, "max_tree_depth", None)
+        warn_tree_depth(fns.name, self._results.stats,
+                        depth[1] if isinstance(depth, tuple) else depth)  # (sampling's)
         warn_mixing(fns.name, self._results.stats, self._results.samples)
 
     def _explained(self, args, kwargs):

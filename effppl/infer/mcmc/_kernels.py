@@ -343,7 +343,8 @@ class NUTS(_HMCFamily):
     - `step_size`, `adapt_step_size`, `adapt_mass_matrix`, `dense_mass`, `mass_matrix`,
       `target_accept_prob`, `init_strategy`, `divergence_threshold`: as for `HMC`.
     - `max_tree_depth`: maximum number of trajectory doublings (at most `2**max_tree_depth - 1`
-      leapfrog steps per transition).
+      leapfrog steps per transition); NumPyro's pair `(during warmup, while sampling)` sets
+      the two phases apart.
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
 
@@ -376,15 +377,21 @@ class NUTS(_HMCFamily):
     def __init__(self, model: Callable | None = None, *, step_size: float = 1.0,
                  adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, dense_mass: bool = False,
-                 target_accept_prob: float = 0.8, max_tree_depth: int = 10,
+                 target_accept_prob: float = 0.8, max_tree_depth: int | tuple = 10,
                  init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
                  mass_matrix: str | None = None, trajectory_length: float | None = None,
                  **numpyro_options):
         del trajectory_length  # as NumPyro's: "This arg has no effect in NUTS sampler."
+        def depth_ok(d):
+            return isinstance(d, int) and not isinstance(d, bool) and d >= 1
+        if isinstance(max_tree_depth, list):
+            max_tree_depth = tuple(max_tree_depth)
         _check("NUTS", "max_tree_depth", max_tree_depth,
-               isinstance(max_tree_depth, int) and not isinstance(max_tree_depth, bool)
-               and max_tree_depth >= 1, "an int >= 1")
+               depth_ok(max_tree_depth) or (isinstance(max_tree_depth, tuple)
+                                            and len(max_tree_depth) == 2
+                                            and all(map(depth_ok, max_tree_depth))),
+               "an int >= 1, or NumPyro's pair (depth during warmup, depth while sampling)")
         _known_options("NUTS", numpyro_options)
         self.max_tree_depth = max_tree_depth
         super().__init__(model, step_size=step_size, adapt_step_size=adapt_step_size,

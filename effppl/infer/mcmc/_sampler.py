@@ -161,6 +161,23 @@ class Sampler:
             astate = self._scheme.seed(astate, state.logdensity_grad)
         return _strong(ChainState(state, astate, *self.tuned(astate), jnp.zeros((), jnp.int32)))
 
+    def _transition(self, sampling, key, state, logdensity, params):
+        """One kernel transition; with NumPyro's `max_tree_depth=(warmup, sampling)`, a `cond` on
+        `sampling` (the same for every chain: it stays a `cond` under the chains' `vmap`)
+        between the two depths."""
+        kwargs = self._kwargs
+        depths = kwargs.get("max_num_doublings")
+        if not isinstance(depths, tuple):
+            return self._kernel(key, state, logdensity, *params, **kwargs)
+
+        def with_depth(depth):
+            def step(operands):
+                return self._kernel(*operands[:2], logdensity, *operands[2],
+                                    **dict(kwargs, max_num_doublings=depth))
+            return step
+        return jax.lax.cond(sampling, with_depth(depths[1]), with_depth(depths[0]),
+                            (key, state, params))
+
     def _chunk(self, chain: ChainState, keys, span: Span, schedule, dynamic, *, length):
         """Run `span.num` warmup steps, or `span.num` (<= `length`) draws, of one chain.
 
@@ -202,7 +219,7 @@ class Sampler:
             state, astate, stats, n_div, i, stuck_for = carry
             k = jnp.where(sampling, offset + i * thinning + j, i)
             params = _select(sampling, (step_size, imm), self.tuned(astate))
-            new, info = self._kernel(keys[k], state, logdensity, *params, **self._kwargs)
+            new, info = self._transition(sampling, keys[k], state, logdensity, params)
             stage = schedule[jnp.minimum(i, last)]
             # A `cond` (`sampling` is the same for every chain), so that draws skip the
             # adaptation's work: the estimators' updates and, at the schedule's window ends,
