@@ -61,9 +61,10 @@ def warmup_schedule(num_warmup: int) -> np.ndarray:
     return _table(build_schedule, num_warmup)
 
 
-def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure) -> Scheme:
+def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure,
+          regularize: bool = True) -> Scheme:
     init, update, final = window_adaptation(dense, target_accept_prob, adapt_mass_matrix,
-                                            structure)
+                                            structure, regularize=regularize)
     return Scheme(lambda position, step_size, num_warmup: init(position, step_size),
                   update, final, lambda state, grad: state, warmup_schedule)
 
@@ -78,13 +79,15 @@ def _nutpie(low_rank: bool, target_accept_prob: float) -> Scheme:
 
 
 def scheme_for(mass_matrix: str, target_accept_prob: float, *, dense_mass=None,
-               adapt_mass_matrix: bool = True, structure=None) -> Scheme:
+               adapt_mass_matrix: bool = True, structure=None, regularize: bool = True) -> Scheme:
     """The adaptation scheme named `mass_matrix` (one of `MASS_MATRICES`). For Stan's schemes:
     `dense_mass` (True, or NumPyro's site groups of a block-structured matrix), whether to adapt
-    the matrix at all, and `structure(position) -> (block mask, initial matrix)` (`_mass`)."""
+    the matrix at all, `structure(position) -> (block mask, initial matrix)` (`_mass`), and
+    whether to regularise each window's covariance as Stan does (NumPyro's
+    `regularize_mass_matrix`; False: the sample covariance itself)."""
     if mass_matrix in ("diag", "dense"):
         dense = (dense_mass or True) if mass_matrix == "dense" else False
-        return _stan(dense, target_accept_prob, adapt_mass_matrix, structure)
+        return _stan(dense, target_accept_prob, adapt_mass_matrix, structure, regularize)
     return _nutpie(mass_matrix == "low_rank", target_accept_prob)
 
 

@@ -59,8 +59,7 @@ def _positive(value: Any) -> bool:
 
 _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has no other value)
     "forward_mode_differentiation": (False, "taken apart"),  # (`_HMCFamily` reads it)
-    "regularize_mass_matrix": (True, "blackjax's window adaptation always regularises the "
-                                     "mass matrix as Stan does"),
+    "regularize_mass_matrix": (True, "taken apart"),  # (`_HMCFamily` reads it)
     "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
                                         "given one"),
     "kinetic_fn": (None, "blackjax's Euclidean kinetic energy is the only one"),
@@ -102,6 +101,10 @@ class _HMCFamily:
         _check(api, "forward_mode_differentiation", self.forward_mode_differentiation,
                isinstance(self.forward_mode_differentiation, (bool, np.bool_)), "a bool")
         self.forward_mode_differentiation = bool(self.forward_mode_differentiation)
+        self.regularize_mass_matrix = numpyro_options.pop("regularize_mass_matrix", True)
+        _check(api, "regularize_mass_matrix", self.regularize_mass_matrix,
+               isinstance(self.regularize_mass_matrix, (bool, np.bool_)), "a bool")
+        self.regularize_mass_matrix = bool(self.regularize_mass_matrix)
         if self.potential_fn is None:
             _check(api, "model", model, callable(model),
                    "a callable model (or NumPyro's `potential_fn=` with no model)")
@@ -134,6 +137,10 @@ class _HMCFamily:
                "None with the Fisher schemes (mass_matrix='fisher_diag' or 'low_rank' start from "
                "the identity)")
         self.mass_matrix = mass_matrix or ("dense" if dense_mass else DEFAULT_MASS_MATRIX)
+        _check(api, "regularize_mass_matrix", self.regularize_mass_matrix,
+               self.regularize_mass_matrix or self.mass_matrix in ("diag", "dense"),
+               "True with the Fisher schemes (the setting concerns Stan's window estimate, "
+               "mass_matrix='diag' or 'dense')")
         self.model = model
         self.step_size = float(step_size)
         self.adapt_step_size = bool(adapt_step_size)
@@ -151,6 +158,7 @@ class _HMCFamily:
             self.dense_mass, self.mass_matrix, self.target_accept_prob,
             self.divergence_threshold, tuple(sorted(self.kernel_kwargs().items())),
             settings_key(self.inverse_mass_matrix), self.forward_mode_differentiation,
+            self.regularize_mass_matrix,
         )
 
     def init_state(self, position, logdensity, logdensity_grad):
@@ -236,8 +244,11 @@ class HMC(_HMCFamily):
     - `forward_mode_differentiation`: as NumPyro's, take the log density's gradient in forward
       mode (`jax.jacfwd`: d forward passes per gradient, batched), for a model JAX cannot
       differentiate in reverse mode (a `lax.while_loop` between a latent site and the density).
-    - NumPyro's `regularize_mass_matrix`, `find_heuristic_step_size`, `kinetic_fn`: accepted at
-      NumPyro's defaults only (another value raises, naming why).
+    - `regularize_mass_matrix`: as NumPyro's: False takes each window's sample covariance as the
+      inverse mass matrix, without Stan's shrinkage toward a small multiple of the identity
+      (`"diag"` and `"dense"` only).
+    - NumPyro's `find_heuristic_step_size`, `kinetic_fn`: accepted at NumPyro's defaults only
+      (another value raises, naming why).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings (also when both
     `num_steps` and `trajectory_length` are None), and for a NumPyro option at another value

@@ -98,7 +98,8 @@ class Sampler:
         self._scheme = scheme_for(kernel.mass_matrix, kernel.target_accept_prob,
                                   dense_mass=kernel.dense_mass,
                                   adapt_mass_matrix=kernel.adapt_mass_matrix,
-                                  structure=functools.partial(_mass_structure, kernel))
+                                  structure=functools.partial(_mass_structure, kernel),
+                                  regularize=getattr(kernel, "regularize_mass_matrix", True))
         self._adapt_update, self._adapt_final = self._scheme.update, self._scheme.final
         self._starts: dict = {}
         self._chunks: dict = {}

@@ -38,7 +38,7 @@ class WindowState(NamedTuple):
 
 
 def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: bool = True,
-                      structure=None):
+                      structure=None, regularize: bool = True):
     """`(init, update, final)` of Stan's window adaptation, diagonal or dense.
 
     - `init(position, step_size) -> WindowState`.
@@ -51,7 +51,9 @@ def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: 
     groups' blocks are zeroed after each slow window, `_mass.py`); `adapt_mass_matrix=False`
     keeps the initial matrix; `structure(position) -> (mask, initial)` (`_mass.structure` of
     the position's sites) gives the block mask and the initial inverse mass matrix (None: the
-    identity).
+    identity). `regularize=False` (NumPyro's `regularize_mass_matrix=False`): each window's
+    matrix is the draws' sample covariance `m2 / (n - 1)` itself, not Stan's
+    `n / (n + 5) * cov + 5 / (n + 5) * 1e-3 * I`.
     """
     recipe = lookup_recipe("welford_diag" if dense_mass is False else "welford_dense")
     core = recipe.build_core(imm_shrinkage_to_previous=0.0, initial_inverse_mass_matrix=None)
@@ -80,6 +82,9 @@ def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: 
 
     def end_of_slow_window(state):
         imm = core.final(state.imm_state) if adapt_mass_matrix else state.imm_state
+        if adapt_mass_matrix and not regularize:  # the window's sample covariance
+            _, m2, count = state.imm_state.wc_state
+            imm = imm._replace(inverse_mass_matrix=m2 / (count - 1))
         mask = mask_of.get("mask")
         if mask is not None and adapt_mass_matrix:
             imm = imm._replace(inverse_mass_matrix=imm.inverse_mass_matrix * jnp.asarray(
