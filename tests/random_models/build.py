@@ -46,7 +46,9 @@ def numpyro_can_express(model) -> bool:
     broadcast to shape with fewer dimensions"), and no `do` giving a site that a `scale` inside
     the `do` weighs (NumPyro's `do` sends a copy of the site's message through the whole handler
     stack again, so the inner `scale` multiplies twice: `do(scale(x ~ N(0, 1), 3))` scores
-    `9 * log N(x)`; effppl and the evaluator score `3 * log N(x)`, as the model says)."""
+    `9 * log N(x)`; effppl and the evaluator score `3 * log N(x)`, as the model says), and no
+    `scale` inside a `scale` inside a scan (NumPyro's `scale` multiplies the two array scales
+    while the scan's body is traced and its `scan` keeps the product: `UnexpectedTracerError`)."""
     def scaled_do(body, names, scaled):
         for s in body:
             if isinstance(s, S.Sample) and scaled and s.name in names:
@@ -64,7 +66,7 @@ def numpyro_can_express(model) -> bool:
         return any(isinstance(s, S.Scan) or (hasattr(s, "body") and has_scan(s.body))
                    for s in body)
 
-    def ok(body, in_scan, in_plate):
+    def ok(body, in_scan, in_plate, scaled_in_scan=False):
         for s in body:
             if isinstance(s, (S.Cond, S.Vmap)):
                 return False
@@ -76,12 +78,15 @@ def numpyro_can_express(model) -> bool:
                 if not ok(s.body, True, in_plate):
                     return False
             elif isinstance(s, S.Plate):
-                if not ok(s.body, in_scan, True):
+                if not ok(s.body, in_scan, True, scaled_in_scan):
                     return False
             elif isinstance(s, S.Handle):
                 if s.kind == "do" and (has_scan(s.body) or scaled_do(s.body, s.payload, False)):
                     return False
-                if not ok(s.body, in_scan, in_plate):
+                scale = s.kind == "scale" and in_scan
+                if scale and scaled_in_scan:
+                    return False
+                if not ok(s.body, in_scan, in_plate, scaled_in_scan or scale):
                     return False
         return True
     return ok(model, False, False)

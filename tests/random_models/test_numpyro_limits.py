@@ -75,3 +75,38 @@ def test_factor_in_a_plate_in_a_scan_raises_in_numpyro():
     assert not numpyro_can_express((S.Scan("s", 3, False, S.Const(0.0), None, (plate,)),))
     assert numpyro_can_express((S.Scan("s", 3, False, S.Const(0.0), None, (factor,)),))
     assert numpyro_can_express((plate,))
+
+
+def test_nested_array_scales_in_a_scan_leak_a_tracer_in_numpyro():
+    """Long run, seed 20261209 (3 models from one, e.g. model seed 0): `scan(3): x2 ~ Beta;
+    scale(2): scale(0.5): o8 ~ LogNormal(2 x2, .) [obs]`. NumPyro's `scale` multiplies the two
+    array scales while the scan's body is traced, and its `scan` keeps the product past the
+    loop: `UnexpectedTracerError`. effppl scores the site with the product of the scales."""
+    import jax.numpy as jnp
+
+    def numpyro_model():
+        def step(c, _):
+            with nhandlers.scale(scale=jnp.asarray(2.0)), nhandlers.scale(scale=jnp.asarray(0.5)):
+                numpyro.sample("o", ndist.Normal(c, 1.0), obs=1.0)
+            return c, None
+        nscan(step, 0.5, None, length=3)
+
+    def model():
+        def step(c, _):
+            with handlers.scale(scale=jnp.asarray(2.0)), handlers.scale(scale=jnp.asarray(0.5)):
+                effppl.sample("o", dist.Normal(c, 1.0), obs=1.0)
+            return c, None
+        jax.lax.scan(step, 0.5, None, length=3)
+
+    with pytest.raises(jax.errors.UnexpectedTracerError):
+        numpyro_log_density(numpyro_model, (), {}, {})
+    np.testing.assert_allclose(effppl.log_density(model, (), {}, {})[0],
+                               3 * dist.Normal(0.5, 1.0).log_prob(1.0), rtol=1e-12)
+
+    o = S.Sample("o", "Normal", (S.Const(0.0), S.Const(1.0)), observed=True)
+    inner = S.Handle("h5", "scale", (o,), 0.5)
+    nested = S.Handle("h3", "scale", (inner,), 2.0)
+    assert not numpyro_can_express((S.Scan("s", 3, False, S.Const(0.0), None, (nested,)),))
+    assert numpyro_can_express((S.Scan("s", 3, False, S.Const(0.0), None, (inner,)),))
+    assert numpyro_can_express((S.Handle("h3", "scale", (S.Scan("s", 3, False, S.Const(0.0),
+                                                                  None, (inner,)),), 2.0),))
