@@ -257,8 +257,9 @@ class Record:
         if self.store is None or self._progress() == self._saved_at:
             return
         if force or self.stopper.requested or self.store.due():
-            self._save()
-            self._unsaved, self._saved_at = [], self._progress()
+            with self.stopper.shielded():  # (cut here, the next save would append twice)
+                self._save()
+                self._unsaved, self._saved_at = [], self._progress()
 
     def close(self) -> None:
         if self.store is not None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import signal
 import sys
+import threading
 
 import jax
 
@@ -62,6 +64,26 @@ class Stopper:
     def check(self) -> None:
         if self.requested:
             raise _Stop
+
+    @contextlib.contextmanager
+    def shielded(self):
+        """A block that Ctrl-C does not cut (a checkpoint's save and the bookkeeping of what it
+        saved: cut between them, the next save would append the same draws again): a Ctrl-C
+        during it counts as a request to stop, seen by the next `check`. Only in the main
+        thread (where Python delivers signals); elsewhere the block runs as it is."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def request(signum, frame):
+            self.requested = True
+
+        signal.signal(signal.SIGINT, request)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     @contextlib.contextmanager
     def catching(self):
