@@ -452,17 +452,17 @@ def test_jax_example_libraries_optimisers_step_as_numpyros():
 
 def test_a_param_without_init_value_takes_the_guides_or_init_params():
     """As NumPyro's SVI: a model param without `init_value` takes the guide's param of that
-    name; params without one take `init_params`; the shared param is fitted."""
-    def shared_model():
-        shared = effppl.param("shared")
-        effppl.factor("neg_loss", -((shared - 5.0) ** 2))
+    name; params without one take `init_params`; the common param is fitted."""
+    def common_model():
+        common = effppl.param("common")
+        effppl.factor("neg_loss", -((common - 5.0) ** 2))
 
-    def shared_guide():
-        effppl.param("shared", 1.0)
+    def common_guide():
+        effppl.param("common", 1.0)
 
-    svi = SVI(shared_model, shared_guide, optax.adam(0.05), Trace_ELBO())
+    svi = SVI(common_model, common_guide, optax.adam(0.05), Trace_ELBO())
     result = svi.run(jax.random.PRNGKey(0), 1000, progress_bar=False)
-    np.testing.assert_allclose(result.params["shared"], 5.0, atol=0.05)
+    np.testing.assert_allclose(result.params["common"], 5.0, atol=0.05)
 
     def model_b():
         effppl.param("a", 0.0)

@@ -177,7 +177,7 @@ def block_views(blocks: MassBlocks, sizes: dict, imm, lead: int) -> dict:
     is_dense = jnp.ndim(imm) - lead == 2
     out = {}
     for group, dense in blocks.blocks:
-        idx = np.concatenate([np.arange(*offsets[n]) for n in group])
+        idx = _indices("MCMC.last_state.adapt_state", group, offsets)
         if is_dense:
             block = imm[..., idx[:, None], idx[None, :]]
             out[group] = block if dense else jnp.diagonal(block, axis1=-2, axis2=-1)

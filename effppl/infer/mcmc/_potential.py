@@ -73,10 +73,8 @@ def potential_program(kernel, init_params, num_chains: int, args, kwargs,
         shapes.append(shape[1:] if num_chains > 1 else shape)
     flat_dict = isinstance(init_params, dict) and all(
         isinstance(k, str) and not isinstance(v, dict) for k, v in init_params.items())
-    names = (tuple(sorted(init_params)) if flat_dict
+    names = (tuple(sorted(init_params)) if flat_dict  # (a dict's leaves come sorted)
              else tuple(f"Param:{i}" for i in range(len(leaves))))
-    if flat_dict:  # (sorted, as a dict's leaves are)
-        treedef = jax.tree.structure({n: 0 for n in names})
     key = (treedef, names, tuple(shapes))
     programs = kernel.__dict__.setdefault("_potential_programs", {})
     if key not in programs:
