@@ -68,13 +68,13 @@ def site_fields(results: "MCMCResults", fields, api) -> None:
                         f"`{results.fns.name}`; those are {list(latent)}.")
     unconstrained = None
     if any(not f.startswith("~") for f in wanted):
-        from ...handlers import unconstrain_fn
+        from .._model import unconstrain
         args, kwargs = results.fns.args(results.dynamic)
         draws = {n: results.samples[n] for n in latent}
         chains, num = np.shape(draws[latent[0]])[:2]
         flat = jax.tree.map(lambda x: x.reshape((chains * num,) + x.shape[2:]), draws)
         values = jax.jit(jax.vmap(
-            lambda v: unconstrain_fn(results.fns.model, args, kwargs, v)))(flat)
+            lambda v: unconstrain(results.fns.model, args, kwargs, v)))(flat)
         unconstrained = jax.tree.map(lambda x: x.reshape((chains, num) + x.shape[1:]), values)
     for field in wanted:
         name = field.split(".", 1)[1]
