@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._errors import EffpplError
@@ -81,6 +82,24 @@ def _draws(api, posterior_samples, arg="posterior_samples", what="draws"):
     return out
 
 
+def _num_particles(api, params: dict, batch_ndims: int) -> int:
+    """The number of particles of `params` (the length of every leaf's leading axis), for
+    `Predictive(..., guide=..., params=..., batch_ndims=1)`."""
+    if batch_ndims != 1:
+        raise PredictiveError(f"`{api}(..., guide=..., params=...)` takes `batch_ndims` 0 (one "
+                              f"set of params) or 1 (a leading axis of particles), not "
+                              f"{batch_ndims} (as NumPyro).")
+    sizes = {name: np.shape(v)[0] if np.ndim(v) else None
+             for name, v in jax.tree_util.tree_leaves_with_path(params)}
+    if len(set(sizes.values())) != 1 or None in sizes.values():
+        shown = {jax.tree_util.keystr(k): np.shape(v)
+                 for k, v in jax.tree_util.tree_leaves_with_path(params)}
+        raise PredictiveError(f"`{api}(..., guide=..., params=..., batch_ndims=1)`: every param "
+                              f"needs the same leading axis of particles, but their shapes are "
+                              f"{shown}.")
+    return int(next(iter(sizes.values())))
+
+
 def _flatten(tree, batch_ndims):
     def flat(x):
         x = x if hasattr(x, "reshape") else np.asarray(x)
@@ -111,7 +130,10 @@ class Predictive:
     - `parallel`: accepted for NumPyro's signature; effppl always draws in parallel (`jax.vmap`
       over the draws, in one compiled function).
     - `batch_ndims`: leading batch dimensions of `posterior_samples` (2 for
-      `get_samples(group_by_chain=True)`).
+      `get_samples(group_by_chain=True)`). By default 1, or 0 with a `guide` (NumPyro's
+      defaults). With a `guide`, `batch_ndims=1` means that every array of `params` has a
+      leading axis of particles (e.g. the parameters of several SVI runs): the draws are made
+      for each particle and the results are `[num_samples, num_particles, ...]`, as NumPyro's.
     - `condition_deterministic`: also fix the deterministic sites found in `posterior_samples`
       (by default they are recomputed). `exclude_deterministic` is NumPyro's deprecated alias
       (`exclude_deterministic=True` is `condition_deterministic=False`).
@@ -156,7 +178,7 @@ class Predictive:
 
     def __init__(self, model: Callable, posterior_samples: dict | None = None, *,
                  num_samples: int | None = None, return_sites: Sequence[str] | None = None,
-                 parallel: bool = False, batch_ndims: int = 1,
+                 parallel: bool = False, batch_ndims: int | None = None,
                  condition_deterministic: bool | None = None,
                  exclude_deterministic: bool | None = None, guide: Callable | None = None,
                  params: dict | None = None, infer_discrete: bool = False, mesh=None):
@@ -200,7 +222,12 @@ class Predictive:
         self.model = model
         self.posterior_samples = _draws(api, posterior_samples or {})
         self.return_sites = None if return_sites is None else tuple(return_sites)
+        if batch_ndims is None:  # NumPyro's default: 1, or 0 with a guide
+            batch_ndims = 1 if guide is None else 0
         self.batch_ndims = _check_batch_ndims(api, batch_ndims)
+        self._particles = None
+        if guide is not None and self.params and self.batch_ndims > 0:
+            self._particles = _num_particles(api, self.params, self.batch_ndims)
         self.condition_deterministic = bool(condition_deterministic)
         self.parallel = bool(parallel)
         self.infer_discrete = bool(infer_discrete)
@@ -226,6 +253,17 @@ class Predictive:
         """Draw predictive samples; `args`/`kwargs` are the model's (see `MCMC.run`)."""
         api = "effppl.infer.Predictive"
         key = typed_key(rng_key, f"`{api}`", PredictiveError)
+        if self._particles is None:
+            return self._call(key, self.params, args, kwargs)
+        # one set of draws per particle of `params`, stacked on axis 1 (NumPyro's `out_axes=1`)
+        keys = jax.random.split(key, self._particles)
+        outs = [self._call(keys[i], jax.tree.map(lambda v, i=i: v[i], self.params), args, kwargs)
+                for i in range(self._particles)]
+        return jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *outs)
+
+    def _call(self, key, params, args, kwargs) -> dict:
+        """The draws of one set of `params` (see `__call__`)."""
+        api = "effppl.infer.Predictive"
         model = self.model if self.infer_discrete else _unscored(self.model)  # as NumPyro's
         fns, dynamic = prepare(api, model, args, kwargs)
         info = fns.site_info(dynamic)
@@ -252,7 +290,7 @@ class Predictive:
         samples = _flatten(samples, self.batch_ndims)
         if self.guide is not None:
             guide_key, key = jax.random.split(key)
-            samples = self._guide_draws(guide_key, fns.structure, dynamic, sample_sites)
+            samples = self._guide_draws(guide_key, fns.structure, dynamic, sample_sites, params)
             keys = jax.random.split(key, self.num_samples)
             if self.return_sites is None:
                 sites -= set(samples)
@@ -263,7 +301,7 @@ class Predictive:
             with site_errors():
                 out = readable(jax.block_until_ready(fns.predictor(
                     tuple(sorted(sites)), self.infer_discrete)(
-                    keys, samples, self.params, dynamic)))
+                    keys, samples, params, dynamic)))
         except SiteError as err:
             if "shape" not in str(err):
                 raise
@@ -273,7 +311,7 @@ class Predictive:
                 "`get_samples(group_by_chain=True)`, need `batch_ndims=2`).") from err
         return _unflatten(out, self._batch_shape)
 
-    def _guide_draws(self, key, structure, dynamic, model_sites):
+    def _guide_draws(self, key, structure, dynamic, model_sites, params):
         """`num_samples` draws of the guide's sample sites that are sample sites of the model."""
         guide_fns = model_fns(_unscored(self.guide), structure, dynamic)
         info = guide_fns.site_info(dynamic)
@@ -282,7 +320,7 @@ class Predictive:
         keys = jax.random.split(key, self.num_samples)
         if self.mesh is not None:
             keys, dynamic = split_draws(keys, self.mesh), place_data(dynamic, self.mesh)
-        return draw(keys, {}, self.params, dynamic)
+        return draw(keys, {}, params, dynamic)
 
 
 def log_likelihood(model: Callable, posterior_samples: dict, *args, batch_ndims: int = 1,
