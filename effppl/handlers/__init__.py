@@ -25,6 +25,7 @@ Example: the log joint density of a model at given latent values equals the hand
 
 from ..primitives import plate  # NumPyro binds its plate here too
 from ._basic import block, condition, do, mask, replay, scale, seed, substitute
+from ._collapse import CollapseError, collapse
 from ._density import (
     constrain_fn,
     log_density,
@@ -40,7 +41,7 @@ from ._trace import trace
 from ._uncondition import uncondition
 from .enumeration import InferDiscreteError, config_enumerate, enum, infer_discrete, markov
 
-__all__ = ["block", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
+__all__ = ["block", "collapse", "CollapseError", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
            "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density", "enum", "config_enumerate", "infer_config", "markov",
