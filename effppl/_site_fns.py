@@ -72,7 +72,7 @@ def _param_fn(msg, init_fn):
         return numpyro.util.identity
     if msg.init is not None:  # an inner `seed` drew it already
         return lambda *args, **kwargs: msg.init
-    return lambda *args, **kwargs: init_fn(prng_key_op(name=None))
+    return lambda *args, **kwargs: init_fn(prng_key_op(name=None), *msg.init_args)
 
 
 def ask(api: str, fn: Callable, kind: str, name: str, static: dict, msg: Any = None):

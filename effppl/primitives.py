@@ -79,11 +79,14 @@ class ParamMsg(NamedTuple):
     - `constraint`: its support, a `numpyro.distributions.constraints` object.
     - `init`: its `init_value` (array), or None while an `init_value` function waits for a key
       (`seed` draws it).
+    - `init_args`: the values an `init_value` function closes over (its static `init_fn`, a
+      `TracedInit`, is called as `init_fn(key, *init_args)`).
     """
 
     value: Any
     constraint: Any
     init: Any = None
+    init_args: tuple = ()
 
     def decided(self):
         """The param's value: the one a handler gave, else its initial value (None while
@@ -895,8 +898,8 @@ def get_mask():
 def _param_type(msg, *, name, init_fn, **static):
     if msg.decided() is not None:
         return jax.ShapeDtypeStruct(msg.decided().shape, msg.decided().dtype)
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    return jax.eval_shape(lambda k: jnp.asarray(init_fn(k)), key)
+    aval = init_fn.jaxpr.out_avals[0]  # a `TracedInit`
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
 
 
 param_op = fx.Operation("param", out=_param_type, unhandled=_outside_handlers)
@@ -963,13 +966,37 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     if not isinstance(constraint, dist.constraints.Constraint):
         raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
                         f"numpyro.distributions.constraints object, but got {constraint!r}.")
-    init_fn = init_value if callable(init_value) else None
+    init_fn = TracedInit(init_value, name) if callable(init_value) else None
     init = None if init_fn is not None else jnp.asarray(init_value)
-    msg = ParamMsg(value=None, constraint=constraint, init=init)
+    msg = ParamMsg(value=None, constraint=constraint, init=init,
+                   init_args=() if init_fn is None else tuple(init_fn.consts))
     value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
     if event_dim is None:
         return value
     return subsample(value, event_dim, what=f"effppl.param({name!r}, ..., event_dim={event_dim})")
+
+
+class TracedInit:
+    """A param's `init_value` function, traced where the `param` statement runs: NumPyro calls
+    it there (with a key from `seed`), so the Python values it reads (a loop variable, say) and
+    the model's values it closes over are those of that moment, not of the later time a handler
+    calls it. Called as `init(raw_key, *args)` with `args` the closed-over values
+    (`ParamMsg.init_args`); its repr is the traced program, so a changed init function changes
+    the model's program."""
+
+    def __init__(self, fn, name):
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        self.jaxpr, self.consts, self.out_tree = internal.trace_to_jaxpr(
+            lambda k: jnp.asarray(fn(k)), [key], f"the init_value of param {name!r}")
+
+    def __call__(self, key, *args):
+        if jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        out = internal.jaxpr_as_fun(self.jaxpr)(*args, key)
+        return jax.tree.unflatten(self.out_tree, out)
+
+    def __repr__(self):
+        return f"TracedInit({self.jaxpr})"
 
 
 def module_param_names(name: str, nn_init, input_shape: tuple) -> tuple[list, Any]:

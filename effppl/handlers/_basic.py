@@ -66,7 +66,7 @@ class seed(Handler):
             if msg.decided() is not None:  # as NumPyro: a key only for an `init_value` function
                 return resume(key, forward_param(msg, init_fn=init_fn, **static))
             key, sub = jax.random.split(key)
-            msg = msg._replace(init=jnp.asarray(init_fn(sub)))
+            msg = msg._replace(init=jnp.asarray(init_fn(sub, *msg.init_args)))
             return resume(key, forward_param(msg, init_fn=init_fn, **static))
         return {sample_op: sample, prng_key_op: prng_key, param_op: param}
 
@@ -571,7 +571,7 @@ class block(Handler):
                 return resume(params, forward_param(msg, name=name, init_fn=init_fn, **static))
             value = msg.decided()
             if value is None:
-                value = jnp.asarray(init_fn(prng_key_op(name=name)))
+                value = jnp.asarray(init_fn(prng_key_op(name=name), *msg.init_args))
             return resume(params, value)
 
         def mutable(params, value, *, resume, name, **static):

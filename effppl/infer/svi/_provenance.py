@@ -35,8 +35,12 @@ def given_traces(rng_key, param_map, model, guide, args, kwargs, given, model_va
         depends = sum((jnp.sum(x) for x in params), start=jnp.zeros(()))
         return value + (0 * depends).astype(value.dtype)
 
-    seeded = handlers.seed(substitute_exactly(substitute_exactly(guide, data=param_map),
-                                               substitute_fn=give), k_guide)
+    # `seed` inside the substitution of `given`: every latent site takes its key as in the
+    # first run (`run_guide`), so the reparametrized sites after a given one draw the same
+    # values; outside it, a given site would take no key and the later sites would be drawn
+    # anew, inconsistent with the given values (a biased gradient)
+    seeded = substitute_exactly(handlers.seed(substitute_exactly(guide, data=param_map),
+                                              k_guide), substitute_fn=give)
     _, guide_tr = handlers.log_density(seeded, args, kwargs, {})
     _, model_tr = handlers.log_density(handlers.seed(model, k_model), args, kwargs,
                                        model_values(param_map, guide_tr))
