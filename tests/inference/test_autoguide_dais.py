@@ -294,7 +294,13 @@ def test_semi_dais_bad_settings_raise_errors_naming_the_argument(settings, argum
     with pytest.raises(AutoGuideError, match=rf"AutoSemiDAIS\({argument}="):
         autoguide.AutoSemiDAIS(model, local_model, global_guide, **settings)
     with pytest.raises(AutoGuideError, match=r"AutoSemiDAIS\(local_model="):
-        autoguide.AutoSemiDAIS(model, None, global_guide)
+        autoguide.AutoSemiDAIS(model, "local", global_guide)
+    # None is accepted when the guide is built (as NumPyro's), and refused at its first call
+    guide = autoguide.AutoSemiDAIS(model, None, global_guide)
+    with pytest.raises(AutoGuideError, match="expected a callable `local_model`"):
+        SVI(model, guide, optax.adam(0.01), Trace_ELBO()).init(jax.random.key(0))
+    with pytest.raises(AutoGuideError, match="AutoSemiDAIS cannot be a part"):
+        autoguide.AutoGuideList(model).append(guide)
 
 
 def _local_conjugate(sample, plate):

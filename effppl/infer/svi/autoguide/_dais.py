@@ -359,12 +359,13 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
                  forward_mode_differentiation=False):
         super().__init__(model, prefix=prefix)
         name = "effppl.infer.autoguide.AutoSemiDAIS"
-        for arg, value, optional in (("local_model", local_model, False),
-                                     ("global_guide", global_guide, True),
-                                     ("local_guide", local_guide, True)):
-            if not callable(value) and not (optional and value is None):
+        # `local_model=None` is accepted here and refused at the first call, as NumPyro builds
+        # the guide first (e.g. to hand it to `AutoGuideList.append`, which refuses it)
+        for arg, value in (("local_model", local_model), ("global_guide", global_guide),
+                           ("local_guide", local_guide)):
+            if not callable(value) and value is not None:
                 raise AutoGuideError(f"{name}({arg}={value!r:.60}) expected a callable"
-                                     + (" or None." if optional else "."))
+                                     + (" or None." if arg != "local_model" else "."))
         if isinstance(local_guide, AutoGuide) and not isinstance(local_guide, AutoNormal):
             raise AutoGuideError(
                 f"{name}(local_guide={type(local_guide).__name__}(...)): the local guide's "
@@ -392,6 +393,10 @@ class AutoSemiDAIS(_DAISSettings, AutoGuide):
     def _setup_prototype(self, *args, **kwargs):
         """As `AutoGuide`'s, and the global guide's at the same arguments (so that, as in
         NumPyro, it draws its initial values once, not at every run)."""
+        if not callable(self.local_model):
+            raise AutoGuideError("effppl.infer.autoguide.AutoSemiDAIS(model, local_model, ...) "
+                                 "expected a callable `local_model` (the part of the model with "
+                                 "the local sites), but got None.")
         super()._setup_prototype(*args, **kwargs)
         setup = getattr(self.global_guide, "_setup_prototype", None)
         if setup is not None:
