@@ -169,7 +169,8 @@ class _BatchedValues(Exception):
 
 def _value_batch(data, sites):
     """`(B, names)` when the values in `data` of the sample and deterministic sites outside loops
-    have shapes `(*B, *site_shape)` with the same `B`, not all of size 1, for each name in
+    have shapes `(*B, *site_shape)` with the same `B` (axes of size 1 too: as in NumPyro, the
+    value keeps them, and so does what the model computes from it), for each name in
     `names` (the others: exactly their sites' shapes), else None (one run; other shapes are
     broadcast or are errors there)."""
     batch, names = None, []
@@ -189,7 +190,7 @@ def _value_batch(data, sites):
             return None
         batch = shape[:cut]
         names.append(name)
-    if not batch or all(d == 1 for d in batch):  # axes of size 1 only: dropped (`site_row`)
+    if not batch:
         return None
     return batch, names
 
@@ -253,7 +254,7 @@ class _SetValue(Handler):
 
     def handled(self, *args, **kwargs):
         """Run under this handler. Values in `data` with extra leading axes `B` (the same for
-        each, beyond their sites' shapes, not all of size 1; sites outside loops), posterior
+        each, beyond their sites' shapes; sites outside loops), posterior
         draws say, run the model under nested `jax.vmap`s over `B`: every site and the return
         value gain the leading axes `B`, as NumPyro's broadcasting of such values gives in a
         model written for batches; the other values of such sites are broadcast along `B`."""
