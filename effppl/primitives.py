@@ -966,10 +966,9 @@ def param(name: str, init_value: Any = None, constraint=dist.constraints.real,
     if not isinstance(constraint, dist.constraints.Constraint):
         raise SiteError(f"effppl.param({name!r}, ..., constraint=...) expected a "
                         f"numpyro.distributions.constraints object, but got {constraint!r}.")
-    init_fn = TracedInit(init_value, name) if callable(init_value) else None
+    init_fn, init_args = TracedInit.of(init_value, name) if callable(init_value) else (None, ())
     init = None if init_fn is not None else jnp.asarray(init_value)
-    msg = ParamMsg(value=None, constraint=constraint, init=init,
-                   init_args=() if init_fn is None else tuple(init_fn.consts))
+    msg = ParamMsg(value=None, constraint=constraint, init=init, init_args=init_args)
     value = _perform(param_op, msg, name=name, init_fn=init_fn, event_dim=event_dim)
     if event_dim is None:
         return value
@@ -980,20 +979,23 @@ class TracedInit:
     """A param's `init_value` function, traced where the `param` statement runs: NumPyro calls
     it there (with a key from `seed`), so the Python values it reads (a loop variable, say) and
     the model's values it closes over are those of that moment, not of the later time a handler
-    calls it. Called as `init(raw_key, *args)` with `args` the closed-over values
-    (`ParamMsg.init_args`); its repr is the traced program, so a changed init function changes
-    the model's program."""
+    calls it. `TracedInit.of(fn, name)` gives `(init, args)`: `init(raw_key, *args)` is the
+    initial value, `args` the closed-over values (`ParamMsg.init_args`, dynamic operands, not
+    kept here). Its repr is the traced program, so a changed init function changes the model's
+    program."""
 
-    def __init__(self, fn, name):
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        self.jaxpr, self.consts, self.out_tree = internal.trace_to_jaxpr(
-            lambda k: jnp.asarray(fn(k)), [key], f"the init_value of param {name!r}")
+    def __init__(self, jaxpr):
+        self.jaxpr = jaxpr
 
-    def __call__(self, key, *args):
-        if jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
-            key = jax.random.key_data(key)
-        out = internal.jaxpr_as_fun(self.jaxpr)(*args, key)
-        return jax.tree.unflatten(self.out_tree, out)
+    @classmethod
+    def of(cls, fn, name):
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)  # `prng_key_op`'s raw key
+        jaxpr, consts, _ = internal.trace_to_jaxpr(lambda k: jnp.asarray(fn(k)), [key],
+                                                   f"the init_value of param {name!r}")
+        return cls(jaxpr), tuple(consts)
+
+    def __call__(self, raw_key, *args):
+        return internal.jaxpr_as_fun(self.jaxpr)(*args, raw_key)[0]
 
     def __repr__(self):
         return f"TracedInit({self.jaxpr})"

@@ -41,8 +41,8 @@ from ._trace import trace
 from ._uncondition import uncondition
 from .enumeration import InferDiscreteError, config_enumerate, enum, infer_discrete, markov
 
-__all__ = ["block", "collapse", "CollapseError", "condition", "do", "lift", "mask", "replay", "reparam", "scale", "scope",
-           "seed", "substitute", "trace", "uncondition",
+__all__ = ["block", "collapse", "CollapseError", "condition", "do", "lift", "mask", "replay",
+           "reparam", "scale", "scope", "seed", "substitute", "trace", "uncondition",
            "log_density", "potential_energy", "constrain_fn", "unconstrain_fn",
            "unconstrained_log_density", "enum", "config_enumerate", "infer_config", "markov",
            "infer_discrete", "InferDiscreteError", "LiftPriorError", "plate"]
