@@ -185,6 +185,56 @@ def test_post_warmup_state_skips_warmup(y):
         other.run(jax.random.key(1), y)
 
 
+def test_run_after_warmup_draws_in_one_call(y, monkeypatch):
+    """Without a progress bar or checkpoint, `run()` after `warmup()` makes its draws in one
+    compiled call, as a whole run does (its `num_warmup` of 0 once cut them one draw per call:
+    300 dispatches, ten times the draws' own time on eight schools)."""
+    from effppl.infer.mcmc import _driver
+
+    calls = []
+    spans = _driver.Chunks.spans
+
+    def counted(self, start, end, cap=None):
+        for span in spans(self, start, end, cap):
+            calls.append(span)
+            yield span
+
+    monkeypatch.setattr(_driver.Chunks, "spans", counted)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=30, num_samples=40, num_chains=CHAINS,
+                progress_bar=False)
+    mcmc.warmup(jax.random.key(0), y)
+    assert calls == [(0, 30)]
+    calls.clear()
+    mcmc.run(jax.random.key(1), y)
+    assert calls == [(0, 40)]
+    assert mcmc.get_samples()["mu"].shape == (CHAINS * 40,)
+
+
+@pytest.mark.parametrize("progress_bar", [False, True])
+def test_warmup_then_run_shares_the_whole_runs_chunk_program(y, monkeypatch, progress_bar):
+    """The draws' buffer length (which keys the compiled chunk) is the same for `warmup()`, the
+    `run()` after it and a whole `run()`: with a progress bar the run after `warmup()` once
+    compiled a second chunk program for its shorter buffer."""
+    from effppl.infer.mcmc import _driver
+
+    lengths = []
+    plan = _driver.MCMC._chunk_plan
+
+    def recorded(self, *args, **kwargs):
+        chunks, length = plan(self, *args, **kwargs)
+        lengths.append(length)
+        return chunks, length
+
+    monkeypatch.setattr(_driver.MCMC, "_chunk_plan", recorded)
+    mcmc = MCMC(NUTS(m.normal_normal), num_warmup=30, num_samples=40, num_chains=CHAINS,
+                progress_bar=progress_bar)
+    mcmc.warmup(jax.random.key(0), y)
+    mcmc.run(jax.random.key(1), y)
+    mcmc.post_warmup_state = None
+    mcmc.run(jax.random.key(1), y)
+    assert len(lengths) == 3 and len(set(lengths)) == 1, lengths
+
+
 def test_print_summary_reports_diagnostics_and_divergences(nuts_run, capsys):
     nuts_run.print_summary()
     out = capsys.readouterr().out

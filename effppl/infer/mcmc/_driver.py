@@ -196,22 +196,24 @@ class MCMC(MCMCResultsView):
         """`(chunks, length)`: the run's chunk sizes (`Chunks`) and the draws' compiled buffer
         length, which bounds a chunk of draws.
 
-        Without a progress bar or checkpoint each phase is one call, and the buffer length is the
-        number of draws (warmup records nothing, so its calls are not bounded by the buffer).
-        With a progress bar, 20 equal chunks. With a checkpoint, the first chunk is
-        `1 / _CHECKPOINT_CHUNKS` of the run and the next ones grow until one takes about
-        `SECONDS` (at most a fifth of `every`: `every=0` keeps them at the first's size), within a
-        buffer of a quarter of the draws. Where chunks cut the run changes no draw (`_chunks`).
+        The buffer length is a function of the settings alone (that of a whole run, warmup
+        included), so that `warmup()`, the `run()` after it (whose `num_warmup` is 0) and a whole
+        `run()` share one executable. Without a progress bar or checkpoint each phase is one
+        call, and the buffer holds the draws (warmup records nothing, so its calls are not
+        bounded by it). With a progress bar, 20 equal chunks of the phases left. With a
+        checkpoint, the first chunk is `1 / _CHECKPOINT_CHUNKS` of what is left and the next
+        ones grow until one takes about `SECONDS` (at most a fifth of `every`: `every=0` keeps
+        them at the first's size), within a buffer of a quarter of the draws. Where chunks cut
+        the run changes no draw (`_chunks`).
         """
-        total = num_warmup + num_draws
+        total, whole = num_warmup + num_draws, self.num_warmup + num_draws
         if checkpoint is not None:
             first = max(1, math.ceil(total / _CHECKPOINT_CHUNKS))
             return (Chunks(first, min(SECONDS, checkpoint.every / 5)),
-                    max(first, math.ceil(num_draws / 4)))
+                    max(1, math.ceil(whole / _CHECKPOINT_CHUNKS), math.ceil(num_draws / 4)))
         if self.progress_bar:
-            length = max(1, math.ceil(total / 20))
-            return Chunks(length), length
-        return Chunks(max(num_warmup, 1)), max(num_draws, 1)
+            return Chunks(max(1, math.ceil(total / 20))), max(1, math.ceil(whole / 20))
+        return Chunks(max(total, 1)), max(num_draws, 1)
 
     def _prepare(self, rng_key, args, kwargs, api, init_params=None):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
