@@ -35,3 +35,23 @@ def test_mcmc_run_inside_a_transformation_says_so(transform):
             jax.jit(lambda k: _run(k, DATA, NUTS))(jax.random.key(2))
     # outside, the same call runs
     assert _run(jax.random.key(2), DATA)["p_latent"].shape == (10, 3)
+
+
+@pytest.mark.parametrize("kernel", [HMC, NUTS])
+def test_traced_kernel_settings_say_so(kernel):
+    """NumPyro's `test_chain_inside_jit` passes the step size and trajectory length as traced
+    arguments: the kernel says which setting is traced and why, not JAX's `float()` error."""
+    from effppl.infer import KernelSettingsError
+
+    def build(step_size, target_accept_prob):
+        kernel(model, step_size=step_size, target_accept_prob=target_accept_prob)
+
+    with pytest.raises(KernelSettingsError, match=r"step_size=\.\.\.\)` got a traced value.*"
+                                                  r"inside a JAX transformation"):
+        jax.jit(build)(1.0, 0.8)
+    with pytest.raises(KernelSettingsError, match=r"target_accept_prob=\.\.\.\)` got a traced"):
+        jax.jit(build, static_argnums=0)(1.0, 0.8)
+    if kernel is HMC:
+        with pytest.raises(KernelSettingsError, match=r"trajectory_length=\.\.\.\)` got a traced"):
+            jax.jit(lambda t: HMC(model, trajectory_length=t))(1.0)
+    build(1.0, 0.8)  # outside, the same settings are fine

@@ -78,6 +78,21 @@ def _unsupported_options(api, options):
                                       f"{why}.")
 
 
+def _untraced(api: str, settings: dict) -> None:
+    """A `KernelSettingsError` when a setting is a JAX tracer: the kernel is built inside a JAX
+    transformation (NumPyro's `test_chain_inside_jit`), which effppl's `MCMC` refuses (see
+    `MCMC.run`), instead of JAX's error from `float()` of the tracer."""
+    for name, value in settings.items():
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise KernelSettingsError(
+                f"`effppl.infer.{api}(..., {name}=...)` got a traced value: the kernel is built "
+                f"inside a JAX transformation (`jax.jit`, `jax.vmap`, a `lax` loop). effppl's "
+                f"MCMC compiles the sampler itself and runs outside transformations; its "
+                f"settings are Python numbers. Build the kernel and call `MCMC.run` outside the "
+                f"transformation (for many independent runs, e.g. consensus Monte Carlo, run "
+                f"them as chains: `num_chains`, `chain_method='vectorized'`).")
+
+
 def _known_options(api, options):
     """A `TypeError` for a keyword argument that is neither effppl's nor NumPyro's."""
     unknown = sorted(set(options) - set(_NUMPYRO_OPTIONS))
@@ -284,6 +299,11 @@ class HMC(_HMCFamily):
                  target_accept_prob: float = 0.8, init_strategy: InitStrategy = _UNIFORM,
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
                  mass_matrix: str | None = None, **numpyro_options):
+        _untraced("HMC", dict(num_steps=num_steps, step_size=step_size,
+                              trajectory_length=trajectory_length,
+                              target_accept_prob=target_accept_prob,
+                              divergence_threshold=divergence_threshold,
+                              inverse_mass_matrix=inverse_mass_matrix))
         if num_steps is not None:
             _check("HMC", "num_steps", num_steps,
                    isinstance(num_steps, int) and not isinstance(num_steps, bool)
@@ -393,6 +413,9 @@ class NUTS(_HMCFamily):
                  divergence_threshold: float = 1000.0, inverse_mass_matrix: Any = None,
                  mass_matrix: str | None = None, trajectory_length: float | None = None,
                  **numpyro_options):
+        _untraced("NUTS", dict(step_size=step_size, target_accept_prob=target_accept_prob,
+                               divergence_threshold=divergence_threshold,
+                               inverse_mass_matrix=inverse_mass_matrix))
         del trajectory_length  # as NumPyro's: "This arg has no effect in NUTS sampler."
         def depth_ok(d):
             return isinstance(d, int) and not isinstance(d, bool) and d >= 1
