@@ -25,6 +25,7 @@ from ._interrupt import InterruptedWarning
 from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
+from .mcmc._barker import BarkerMH
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
 from .mcmc._mixing import ChainMixingWarning
@@ -33,7 +34,6 @@ from .mcmc._unsupported import (
     ESS,
     HMCECS,
     SA,
-    BarkerMH,
     DiscreteHMCGibbs,
     HMCGibbs,
     MixedHMC,

@@ -1,7 +1,7 @@
 """Markov chain Monte Carlo: `NUTS` and `HMC` on blackjax's kernels, tuned by window adaptation,
 driven by `MCMC`.
 
-- `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`).
+- `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`); `_barker.py`: `BarkerMH`.
 - `_sampler.py`: the compiled warmup/sampling chunk, cached by structure.
 - `_driver.py`: the `MCMC` driver (initial points, chunks, results, diagnostics).
 - `_window.py`: Stan's window adaptation; `_fisher.py`: nutpie's Fisher-divergence adaptation;
@@ -12,6 +12,7 @@ driven by `MCMC`.
   (the store itself: `effppl/infer/_checkpoint_store.py`).
 """
 
+from ._barker import BarkerMH
 from ._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mixing import ChainMixingWarning
@@ -19,4 +20,4 @@ from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning
 
 __all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
            "MaxTreeDepthWarning", "ChainMixingWarning", "NUTS", "HMC",
-           "KernelSettingsError"]
+           "BarkerMH", "KernelSettingsError"]

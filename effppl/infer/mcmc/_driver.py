@@ -92,11 +92,11 @@ def _refuse_traced(api, inputs):
 
 
 class MCMC(MCMCResultsView):
-    """Run Markov chains with an HMC-family kernel: warmup (window adaptation), then sampling.
+    """Run Markov chains with a gradient-based kernel: warmup (window adaptation), then sampling.
 
     **Arguments:**
 
-    - `kernel`: `NUTS(model, ...)` or `HMC(model, ...)`.
+    - `kernel`: `NUTS(model, ...)`, `HMC(model, ...)` or `BarkerMH(model, ...)`.
     - `num_warmup`: adaptation transitions per chain (discarded).
     - `num_samples`: transitions per chain after warmup; `num_samples // thinning` are kept.
     - `num_chains`: number of chains.
@@ -155,7 +155,8 @@ class MCMC(MCMCResultsView):
         def is_int(v, low):
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
 
-        check("kernel", kernel, isinstance(kernel, _HMCFamily), "an effppl.infer NUTS or HMC kernel")
+        check("kernel", kernel, isinstance(kernel, _HMCFamily),
+              "an effppl.infer NUTS, HMC or BarkerMH kernel")
         check("num_warmup", num_warmup, is_int(num_warmup, 0), "an int >= 0")
         check("num_samples", num_samples, is_int(num_samples, 1), "an int >= 1")
         check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")

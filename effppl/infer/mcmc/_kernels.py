@@ -11,6 +11,7 @@ from typing import Any
 
 import blackjax
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

@@ -233,7 +233,7 @@ class Sampler:
             stats = dict(self.kernel.stats(info, dtype), step_size=jnp.asarray(params[0], dtype))
             moved = jnp.any(new.position != state.position)
             stuck_for = jnp.where(sampling, stuck_for, jnp.where(moved, 0, stuck_for + 1))
-            return (new, astate, stats, n_div + info.is_divergent.astype(jnp.int32), i,
+            return (new, astate, stats, n_div + stats["diverging"].astype(jnp.int32), i,
                     stuck_for.astype(jnp.int32))
 
         def record(state, stats):

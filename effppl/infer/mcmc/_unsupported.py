@@ -5,8 +5,7 @@ effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites
 enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
 subsampling HMC (`HMCECS`), no HMC-within-Gibbs over discrete sites (`HMCGibbs`,
 `DiscreteHMCGibbs`, `MixedHMC`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble
-sampler; its Barker proposal needs a driver for non-HMC kernels, which effppl's `MCMC` does
-not have.
+sampler (Barker's proposal is `BarkerMH`, on blackjax's `barker` kernel).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 from ..._errors import EffpplError
 
 __all__ = ["UnsupportedKernelError", "SA", "HMCECS", "HMCGibbs", "DiscreteHMCGibbs", "MixedHMC",
-           "BarkerMH", "AIES", "ESS"]
+           "AIES", "ESS"]
 
 
 class UnsupportedKernelError(EffpplError, NotImplementedError):
@@ -38,8 +37,6 @@ _WHY = {
                  + _DISCRETE),
     "DiscreteHMCGibbs": "Gibbs updates of discrete sites have no blackjax kernel. " + _DISCRETE,
     "MixedHMC": "mixed discrete-continuous HMC has no blackjax kernel. " + _DISCRETE,
-    "BarkerMH": ("effppl's `MCMC` drives HMC-family kernels only (blackjax's Barker proposal "
-                 "needs its own driver). " + _GRADIENT),
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
     "ESS": ("NumPyro's ensemble slice sampler (Karamanis & Beutler 2021, a gradient-free "
             "ensemble method; not the elliptical slice sampler) has no blackjax kernel. "
@@ -61,6 +58,5 @@ HMCECS = _unsupported("HMCECS")
 HMCGibbs = _unsupported("HMCGibbs")
 DiscreteHMCGibbs = _unsupported("DiscreteHMCGibbs")
 MixedHMC = _unsupported("MixedHMC")
-BarkerMH = _unsupported("BarkerMH")
 AIES = _unsupported("AIES")
 ESS = _unsupported("ESS")
