@@ -12,7 +12,7 @@ from jax.scipy.special import logsumexp
 import effppl
 from effppl import distributions as dist
 from effppl.handlers import enum, potential_energy, seed, trace
-from effppl.infer import MCMC, NUTS, MCMCError, config_enumerate
+from effppl.infer import MCMC, NUTS, config_enumerate
 from tests.handlers.test_enum_scan import assert_same_posterior_means
 
 Y = np.array([-2.1, -1.7, 0.2, 2.9, 3.4, 4.0])
@@ -130,16 +130,27 @@ def test_enumerated_site_with_undeclared_batch_dim_is_an_error_naming_it():
         effppl.log_density(model, (), {}, {})
 
 
-def test_nuts_with_unmarked_discrete_latent_names_site_and_config_enumerate():
+def test_nuts_enumerates_an_unmarked_discrete_latent_as_numpyro_does():
+    """NumPyro sums an unmarked discrete latent site out, with a `FutureWarning` naming it: the
+    draws are those of the model wrapped in `config_enumerate`, and a second run compiles
+    nothing new (one wrapper per model)."""
     def unmarked(y):
         mu = effppl.sample("mu", dist.Normal(jnp.zeros(2), 5.0).to_event(1))
         with effppl.plate("data", y.shape[0]):
             z = effppl.sample("label", dist.Bernoulli(0.5))
             effppl.sample("y", dist.Normal(mu[z], 1.0), obs=y)
 
-    mcmc = MCMC(NUTS(unmarked), num_warmup=2, num_samples=2, progress_bar=False)
-    with pytest.raises(MCMCError, match="`label`.*config_enumerate"):
+    mcmc = MCMC(NUTS(unmarked), num_warmup=20, num_samples=20, progress_bar=False)
+    with pytest.warns(FutureWarning, match="enumerate the discrete latent site.*'label'.*"
+                                           "enumerated sites need to be marked"):
         mcmc.run(jax.random.PRNGKey(0), Y)
+    marked = MCMC(NUTS(config_enumerate(unmarked)), num_warmup=20, num_samples=20,
+                  progress_bar=False)
+    marked.run(jax.random.PRNGKey(0), Y)
+    assert set(mcmc.get_samples()) == {"mu"}
+    np.testing.assert_array_equal(mcmc.get_samples()["mu"], marked.get_samples()["mu"])
+    from effppl.infer.mcmc import _driver
+    assert _driver._auto_enumerated(unmarked) is _driver._auto_enumerated(unmarked)
 
 
 def _nested(data, numpyro_style=False):

@@ -375,9 +375,18 @@ def test_invalid_kernel_settings_raise():
 
 
 def test_model_without_continuous_latent_sites_raises():
-    mcmc = MCMC(NUTS(m.discrete_latent), num_warmup=1, num_samples=1, progress_bar=False)
-    with pytest.raises(MCMCError, match="site `k`.*discrete"):
+    def poisson_latent(y):
+        k = sample("k", dist.Poisson(2.0))
+        sample("y", dist.Normal(k, 1.0), obs=y)
+
+    mcmc = MCMC(NUTS(poisson_latent), num_warmup=1, num_samples=1, progress_bar=False)
+    with pytest.raises(MCMCError, match="site `k`.*discrete support without a finite one"):
         mcmc.run(jax.random.key(0), jnp.asarray(0.5))
+    # a finite one is summed out, as NumPyro does (with its FutureWarning): no latent site left
+    mcmc = MCMC(NUTS(m.discrete_latent), num_warmup=1, num_samples=3, progress_bar=False)
+    with pytest.warns(FutureWarning, match="'k'"):
+        mcmc.run(jax.random.key(0), jnp.asarray(0.5))
+    assert mcmc.get_samples() == {}
 
 
 def test_model_without_latent_sites_runs_as_numpyros():

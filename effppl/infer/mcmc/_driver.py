@@ -8,6 +8,7 @@ and stores the draws. A second `run` with new data of the same shapes compiles n
 import functools
 import math
 import warnings
+import weakref
 
 import jax
 import jax.core
@@ -17,6 +18,7 @@ import tqdm.auto as tqdm
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..._keys import typed_key
+from ...handlers import config_enumerate
 from ...handlers.internal import check_enumerable
 from .._checkpoint import as_checkpoint
 from .._compile._arguments import leaked_tracers
@@ -91,6 +93,18 @@ def _refuse_traced(api, inputs):
             f"`chain_method='vectorized'`) or loop in Python.")
 
 
+_ENUMERATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _auto_enumerated(model):
+    """`config_enumerate(model)`, one object per model (the compiled programs are cached by the
+    model's identity: a new wrapper per run would compile anew)."""
+    try:
+        return _ENUMERATED.setdefault(model, config_enumerate(model))
+    except TypeError:  # (not weakly referenceable)
+        return config_enumerate(model)
+
+
 class MCMC(MCMCResultsView):
     """Run Markov chains with a gradient-based kernel: warmup (window adaptation), then sampling.
 
@@ -156,7 +170,7 @@ class MCMC(MCMCResultsView):
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
 
         check("kernel", kernel, isinstance(kernel, _HMCFamily),
-              "an effppl.infer NUTS, HMC or BarkerMH kernel")
+              "an effppl.infer NUTS or HMC kernel (or BarkerMH)")
         check("num_warmup", num_warmup, is_int(num_warmup, 0), "an int >= 0")
         check("num_samples", num_samples, is_int(num_samples, 1), "an int >= 1")
         check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")
@@ -239,12 +253,7 @@ class MCMC(MCMCResultsView):
                           f"`effppl.plate(..., {batch[dim]}, dim={dim})` to say so.",
                           UserWarning, stacklevel=4)
         if info.discrete_latent:
-            raise MCMCError(
-                f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
-                f"model `{fns.name}` has a discrete support and is not marked for enumeration. "
-                "Sum it out exactly: mark it with `infer={'enumerate': 'parallel'}`, or every "
-                "discrete site with `effppl.infer.config_enumerate(model)`; or observe it."
-            )
+            fns, dynamic, info = self._enumerated(api, fns, info, args, kwargs)
         if self.chain_method == "vectorized":
             return key, fns, info, dynamic, None
         mesh = _sharded.chain_mesh(self.num_chains, self.mesh, api)
@@ -371,6 +380,29 @@ class MCMC(MCMCResultsView):
     # -- NumPyro's `potential_fn` kernels (`_potential.py`) ----------------------------------
 
     _program: PotentialProgram | None = None
+
+    def _enumerated(self, api, fns, info, args, kwargs):
+        """NumPyro's way with latent discrete sites not marked for enumeration: those with a
+        finite support are summed out (`config_enumerate`), with NumPyro's `FutureWarning`
+        naming them; a site without one (e.g. `Poisson`) is an `MCMCError`."""
+        fns, dynamic = prepare(api, _auto_enumerated(self._model()), args, kwargs)
+        marked, info = info, fns.site_info(dynamic)
+        if info.discrete_latent:
+            raise MCMCError(
+                f"`{api}` needs continuous latent sites, but site `{info.discrete_latent[0]}` of "
+                f"model `{fns.name}` has a discrete support without a finite one to enumerate. "
+                "Observe it, or marginalise it in the model (e.g. a truncated sum with "
+                "`effppl.factor`); discrete sites with a finite support are summed out exactly "
+                "(mark them with `infer={'enumerate': 'parallel'}`).")
+        for name, fn in info.not_enumerable:
+            check_enumerable(name, fn)
+        names = ", ".join(f"'{n}'" for n in marked.discrete_latent)
+        warnings.warn(f"{api}: Some algorithms will automatically enumerate the discrete latent "
+                      f"site(s) {names} of model `{fns.name}` (summed out exactly, as NumPyro "
+                      f"does). In the future, enumerated sites need to be marked with "
+                      f"`infer={{'enumerate': 'parallel'}}` (or the model wrapped in "
+                      f"`effppl.infer.config_enumerate`).", FutureWarning, stacklevel=5)
+        return fns, dynamic, info
 
     def _model(self):
         """The model the chains run: the kernel's, or the model of its `potential_fn`."""
