@@ -8,6 +8,7 @@ import os
 import pathlib
 import pickle
 import zlib
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -155,6 +156,28 @@ def test_a_program_calling_python_is_not_stored(tmp_path, monkeypatch):
     out = _persistent.stored(jax.jit(with_callback), None, "test")(jnp.arange(3.0))
     np.testing.assert_allclose(out, 2.0 * np.sin(np.arange(3.0)))
     assert not (tmp_path / "xla").exists() or not any((tmp_path / "xla").iterdir())
+
+
+class _HMCLike(NamedTuple):
+    position: object
+    logdensity: object
+
+
+class _BarkerLike(NamedTuple):
+    position: object
+    logdensity: object
+
+
+def test_programs_of_one_text_with_other_result_types_are_stored_apart(tmp_path, monkeypatch):
+    """Keyed by their lowered text alone, two programs returning the same arrays in different
+    pytree types (blackjax's `HMCState` and `BarkerState`) shared one stored executable: the
+    second got the first's result type (a `BarkerMH` chain started as an `HMCState`)."""
+    monkeypatch.setenv("EFFPPL_CACHE_DIR", str(tmp_path / "xla"))
+    x = jnp.arange(3.0)
+    first = _persistent.stored(jax.jit(lambda x: _HMCLike(x, x.sum())), None, "test")(x)
+    second = _persistent.stored(jax.jit(lambda x: _BarkerLike(x, x.sum())), None, "test")(x)
+    assert type(first) is _HMCLike and type(second) is _BarkerLike
+    assert len(_stored_files(tmp_path / "xla")) == 2
 
 
 def test_the_signing_key_is_made_once_readable_by_the_user_only(tmp_path, monkeypatch):
