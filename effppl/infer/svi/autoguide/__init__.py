@@ -11,7 +11,8 @@ public as `effppl.infer.autoguide`.
   (`AutoBatchedMultivariateNormal`, `AutoBatchedLowRankMultivariateNormal`).
 - `_flows.py`: normalizing flows over that vector (`AutoIAFNormal`, `AutoBNAFNormal`).
 - `_dais.py`: annealed HMC from a base normal (`AutoDAIS` over that vector, `AutoSemiDAIS` over
-  the local latent sites of a subsampled plate).
+  the local latent sites of a subsampled plate); `_dais_surrogate.py`: `AutoDAIS` towards a
+  user's surrogate model (`AutoSurrogateLikelihoodDAIS`).
 - `_list.py`: `AutoGuideList`, a guide made of parts.
 """
 
@@ -24,6 +25,7 @@ from ._continuous import (
     AutoMultivariateNormal,
 )
 from ._dais import AutoDAIS, AutoSemiDAIS
+from ._dais_surrogate import AutoSurrogateLikelihoodDAIS
 from ._errors import AutoGuideError, MissingParamError, ParamTypeError
 from ._flows import AutoBNAFNormal, AutoIAFNormal
 from ._laplace import AutoLaplaceApproximation
@@ -34,5 +36,5 @@ __all__ = ["AutoGuide", "AutoNormal", "AutoDelta", "AutoContinuous", "AutoDiagon
            "AutoMultivariateNormal", "AutoLowRankMultivariateNormal",
            "AutoBatchedMultivariateNormal", "AutoBatchedLowRankMultivariateNormal",
            "AutoLaplaceApproximation", "AutoIAFNormal", "AutoBNAFNormal", "AutoDAIS",
-           "AutoSemiDAIS", "AutoGuideList",
+           "AutoSemiDAIS", "AutoSurrogateLikelihoodDAIS", "AutoGuideList",
            "AutoGuideError", "MissingParamError", "ParamTypeError"]

@@ -194,6 +194,7 @@ class AutoDAIS(_DAISSettings, AutoContinuous):
         the HMC steps and the factor, in NumPyro's order (so the same key gives the same draw).
         """
         p, d, K = self.prefix, flat_init.shape[0], self.K
+        target = self._target(layout, args, kwargs)
         eta0 = ppl.param(f"{p}_eta0", jnp.asarray(self.eta_init, flat_init.dtype),
                          constraint=constraints.interval(0.0, self.eta_max))
         eta_coeff = ppl.param(f"{p}_eta_coeff", jnp.zeros((), flat_init.dtype))
@@ -220,16 +221,20 @@ class AutoDAIS(_DAISSettings, AutoContinuous):
         eps = ppl.sample(f"{p}_momentum", momentum.expand((K,)).to_event(1).mask(False),
                          infer={"is_auxiliary": True})
 
-        def target(x):
-            return handlers.block(lambda: unconstrained_log_density(
-                self.model, args, kwargs, self._unpack(x, layout)))()
-
         z, log_factor = _annealed_hmc(
             z_0, eps, betas, eta0=eta0, eta_coeff=eta_coeff, eta_max=self.eta_max, gamma=gamma,
             inv_mass=0.5 / mass, momentum_log_prob=momentum.log_prob,
             base_log_prob=base.log_prob, target_log_prob=target)
         ppl.factor(f"{p}_factor", log_factor)
         return z
+
+    def _target(self, layout, args, kwargs):
+        """The annealing's target: the model's log density (Jacobians included) of the flat
+        unconstrained latent vector, the model hidden by `block`."""
+        def target(x):
+            return handlers.block(lambda: unconstrained_log_density(
+                self.model, args, kwargs, self._unpack(x, layout)))()
+        return target
 
     def _param_shapes(self, size):
         shapes = {"eta0": (), "eta_coeff": (), "gamma": (), "beta_increments": (self.K,),
