@@ -76,7 +76,12 @@ def test_matches_numpyro_step_by_step():
 
 def test_bad_surrogate_is_named():
     model, _ = _models(effppl)
+    guide = AutoSurrogateLikelihoodDAIS(model, 3)  # accepted when built, as NumPyro's
+    X, Y = np.zeros((N, D)), np.zeros(N)
     with pytest.raises(AutoGuideError, match="surrogate_model=3.*callable"):
-        AutoSurrogateLikelihoodDAIS(model, 3)
+        effppl.handlers.seed(guide, 0)(X, Y)
+    with pytest.raises(AutoGuideError, match="AutoSurrogateLikelihoodDAIS are not supported"):
+        effppl.infer.autoguide.AutoGuideList(model).append(
+            AutoSurrogateLikelihoodDAIS(model, surrogate_model=None))
     with pytest.raises(AutoGuideError, match="K=0"):
         AutoSurrogateLikelihoodDAIS(model, lambda: None, K=0)

@@ -34,8 +34,9 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
     initial values and constraints the surrogate gives them (found by a first, blocked run of
     it with a fixed key).
 
-    **Raises:** `AutoGuideError` (a `ValueError`) for a `surrogate_model` that is not callable,
-    and `AutoDAIS`'s errors; when the guide first runs, `AutoGuideError` for a latent site in a
+    **Raises:** `AutoDAIS`'s errors; when the guide first runs, `AutoGuideError` (a
+    `ValueError`) for a `surrogate_model` that is not callable (accepted when the guide is built,
+    as by NumPyro, so that `AutoGuideList.append` gives NumPyro's refusal), for a latent site in a
     subsampled plate (a local latent site: this guide is for global ones, as NumPyro's), and
     the surrogate's own errors (a latent site it lacks is an unknown parameter of its log
     density).
@@ -49,10 +50,6 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
                  gamma_init=0.9, prefix="auto", base_dist="diagonal",
                  init_loc_fn=init_to_uniform, init_scale=0.1,
                  forward_mode_differentiation=False):
-        if not callable(surrogate_model):
-            raise AutoGuideError(
-                f"effppl.infer.autoguide.AutoSurrogateLikelihoodDAIS(model, surrogate_model="
-                f"{surrogate_model!r:.60}) expected a callable surrogate model of no arguments.")
         super().__init__(model, K=K, base_dist=base_dist, eta_init=eta_init, eta_max=eta_max,
                          gamma_init=gamma_init, prefix=prefix, init_loc_fn=init_loc_fn,
                          init_scale=init_scale,
@@ -79,6 +76,11 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
     def _target(self, layout, args, kwargs):
         """The surrogate's log density (Jacobians included) of the flat unconstrained latent
         vector, at the guide's values of its params."""
+        if not callable(self.surrogate_model):  # (built without one, as NumPyro allows)
+            raise AutoGuideError(
+                f"effppl.infer.autoguide.AutoSurrogateLikelihoodDAIS(model, surrogate_model="
+                f"{self.surrogate_model!r:.60}) expected a callable surrogate model of no "
+                f"arguments.")
         params = self._surrogate_params()
         surrogate = handlers.substitute(self.surrogate_model, data=params)
 
