@@ -153,6 +153,40 @@ def test_nuts_enumerates_an_unmarked_discrete_latent_as_numpyro_does():
     assert _driver._auto_enumerated(unmarked) is _driver._auto_enumerated(unmarked)
 
 
+def test_automatic_enumeration_keeps_models_that_compare_equal_apart():
+    """The wrapper is kept per model object: two models equal by value (their data in a
+    `compare=False` field) are not confused, and `clear_cache` drops the wrappers."""
+    import dataclasses
+
+    from effppl.infer import clear_cache
+    from effppl.infer.mcmc import _driver
+
+    @dataclasses.dataclass(frozen=True)
+    class Mixture:
+        k: int
+        y: np.ndarray = dataclasses.field(compare=False)
+
+        def __call__(self):
+            mu = effppl.sample("mu", dist.Normal(jnp.zeros(self.k), 5.0).to_event(1))
+            with effppl.plate("data", self.y.shape[0]):
+                z = effppl.sample("label", dist.Bernoulli(0.5))
+                effppl.sample("y", dist.Normal(mu[z], 1.0), obs=self.y)
+
+    a, b = Mixture(2, Y), Mixture(2, Y + 10.0)
+    assert a == b
+    wa, wb = _driver._auto_enumerated(a), _driver._auto_enumerated(b)
+    assert wa is not wb and wa._wraps_model[0] is a and wb._wraps_model[0] is b
+    means = []
+    for model in (a, b):
+        mcmc = MCMC(NUTS(model), num_warmup=100, num_samples=100, progress_bar=False)
+        with pytest.warns(FutureWarning):
+            mcmc.run(jax.random.PRNGKey(0))
+        means.append(float(np.mean(mcmc.get_samples()["mu"])))
+    assert means[1] - means[0] > 5.0  # b's data, not a's
+    clear_cache()
+    assert _driver._auto_enumerated(a) is not wa
+
+
 def _nested(data, numpyro_style=False):
     """Global class `c`, per-group class `g` (plate "groups"), observations in plates
     "groups" x "items": written once, run by effppl and by NumPyro."""

@@ -278,11 +278,12 @@ def stored(jitted, program_key: Callable[..., str | None] | None, name: str,
         if program_key is None:
             with internal.paused_gc():
                 lowered = jitted.lower(*args, **kwargs)
+            text = lowered.as_text()
+            if "callback" in text:  # a Python function in the program: another process lacks it
+                return jitted(*args, **kwargs)
             # the text, and the results' structure: programs of one text may return different
             # pytree types (blackjax's `HMCState` and `BarkerState` hold the same arrays)
-            key = lowered.as_text() + repr(lowered.out_tree)
-            if "callback" in key:  # a Python function in the program: another process lacks it
-                return jitted(*args, **kwargs)
+            key = text + repr(lowered.out_tree)
         else:
             key = program_key(*args, **kwargs)
             if key is None:

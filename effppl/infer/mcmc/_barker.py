@@ -32,8 +32,9 @@ class BarkerMH(_HMCFamily):
       (`dense_mass=True`: a dense inverse mass matrix from the draws' covariance).
     - `target_accept_prob`: the mean acceptance probability targeted by step-size adaptation.
 
-    **Statistics** (`MCMC.get_extra_fields()`): `acceptance_rate` (NumPyro's `accept_prob`),
-    `diverging` (always False: a Metropolis-Hastings step cannot diverge), `n_steps` (1: one
+    **Statistics** (`MCMC.get_extra_fields()`): `acceptance_rate` (NumPyro's `accept_prob`; 0
+    for a proposal with a non-finite log density), `diverging` (a proposal with a non-finite
+    log density, rejected: a Metropolis-Hastings step has no energy error), `n_steps` (1: one
     gradient per transition), `lp`, `step_size`; no `energy` (there is no Hamiltonian).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings, or for
@@ -64,11 +65,13 @@ class BarkerMH(_HMCFamily):
     _api = "BarkerMH"
     _algorithm = blackjax.barker
 
-    def __init__(self, model: Callable | None = None, *, step_size: float = 1.0,
-                 adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
-                 dense_mass: Any = False, target_accept_prob: float = 0.4,
-                 init_strategy: InitStrategy = _UNIFORM, mass_matrix: str | None = None,
-                 **numpyro_options):
+    def __init__(self, model: Callable | None = None, potential_fn: Callable | None = None,
+                 step_size: float = 1.0, adapt_step_size: bool = True,
+                 adapt_mass_matrix: bool = True, dense_mass: Any = False,
+                 target_accept_prob: float = 0.4, init_strategy: InitStrategy = _UNIFORM, *,
+                 mass_matrix: str | None = None, **numpyro_options):
+        if potential_fn is not None:  # (NumPyro's argument order; `_HMCFamily` reads it)
+            numpyro_options["potential_fn"] = potential_fn
         _untraced("BarkerMH", dict(step_size=step_size, target_accept_prob=target_accept_prob))
         _known_options("BarkerMH", numpyro_options)
         if mass_matrix not in (None, "diag", "dense"):
@@ -98,7 +101,12 @@ class BarkerMH(_HMCFamily):
         def preconditioned(rng_key, state, logdensity_fn, step_size, inverse_mass_matrix):
             imm = inverse_mass_matrix
             precision = 1.0 / imm if jnp.ndim(imm) == 1 else jnp.linalg.inv(imm)
-            return kernel(rng_key, state, logdensity_fn, step_size, precision)
+            state, info = kernel(rng_key, state, logdensity_fn, step_size, precision)
+            # a proposal with a non-finite log density is rejected (blackjax compares with a
+            # NaN), but its acceptance probability is NaN: 0 here, so the step-size adaptation
+            # shrinks the step instead of turning NaN (HMC's kernels do the same)
+            rate = info.acceptance_rate
+            return state, info._replace(acceptance_rate=jnp.where(jnp.isnan(rate), 0.0, rate))
 
         return preconditioned
 
@@ -107,7 +115,7 @@ class BarkerMH(_HMCFamily):
 
     def stats(self, info, dtype) -> dict:
         return {
-            "diverging": jnp.zeros((), bool),
+            "diverging": ~jnp.isfinite(info.proposal.logdensity),
             "acceptance_rate": jnp.asarray(info.acceptance_rate, dtype),
             "n_steps": jnp.ones((), jnp.int32),
         }

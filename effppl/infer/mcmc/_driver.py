@@ -8,7 +8,6 @@ and stores the draws. A second `run` with new data of the same shapes compiles n
 import functools
 import math
 import warnings
-import weakref
 
 import jax
 import jax.core
@@ -22,6 +21,7 @@ from ...handlers import config_enumerate
 from ...handlers.internal import check_enumerable
 from .._checkpoint import as_checkpoint
 from .._compile._arguments import leaked_tracers
+from .._compile._cache import cached
 from .._compile._fns import prepare
 from .._init import InitializationError
 from .._model import explained_by_parameters, site_errors
@@ -93,16 +93,14 @@ def _refuse_traced(api, inputs):
             f"`chain_method='vectorized'`) or loop in Python.")
 
 
-_ENUMERATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def _auto_enumerated(model):
-    """`config_enumerate(model)`, one object per model (the compiled programs are cached by the
-    model's identity: a new wrapper per run would compile anew)."""
-    try:
-        return _ENUMERATED.setdefault(model, config_enumerate(model))
-    except TypeError:  # (not weakly referenceable)
-        return config_enumerate(model)
+    """`config_enumerate(model)`, one wrapper per model object (the compiled programs are cached
+    by the model: a new wrapper per run would compile anew), kept in the bounded compile cache
+    (`clear_cache` drops it) under the model's identity: two models that compare equal (a
+    dataclass holding its data in a `compare=False` field) get their own wrappers."""
+    wrapper = cached(("auto-enumerated", id(model)), lambda: config_enumerate(model),
+                     valid=lambda stored: stored._wraps_model[0] is model)
+    return wrapper
 
 
 class MCMC(MCMCResultsView):

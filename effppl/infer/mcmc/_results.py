@@ -225,8 +225,8 @@ class MCMCResultsView:
     def get_extra_fields(self, group_by_chain: bool = False) -> dict:
         """Per-draw sampler statistics, shaped like `get_samples`.
 
-        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian), `n_steps` (leapfrog steps),
-        `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
+        `diverging` (bool), `acceptance_rate`, `energy` (Hamiltonian; HMC and NUTS), `n_steps`
+        (leapfrog steps, i.e. gradients), `tree_depth` (NUTS), `lp` (log density of the unconstrained latents, Jacobian included),
         `step_size`. With `thinning`, the statistics of the last transition of each kept draw.
         """
         return self._flatten(self._get("stats", "get_extra_fields"), group_by_chain)
