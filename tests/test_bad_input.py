@@ -773,8 +773,8 @@ ENUM_CASES = [
                  ["MCMC.run", "argument 0", "`y`", "str"], id="MCMC-enumerated-data-a-str"),
     pytest.param(lambda: log_likelihood(mixture, {"w": jnp.full(2, 0.5)}, Y3), PredictiveError,
                  ["log_likelihood", "enumeration", "z"], id="log_likelihood-enumerated-model"),
-    pytest.param(lambda: _mcmc(lambda: effppl.sample("z", dist.Bernoulli(0.5))).run(KEY),
-                 MCMCError, ["`z`", "discrete", "enumerate"], id="MCMC-discrete-site-unmarked"),
+    pytest.param(lambda: _mcmc(lambda: effppl.sample("z", dist.Poisson(2.0))).run(KEY),
+                 MCMCError, ["`z`", "discrete", "finite"], id="MCMC-discrete-site-not-enumerable"),
 ]
 
 
