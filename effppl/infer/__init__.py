@@ -27,6 +27,7 @@ from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
 from .mcmc._barker import BarkerMH
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
+from .mcmc._hmc_gibbs import HMCGibbs
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
 from .mcmc._mixing import ChainMixingWarning
 from .mcmc._unsupported import (
@@ -35,7 +36,6 @@ from .mcmc._unsupported import (
     HMCECS,
     SA,
     DiscreteHMCGibbs,
-    HMCGibbs,
     MixedHMC,
     UnsupportedKernelError,
 )

@@ -355,6 +355,7 @@ def test_draws_skip_adaptation_under_vmap(y, mass_matrix):
         (dict(num_warmup=-1, num_samples=10), "num_warmup"),
         (dict(num_warmup=10, num_samples=0), "num_samples"),
         (dict(num_warmup=10, num_samples=10, chain_method="threads"), "sharded"),
+        (dict(num_warmup=10, num_samples=10, chain_method=jax.pmap), "no other function"),
         (dict(num_warmup=10, num_samples=10, thinning=20), "thinning"),
     ],
 )
@@ -417,6 +418,20 @@ def test_model_without_latent_sites_runs_as_numpyros():
         empty.run(jax.random.key(0))
         assert empty.get_samples() == {}
         empty.print_summary()
+
+
+def test_numpyros_callable_chain_method_vmap_runs_vectorized():
+    """NumPyro's `chain_method=jax.vmap` (its callable form) is effppl's 'vectorized': the
+    same draws."""
+    runs = []
+    for method in (jax.vmap, "vectorized"):
+        mcmc = MCMC(NUTS(m.normal_normal), num_warmup=20, num_samples=10, num_chains=2,
+                    chain_method=method, progress_bar=False)
+        assert mcmc.chain_method == "vectorized"
+        mcmc.run(jax.random.key(0), jnp.asarray([0.5, 1.5]))
+        runs.append(mcmc.get_samples(group_by_chain=True))
+    for name in runs[0]:
+        np.testing.assert_array_equal(runs[0][name], runs[1][name])
 
 
 def test_results_before_run_raise():

@@ -13,13 +13,15 @@ import inspect
 from collections.abc import Callable
 
 import jax
+import jax.core
 import numpy as np
 
 from ..._errors import EffpplError
 from ...effects import LeakedTracerError
 from ...effects.internal import describe_non_array
 
-__all__ = ["ModelArgumentError", "leaked_tracers", "model_arguments", "names_leaks"]
+__all__ = ["ModelArgumentError", "holds_tracer", "leaked_tracers", "model_arguments",
+           "names_leaks"]
 
 
 class ModelArgumentError(EffpplError, TypeError):
@@ -89,6 +91,13 @@ def _none_args(labels):
     if len(labels) == 1:
         return f"{labels[0]} is None"
     return f"{', '.join(labels)} are None (one of them may be what the scan reads)"
+
+
+def holds_tracer(tree) -> bool:
+    """Whether a leaf of `tree` is a JAX tracer: the caller runs inside a JAX transformation
+    (`jax.jit`, `jax.vmap`, a `lax` loop). The inference drivers (`MCMC.run`, a kernel's
+    settings) refuse such inputs with their own errors."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
 
 
 @contextlib.contextmanager

@@ -194,6 +194,7 @@ class ModelFns:
         # argument types -> (handler-free jaxpr, output tree) of the potential, of `constrain`
         self._potentials: dict = {}
         self._constrained: dict = {}
+        self._unconstrained: dict = {}
         self._potential_calls: dict = {}  # id(the potential's jaxpr) -> (it, its jax.jit)
         self._fingerprints: dict = {}  # argument types -> `fingerprint`
         self._checked_point = over_chains(self._potential_and_grad, (0, None))
@@ -343,6 +344,11 @@ class ModelFns:
         """Constrained latent values and deterministic sites at `params` (traceable; its
         handler-free jaxpr built once per argument types)."""
         return self._evaluate(self._constrained, _model.constrain, params, dynamic)
+
+    def unconstrain(self, values: dict, dynamic: tuple) -> dict:
+        """Unconstrained values of the constrained latent `values` (every latent site;
+        traceable; its handler-free jaxpr built once per argument types)."""
+        return self._evaluate(self._unconstrained, _model.unconstrain, values, dynamic)
 
     def site_info(self, dynamic: tuple) -> SiteInfo:
         """The model's sites for arguments of these shapes (traced once per shape signature)."""

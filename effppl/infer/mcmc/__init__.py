@@ -1,7 +1,8 @@
 """Markov chain Monte Carlo: `NUTS` and `HMC` on blackjax's kernels, tuned by window adaptation,
 driven by `MCMC`.
 
-- `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`); `_barker.py`: `BarkerMH`.
+- `_kernels.py`: the kernel settings objects (`NUTS`, `HMC`); `_barker.py`: `BarkerMH`;
+  `_hmc_gibbs.py`: `HMCGibbs` (the user's Gibbs step, then the inner kernel's).
 - `_sampler.py`: the compiled warmup/sampling chunk, cached by structure.
 - `_driver.py`: the `MCMC` driver (initial points, chunks, results, diagnostics).
 - `_window.py`: Stan's window adaptation; `_fisher.py`: nutpie's Fisher-divergence adaptation;
@@ -14,10 +15,11 @@ driven by `MCMC`.
 
 from ._barker import BarkerMH
 from ._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
+from ._hmc_gibbs import HMCGibbs
 from ._kernels import HMC, NUTS, KernelSettingsError
 from ._mixing import ChainMixingWarning
 from ._warmup_check import MaxTreeDepthWarning, StuckChainWarning
 
 __all__ = ["MCMC", "MCMCState", "MCMCError", "DivergenceWarning", "StuckChainWarning",
            "MaxTreeDepthWarning", "ChainMixingWarning", "NUTS", "HMC",
-           "BarkerMH", "KernelSettingsError"]
+           "BarkerMH", "HMCGibbs", "KernelSettingsError"]

@@ -10,7 +10,6 @@ import math
 import warnings
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 import tqdm.auto as tqdm
@@ -20,7 +19,7 @@ from ..._keys import typed_key
 from ...handlers import config_enumerate
 from ...handlers.internal import check_enumerable
 from .._checkpoint import as_checkpoint
-from .._compile._arguments import leaked_tracers
+from .._compile._arguments import holds_tracer, leaked_tracers
 from .._compile._cache import cached
 from .._compile._fns import prepare
 from .._init import InitializationError
@@ -81,7 +80,7 @@ def _concat(parts, place):
 def _refuse_traced(api, inputs):
     """`MCMCError` when `MCMC.run`/`warmup` is itself traced (inside `jax.jit`, `jax.vmap`, a
     `lax` loop): its key, data or initial point is a tracer."""
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(inputs)):
+    if holds_tracer(inputs):
         raise MCMCError(
             f"`{api}` was called inside a JAX transformation (`jax.jit`, `jax.vmap`, a `lax` "
             f"loop): its key, data or init_params are traced. effppl's MCMC compiles the "
@@ -115,7 +114,8 @@ class MCMC(MCMCResultsView):
     - `chain_method`: `"vectorized"` (one `jit(vmap)` over chains on one device) or `"sharded"`
       (a `shard_map` over the chain axis of `mesh`: each device runs its share of the chains,
       vectorized, with no communication between devices). Both give the same draws. NumPyro's
-      `"sequential"` runs as `"vectorized"`, its `"parallel"` as `"sharded"`.
+      `"sequential"` runs as `"vectorized"`, its `"parallel"` as `"sharded"`, and its callable
+      `jax.vmap` as `"vectorized"` (no other callable).
     - `mesh`: for `"sharded"`, a mesh from `effppl.distributed.make_mesh(chain=..., data=...)`
       over the devices of every process; `num_chains` must be a multiple of its chain axis.
       Data sharded over its data axis (`effppl.distributed.shard`) are summed by one
@@ -168,16 +168,20 @@ class MCMC(MCMCResultsView):
             return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low
 
         check("kernel", kernel, isinstance(kernel, _HMCFamily),
-              "an effppl.infer NUTS or HMC kernel (or BarkerMH)")
+              "an effppl.infer NUTS or HMC kernel (or BarkerMH, HMCGibbs)")
         check("num_warmup", num_warmup, is_int(num_warmup, 0), "an int >= 0")
         check("num_samples", num_samples, is_int(num_samples, 1), "an int >= 1")
         check("num_chains", num_chains, is_int(num_chains, 1), "an int >= 1")
         check("thinning", thinning, is_int(thinning, 1) and thinning <= num_samples,
               f"an int in [1, num_samples={num_samples}]")
-        chain_method = _NUMPYRO_CHAIN_METHODS.get(chain_method, chain_method)
+        if chain_method is jax.vmap:  # NumPyro's callable chain method, the vectorized one
+            chain_method = "vectorized"
+        chain_method = _NUMPYRO_CHAIN_METHODS.get(chain_method, chain_method) \
+            if isinstance(chain_method, str) else chain_method
         check("chain_method", chain_method, chain_method in _CHAIN_METHODS,
-              f"one of {_CHAIN_METHODS}, or NumPyro's 'sequential' (run as 'vectorized') or "
-              f"'parallel' (run as 'sharded')")
+              f"one of {_CHAIN_METHODS}, or NumPyro's 'sequential' (run as 'vectorized'), "
+              f"'parallel' (run as 'sharded') or `jax.vmap` (run as 'vectorized'; effppl maps "
+              f"its compiled chunks over chains itself, so no other function)")
         check("jit_model_args", jit_model_args, isinstance(jit_model_args, (bool, np.bool_)),
               "a bool")
         check("progress_bar", progress_bar, isinstance(progress_bar, (bool, np.bool_)), "a bool")

@@ -11,11 +11,11 @@ from typing import Any
 
 import blackjax
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 
 from ..._errors import EffpplError
+from .._compile._arguments import holds_tracer
 from .._init import InitStrategy, init_to_uniform
 from .._init_site import as_strategy
 from .._model import model_name
@@ -84,7 +84,7 @@ def _untraced(api: str, settings: dict) -> None:
     transformation (NumPyro's `test_chain_inside_jit`), which effppl's `MCMC` refuses (see
     `MCMC.run`), instead of JAX's error from `float()` of the tracer."""
     for name, value in settings.items():
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+        if holds_tracer(value):
             raise KernelSettingsError(
                 f"`effppl.infer.{api}(..., {name}=...)` got a traced value: the kernel is built "
                 f"inside a JAX transformation (`jax.jit`, `jax.vmap`, a `lax` loop). effppl's "
@@ -187,6 +187,13 @@ class _HMCFamily:
 
     def kernel_kwargs(self) -> dict:
         raise NotImplementedError
+
+    def bind(self, kernel: Callable, model) -> Callable:
+        """The transition function one compiled chunk runs: `kernel` (`build_kernel()`'s), or a
+        function of it and of `model` (a `_sampler.ChunkModel`: the chunk's model, for a
+        kernel that reads constrained values, as `HMCGibbs`). The same signature as `kernel`."""
+        del model
+        return kernel
 
     def stats(self, info, dtype) -> dict:
         """Per-transition statistics, named as in `arviz` `sample_stats` (floats as `dtype`)."""

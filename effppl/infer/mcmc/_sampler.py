@@ -29,7 +29,7 @@ from .._compile._persistent import stored
 from ._adaptation import identity_like, scheme_for, warmup_schedule
 from ._mass import structure
 
-__all__ = ["ChainState", "Span", "Sampler", "sampler_for", "split_run_key", "warmup_schedule"]
+__all__ = ["ChainState", "ChunkModel", "Span", "Sampler", "sampler_for", "split_run_key", "warmup_schedule"]
 
 
 class ChainState(NamedTuple):
@@ -82,6 +82,18 @@ def _select(pred, on_true, on_false):
     return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
+class ChunkModel(NamedTuple):
+    """The model as one chunk's kernel sees it (`_HMCFamily.bind`): `position`, a dict site ->
+    unconstrained value of one chain (the structure of the flat vector the kernel moves);
+    `unravel(flat)` -> that dict; `constrain(flat)` -> constrained latent and deterministic
+    sites; `unconstrain(values)` -> unconstrained values of constrained ones (every latent)."""
+
+    position: Any
+    unravel: Any
+    constrain: Any
+    unconstrain: Any
+
+
 class Sampler:
     """Compiled, chain-vectorised functions of one model + argument structure + kernel settings.
 
@@ -131,8 +143,10 @@ class Sampler:
     def _program_key(self, length, chain, keys, span, schedule, dynamic):
         """What `_chunk`'s program depends on beyond the argument types and effppl's code (for
         `stored`): the model's jaxprs, the kernel's settings, the buffer length. `None` (not
-        stored) for a kernel class defined outside effppl."""
-        if not type(self.kernel).__module__.startswith("effppl."):
+        stored) for a kernel class defined outside effppl, or one running a user's function
+        (`HMCGibbs`'s `gibbs_fn`: its code is not in the model's jaxprs)."""
+        if not type(self.kernel).__module__.startswith("effppl.") or \
+                getattr(self.kernel, "runs_user_code", False):
             return None
         one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                                  chain.state.position)
@@ -162,19 +176,20 @@ class Sampler:
             astate = self._scheme.seed(astate, state.logdensity_grad)
         return _strong(ChainState(state, astate, *self.tuned(astate), jnp.zeros((), jnp.int32)))
 
-    def _transition(self, sampling, key, state, logdensity, params):
-        """One kernel transition; with NumPyro's `max_tree_depth=(warmup, sampling)`, a `cond` on
+    def _transition(self, kernel, sampling, key, state, logdensity, params):
+        """One transition of `kernel` (`self._kernel` as the kernel object `bind`s it to the
+        chunk's model); with NumPyro's `max_tree_depth=(warmup, sampling)`, a `cond` on
         `sampling` (the same for every chain: it stays a `cond` under the chains' `vmap`)
         between the two depths."""
         kwargs = self._kwargs
         depths = kwargs.get("max_num_doublings")
         if not isinstance(depths, tuple):
-            return self._kernel(key, state, logdensity, *params, **kwargs)
+            return kernel(key, state, logdensity, *params, **kwargs)
 
         def with_depth(depth):
             def step(operands):
-                return self._kernel(*operands[:2], logdensity, *operands[2],
-                                    **dict(kwargs, max_num_doublings=depth))
+                return kernel(*operands[:2], logdensity, *operands[2],
+                              **dict(kwargs, max_num_doublings=depth))
             return step
         return jax.lax.cond(sampling, with_depth(depths[1]), with_depth(depths[0]),
                             (key, state, params))
@@ -212,6 +227,10 @@ class Sampler:
             out = model_logdensity(jax.lax.optimization_barrier(unravel(flat)))
             return _fusible_copy(out) if many_reductions else out
 
+        kernel = self.kernel.bind(self._kernel, ChunkModel(
+            unravel(flat_position), unravel,
+            lambda flat: self.fns.constrain(unravel(flat), dynamic),
+            lambda values: self.fns.unconstrain(values, dynamic)))
         schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
         dtype = jnp.result_type(state.logdensity)
@@ -220,7 +239,7 @@ class Sampler:
             state, astate, stats, n_div, i, stuck_for = carry
             k = jnp.where(sampling, offset + i * thinning + j, i)
             params = _select(sampling, (step_size, imm), self.tuned(astate))
-            new, info = self._transition(sampling, keys[k], state, logdensity, params)
+            new, info = self._transition(kernel, sampling, keys[k], state, logdensity, params)
             stage = schedule[jnp.minimum(i, last)]
             # A `cond` (`sampling` is the same for every chain), so that draws skip the
             # adaptation's work: the estimators' updates and, at the schedule's window ends,

@@ -3,17 +3,18 @@ not break), building one raises an error naming what effppl offers instead.
 
 effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
 enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
-subsampling HMC (`HMCECS`), no HMC-within-Gibbs over discrete sites (`HMCGibbs`,
-`DiscreteHMCGibbs`, `MixedHMC`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble
-sampler (Barker's proposal is `BarkerMH`, on blackjax's `barker` kernel).
+subsampling HMC (`HMCECS`), no Gibbs updates of discrete sites (`DiscreteHMCGibbs`,
+`MixedHMC`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler (Barker's proposal
+is `BarkerMH`, on blackjax's `barker` kernel; HMC-within-Gibbs with the user's Gibbs step is
+`HMCGibbs`).
 """
 
 from __future__ import annotations
 
 from ..._errors import EffpplError
 
-__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "HMCGibbs", "DiscreteHMCGibbs", "MixedHMC",
-           "AIES", "ESS"]
+__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "DiscreteHMCGibbs", "MixedHMC", "AIES",
+           "ESS"]
 
 
 class UnsupportedKernelError(EffpplError, NotImplementedError):
@@ -33,8 +34,6 @@ _WHY = {
     "HMCECS": ("energy-conserving subsampling HMC has no blackjax kernel. Run `NUTS` on the "
                "full data (effppl compiles the whole log density into one program), or fit "
                "with `SVI` and subsampled plates."),
-    "HMCGibbs": ("HMC-within-Gibbs with a user's Gibbs step has no blackjax kernel. "
-                 + _DISCRETE),
     "DiscreteHMCGibbs": "Gibbs updates of discrete sites have no blackjax kernel. " + _DISCRETE,
     "MixedHMC": "mixed discrete-continuous HMC has no blackjax kernel. " + _DISCRETE,
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
@@ -55,7 +54,6 @@ def _unsupported(name: str) -> type:
 
 SA = _unsupported("SA")
 HMCECS = _unsupported("HMCECS")
-HMCGibbs = _unsupported("HMCGibbs")
 DiscreteHMCGibbs = _unsupported("DiscreteHMCGibbs")
 MixedHMC = _unsupported("MixedHMC")
 AIES = _unsupported("AIES")
