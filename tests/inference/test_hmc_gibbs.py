@@ -149,6 +149,11 @@ def test_run_errors_name_the_site():
     with pytest.raises(KernelSettingsError, match=r"returned \['y'\]"):
         _run(HMCGibbs(NUTS(_normal_pair), gibbs_fn=lambda **kw: {"y": 0.0},
                       gibbs_sites=["x"]))
+    with pytest.raises(KernelSettingsError, match=r"dtype complex.* for Gibbs site 'x'"):
+        _run(HMCGibbs(NUTS(_normal_pair), gibbs_fn=lambda **kw: {"x": jnp.asarray(2 + 1j)},
+                      gibbs_sites=["x"]))
+    with pytest.raises(KernelSettingsError, match=r"'a' for Gibbs site 'x'"):
+        _run(HMCGibbs(NUTS(_normal_pair), gibbs_fn=lambda **kw: {"x": "a"}, gibbs_sites=["x"]))
     with pytest.raises(KernelSettingsError, match=r"shape \(2,\) for Gibbs site 'x'"):
         _run(HMCGibbs(NUTS(_normal_pair), gibbs_fn=lambda **kw: {"x": jnp.zeros(2)},
                       gibbs_sites=["x"]))
@@ -163,3 +168,46 @@ def test_a_support_that_depends_on_an_hmc_site_is_refused():
         _run(HMCGibbs(NUTS(model), gibbs_fn=_keep, gibbs_sites=["u"]))
     # the other way round is sound: theta's support is fixed
     _run(HMCGibbs(NUTS(model), gibbs_fn=_keep, gibbs_sites=["theta"]))
+
+
+def test_an_hmc_site_whose_support_depends_on_a_gibbs_site():
+    """`u ~ Uniform(0, theta)` moved by NUTS, `theta` drawn by Gibbs from its exact conditional
+    `u + Exponential(1)`: `u`'s value is kept through the Gibbs step (unconstrained anew under
+    the new `theta`), so the chain targets the posterior that NUTS on the whole model finds."""
+    def model(y):
+        theta = effppl.sample("theta", dist.Gamma(2.0, 1.0))
+        u = effppl.sample("u", dist.Uniform(0.0, theta))
+        effppl.sample("y", dist.Normal(u, 0.3), obs=y)
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        return {"theta": hmc_sites["u"] + jax.random.exponential(rng_key)}
+
+    runs = {}
+    for name, kernel in [("gibbs", HMCGibbs(NUTS(model), gibbs_fn=gibbs_fn,
+                                            gibbs_sites=["theta"])),
+                         ("nuts", NUTS(model))]:
+        mcmc = MCMC(kernel, num_warmup=500, num_samples=4000, num_chains=2,
+                    progress_bar=False)
+        mcmc.run(jax.random.key(4), jnp.asarray(1.0))
+        runs[name] = mcmc.get_samples()
+    for site, tol in [("u", 0.03), ("theta", 0.12)]:
+        assert abs(runs["gibbs"][site].mean() - runs["nuts"][site].mean()) < tol, site
+        assert abs(runs["gibbs"][site].std() - runs["nuts"][site].std()) < tol, site
+    assert np.all(runs["gibbs"]["u"] < runs["gibbs"]["theta"])
+
+
+def test_new_data_a_gibbs_fn_closes_over_are_read():
+    """A `gibbs_fn` reading an array it closes over (here from a dict, as from a global): new
+    values there are used by the next run, not the first run's (the compiled sampler is keyed
+    by the function's program and the arrays it closes over)."""
+    data = {"x": jnp.asarray(1.0)}
+
+    def pin(rng_key, gibbs_sites, hmc_sites):
+        return {"x": data["x"]}
+
+    for value in (1.0, -3.0):
+        data["x"] = jnp.asarray(value)
+        mcmc = MCMC(HMCGibbs(NUTS(_normal_pair), gibbs_fn=pin, gibbs_sites=["x"]),
+                    num_warmup=10, num_samples=10, progress_bar=False)
+        mcmc.run(jax.random.key(5))
+        np.testing.assert_allclose(mcmc.get_samples()["x"], value)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .._compile._persistent import digest
 from ._kernels import HMC, NUTS, KernelSettingsError, _HMCFamily, _untraced
 
 __all__ = ["HMCGibbs"]
@@ -61,7 +62,12 @@ class HMCGibbs(_HMCFamily):
       of new values for every Gibbs site, of the same shapes. It is traced once per compiled
       chunk (a JAX function: no Python side effects per transition).
     - `gibbs_sites`: the names of the Gibbs sites (continuous latent sites of the model whose
-      support does not depend on other latent sites).
+      support does not depend on other latent sites; the other sites' supports may depend on
+      them).
+
+    `gibbs_fn` may read data it closes over (a global): its program, with those arrays, keys
+    the compiled sampler, so new data there compile it anew (data passed to `MCMC.run` as model
+    arguments do not).
 
     The warmup (Stan's window adaptation) tunes the step size and the mass matrix of the HMC
     sites; the Gibbs sites are drawn in warmup too, as in NumPyro. `MCMC.get_samples()` holds
@@ -142,6 +148,25 @@ class HMCGibbs(_HMCFamily):
         return (*self.inner_kernel.settings(), self._api, _ByIdentity(self.gibbs_fn),
                 self.gibbs_sites)
 
+    def user_code_key(self, fns, position, dynamic) -> str | None:
+        """A digest of `gibbs_fn`'s program at the model's value types (`position`: one chain's
+        unconstrained values, `ShapeDtypeStruct`s; `dynamic`: the model data): its text and the
+        arrays it closes over, so that a chunk is compiled anew when they change
+        (`_sampler.by_user_code`). `None` when a Gibbs site is not among the values (the
+        chunk's trace then raises the error naming it)."""
+        shapes = jax.eval_shape(fns.constrain, position, dynamic)
+        if any(n not in shapes or n not in position for n in self.gibbs_sites):
+            return None
+        gibbs = {n: shapes[n] for n in self.gibbs_sites}
+        others = {n: v for n, v in shapes.items() if n not in gibbs}
+
+        def step(key, gibbs_sites, hmc_sites):
+            return _checked(self._api, self.gibbs_fn(rng_key=key, gibbs_sites=gibbs_sites,
+                                                     hmc_sites=hmc_sites), gibbs_sites)
+
+        closed = jax.make_jaxpr(step)(jax.random.key(0), gibbs, others)
+        return digest(str(closed.jaxpr), list(closed.consts))
+
     def init_state(self, position, logdensity, logdensity_grad):
         return self.inner_kernel.init_state(position, logdensity, logdensity_grad)
 
@@ -176,7 +201,18 @@ class HMCGibbs(_HMCFamily):
             raise KernelSettingsError(
                 f"`effppl.infer.{self._api}`: every latent site of the model is a Gibbs site "
                 f"({list(self.gibbs_sites)}): there is nothing left for the HMC kernel to move.")
-        _check_fixed_supports(self._api, self.gibbs_sites, model)
+        hmc_sites = tuple(n for n in names if n not in self.gibbs_sites)
+        moving = _reading(model, hmc_sites, self.gibbs_sites)
+        if moving:
+            raise KernelSettingsError(
+                f"`effppl.infer.{self._api}`: the support of Gibbs site '{moving[0]}' depends on "
+                f"other latent sites (or the site is computed in a loop with them): the HMC "
+                f"step holds the Gibbs sites' unconstrained values, which would move "
+                f"'{moving[0]}' (NumPyro refuses such supports too). Reparametrise the site to a "
+                f"fixed support.")
+        # HMC sites whose support depends on a Gibbs site: unconstrained anew after the Gibbs
+        # step, so that their values stay what the Gibbs step was given
+        follow = set(_reading(model, self.gibbs_sites, hmc_sites)) | set(self.gibbs_sites)
         gibbs_fn, gibbs_sites, api = self.gibbs_fn, self.gibbs_sites, self._api
 
         def transition(rng_key, state, logdensity, step_size, inverse_mass_matrix, **kwargs):
@@ -190,7 +226,7 @@ class HMCGibbs(_HMCFamily):
             latent = {n: values[n] for n in model.position}
             unconstrained = model.unconstrain({**latent, **new})
             sites = model.unravel(flat)
-            flat = ravel_pytree({n: unconstrained[n] if n in now else v
+            flat = ravel_pytree({n: unconstrained[n] if n in follow else v
                                  for n, v in sites.items()})[0]
 
             def hmc_logdensity(position):
@@ -209,33 +245,26 @@ class HMCGibbs(_HMCFamily):
         return transition
 
 
-def _check_fixed_supports(api: str, gibbs_sites: tuple, model) -> None:
-    """A `KernelSettingsError` when a Gibbs site's unconstrained value depends on another
-    latent site's value (its support does: `Uniform(0, theta)`): the HMC step holds the Gibbs
-    sites' *unconstrained* values, which then would not hold their values. Decided on the data
-    flow of `model.unconstrain`'s program (an equation reading a dependent value makes all its
-    outputs dependent: a Gibbs site in a loop with the HMC sites is refused too)."""
+def _reading(model, sources: tuple, targets: tuple) -> list:
+    """The `targets` (latent site names) whose unconstrained value depends on the value of a
+    site in `sources`: their supports do (`Uniform(0, theta)`). Decided on the data flow of
+    `model.unconstrain`'s program (an equation reading a dependent value makes all its outputs
+    dependent: a site computed in a loop with a source counts as dependent too)."""
     shapes = jax.eval_shape(model.constrain, ravel_pytree(model.position)[0])
-    hmc = {n: shapes[n] for n in model.position if n not in gibbs_sites}
-    gibbs = {n: shapes[n] for n in gibbs_sites}
+    given = {n: shapes[n] for n in sources}
+    rest = {n: shapes[n] for n in model.position if n not in sources}
 
-    def gibbs_unconstrained(hmc, gibbs):
-        out = model.unconstrain({**hmc, **gibbs})
-        return [out[n] for n in gibbs_sites]
+    def unconstrained(given, rest):
+        out = model.unconstrain({**given, **rest})
+        return [out[n] for n in targets]
 
-    closed = jax.make_jaxpr(gibbs_unconstrained)(hmc, gibbs)
-    jaxpr = closed.jaxpr
-    dependent = set(jaxpr.invars[:len(jax.tree.leaves(hmc))])
+    jaxpr = jax.make_jaxpr(unconstrained)(given, rest).jaxpr
+    dependent = set(jaxpr.invars[:len(jax.tree.leaves(given))])
     for eqn in jaxpr.eqns:
         if any(type(v).__name__ != "Literal" and v in dependent for v in eqn.invars):
             dependent.update(eqn.outvars)
-    for name, var in zip(gibbs_sites, jaxpr.outvars):
-        if type(var).__name__ != "Literal" and var in dependent:
-            raise KernelSettingsError(
-                f"`effppl.infer.{api}`: the support of Gibbs site '{name}' depends on other "
-                f"latent sites (or the site is computed in a loop with them): effppl's "
-                f"HMC-within-Gibbs holds the Gibbs sites' unconstrained values during the HMC "
-                f"step, which would move '{name}'. Reparametrise the site to a fixed support.")
+    return [name for name, var in zip(targets, jaxpr.outvars)
+            if type(var).__name__ != "Literal" and var in dependent]
 
 
 def _checked(api: str, new, now: dict) -> dict:
@@ -248,7 +277,17 @@ def _checked(api: str, new, now: dict) -> dict:
             f"Gibbs site {sorted(now)}, but returned {got}.")
     out = {}
     for name, value in new.items():
-        value = jnp.asarray(value)
+        try:
+            value = jnp.asarray(value)
+        except TypeError as err:
+            raise KernelSettingsError(
+                f"`effppl.infer.{api}`: `gibbs_fn` returned {value!r:.60} for Gibbs site "
+                f"'{name}', which is not an array of numbers ({err}).") from None
+        if not (jnp.issubdtype(value.dtype, jnp.floating)
+                or jnp.issubdtype(value.dtype, jnp.integer) or value.dtype == jnp.bool_):
+            raise KernelSettingsError(
+                f"`effppl.infer.{api}`: `gibbs_fn` returned a value of dtype {value.dtype} for "
+                f"Gibbs site '{name}', whose value is real ({jnp.result_type(now[name])}).")
         if value.shape != jnp.shape(now[name]):
             raise KernelSettingsError(
                 f"`effppl.infer.{api}`: `gibbs_fn` returned a value of shape {value.shape} for "

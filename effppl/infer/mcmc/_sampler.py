@@ -29,7 +29,7 @@ from .._compile._persistent import stored
 from ._adaptation import identity_like, scheme_for, warmup_schedule
 from ._mass import structure
 
-__all__ = ["ChainState", "ChunkModel", "Span", "Sampler", "sampler_for", "split_run_key", "warmup_schedule"]
+__all__ = ["ChainState", "ChunkModel", "Span", "Sampler", "by_user_code", "sampler_for", "split_run_key", "warmup_schedule"]
 
 
 class ChainState(NamedTuple):
@@ -131,14 +131,15 @@ class Sampler:
         return self._scheme.schedule(num_warmup)
 
     def chunk(self, length: int):
-        """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws (cached per length)."""
-        if length not in self._chunks:
-            fn = functools.partial(self._chunk, length=length)
-            in_axes = (0, 0, None, None, None)  # chain, keys: per chain
-            jitted = jax.jit(over_chains(fn, in_axes))
-            self._chunks[length] = stored(jitted, functools.partial(self._program_key, length),
-                                          "chunk")
-        return self._chunks[length]
+        """`jit(over_chains(_chunk))` (a `vmap` over chains) with buffers of `length` draws
+        (cached per length; `by_user_code`)."""
+        return by_user_code(self, self._chunks, length, self._build_chunk)
+
+    def _build_chunk(self, length: int):
+        fn = functools.partial(self._chunk, length=length)
+        in_axes = (0, 0, None, None, None)  # chain, keys: per chain
+        jitted = jax.jit(over_chains(fn, in_axes))
+        return stored(jitted, functools.partial(self._program_key, length), "chunk")
 
     def _program_key(self, length, chain, keys, span, schedule, dynamic):
         """What `_chunk`'s program depends on beyond the argument types and effppl's code (for
@@ -293,6 +294,30 @@ class Sampler:
         step_size, imm = _strong(self.final(astate))
         chain = ChainState(_strong(state), astate, step_size, imm, stuck_for)
         return chain, values, stats, n_div
+
+
+def by_user_code(sampler, store: dict, length: int, build):
+    """The chunk function of `length` draws, `build(length)`, kept in `store`. For a kernel
+    that runs the user's code (`HMCGibbs`'s `gibbs_fn`), whose arrays it closes over (data read
+    from a global) are not arguments, the chunk is built anew whenever that code's program
+    (`kernel.user_code_key` at the call's argument types: its text and the arrays it closes over)
+    differs from the one kept, so that new data read there are not silently replaced by the
+    first ones."""
+    kernel, fns = sampler.kernel, sampler.fns
+    if not getattr(kernel, "runs_user_code", False):
+        if length not in store:
+            store[length] = build(length)
+        return store[length]
+
+    def call(chain, keys, span, schedule, dynamic):
+        one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                 chain.state.position)
+        code = kernel.user_code_key(fns, one_chain, dynamic)
+        if store.get(length, (None,))[0] != code or code is None:
+            store[length] = (code, build(length))
+        return store[length][1](chain, keys, span, schedule, dynamic)
+
+    return call
 
 
 def _fusible_copy(x):

@@ -30,7 +30,7 @@ from ... import distributed
 from .._compile._cache import cached
 from .._compile._persistent import stored
 from .._sharding import ShardingError, check_data, check_mesh
-from ._sampler import split_run_key
+from ._sampler import by_user_code, split_run_key
 
 __all__ = ["ShardedSampler", "chain_mesh", "run_keys", "sharded_sampler", "check_run"]
 
@@ -127,13 +127,13 @@ class ShardedSampler:
     def chunk(self, length: int):
         """The sampler's chunk with buffers of `length` draws: chain state and keys split over
         the chain axis; the span, schedule and data given whole to every device's chains."""
-        if length not in self._chunks:
-            fn = functools.partial(self.sampler._chunk, length=length)
-            per_device = jax.vmap(fn, in_axes=(0, 0, None, None, None))
-            jitted = self._mapped(_named(per_device, "chunk"), (_CHAINS, _CHAINS, P(), P(), P()))
-            self._chunks[length] = stored(jitted, functools.partial(self._program_key, length),
-                                          "chunk")
-        return self._chunks[length]
+        return by_user_code(self.sampler, self._chunks, length, self._build_chunk)
+
+    def _build_chunk(self, length: int):
+        fn = functools.partial(self.sampler._chunk, length=length)
+        per_device = jax.vmap(fn, in_axes=(0, 0, None, None, None))
+        jitted = self._mapped(_named(per_device, "chunk"), (_CHAINS, _CHAINS, P(), P(), P()))
+        return stored(jitted, functools.partial(self._program_key, length), "chunk")
 
 
 def sharded_sampler(sampler, mesh) -> ShardedSampler:
