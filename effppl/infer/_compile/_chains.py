@@ -13,7 +13,7 @@ import jax
 
 from ...effects import internal
 
-__all__ = ["over_chains"]
+__all__ = ["over_chains", "per_chain_types"]
 
 
 def _chain_size(args, in_axes):
@@ -40,3 +40,9 @@ def over_chains(fn: Callable, in_axes: tuple) -> Callable:
     # Named after `fn`: JAX names the compiled program (and its compile logs) after it.
     mapped.__name__ = mapped.__qualname__ = internal.callable_name(fn).lstrip("_")
     return mapped
+
+
+def per_chain_types(tree):
+    """The types of one chain of `tree` (arrays with a leading chain axis): a
+    `jax.ShapeDtypeStruct` per leaf, without that axis."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), tree)

@@ -38,7 +38,7 @@ from ._cache import (
     split_cache_key,
     with_static_arrays,
 )
-from ._chains import over_chains
+from ._chains import over_chains, per_chain_types
 from ._fingerprint import fingerprint
 from ._forward import forward_gradient, value_and_forward_grad
 from ._persistent import digest, stored
@@ -314,7 +314,7 @@ class ModelFns:
         once, more programs than one compiled function for a model of a few sites."""
         if forward:  # (NumPyro's `forward_mode_differentiation`: rare, small models)
             return self._checked_point_forward(params, dynamic)
-        one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
+        one_chain = per_chain_types(params)
         closed = self._potential_jaxpr(one_chain, dynamic)
         if closed is not None and len(closed.jaxpr.eqns) >= EAGER_FROM_EQNS:
             return self._checked_point(params, dynamic)

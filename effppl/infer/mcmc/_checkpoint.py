@@ -36,6 +36,7 @@ from ...effects import internal
 from .._arviz import _usable_dims
 from .._checkpoint import Record, layout, shapes
 from .._checkpoint_store import Store
+from .._compile._chains import per_chain_types
 from .._compile._persistent import digest
 from .._interrupt import InterruptedWarning, Stopper
 
@@ -56,8 +57,7 @@ def _start(kernel, init_params, post_warmup_state) -> str:
 
 
 def _identity(mcmc, fns, dynamic, key, chain, length, start) -> dict:
-    one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
-                             chain.state.position)
+    one_chain = per_chain_types(chain.state.position)
     kernel = mcmc.kernel
     return {
         "model": fns.name,

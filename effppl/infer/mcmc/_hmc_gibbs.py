@@ -18,6 +18,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._compile._persistent import digest
+from .._model import model_name
 from ._kernels import HMC, NUTS, KernelSettingsError, _HMCFamily, _untraced
 
 __all__ = ["HMCGibbs"]
@@ -190,7 +191,7 @@ class HMCGibbs(_HMCFamily):
         if missing:
             raise KernelSettingsError(
                 f"`effppl.infer.{self._api}`: gibbs_sites {missing} are not continuous latent "
-                f"sites of model `{getattr(self.model, '__name__', '?')}` (its continuous latent "
+                f"sites of model `{model_name(self.model)}` (its continuous latent "
                 f"sites: {names}; a discrete site is summed out by enumeration, and NumPyro's "
                 f"`DiscreteHMCGibbs` is not available).")
         # (the flat vector's order: `ravel_pytree`'s, the leaves' order)

@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 
 from ...effects import internal
 from .._compile._cache import cached
-from .._compile._chains import over_chains
+from .._compile._chains import over_chains, per_chain_types
 from .._compile._fns import MANY_REDUCTIONS
 from .._compile._persistent import stored
 from ._adaptation import identity_like, scheme_for, warmup_schedule
@@ -149,8 +149,7 @@ class Sampler:
         if not type(self.kernel).__module__.startswith("effppl.") or \
                 getattr(self.kernel, "runs_user_code", False):
             return None
-        one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
-                                 chain.state.position)
+        one_chain = per_chain_types(chain.state.position)
         model = self.fns.fingerprint(one_chain, dynamic)
         if model is None:
             return None
@@ -310,8 +309,7 @@ def by_user_code(sampler, store: dict, length: int, build):
         return store[length]
 
     def call(chain, keys, span, schedule, dynamic):
-        one_chain = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
-                                 chain.state.position)
+        one_chain = per_chain_types(chain.state.position)
         code = kernel.user_code_key(fns, one_chain, dynamic)
         if store.get(length, (None,))[0] != code or code is None:
             store[length] = (code, build(length))
