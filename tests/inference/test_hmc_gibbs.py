@@ -211,3 +211,18 @@ def test_new_data_a_gibbs_fn_closes_over_are_read():
                     num_warmup=10, num_samples=10, progress_bar=False)
         mcmc.run(jax.random.key(5))
         np.testing.assert_allclose(mcmc.get_samples()["x"], value)
+
+
+def _negative_sigma(rng_key, gibbs_sites, hmc_sites):
+    return {"sigma": -jnp.abs(gibbs_sites["sigma"])}  # outside the positive support
+
+
+def test_a_gibbs_value_outside_the_support_is_named():
+    """A `gibbs_fn` returning a value outside its site's support leaves the chain at NaN: the
+    warning names `gibbs_fn` and the site, not only a stuck chain."""
+    mcmc = MCMC(HMCGibbs(NUTS(_normal_pair), gibbs_fn=_negative_sigma, gibbs_sites=["sigma"]),
+                num_warmup=30, num_samples=20, progress_bar=False)
+    with pytest.warns(UserWarning, match=r"not finite: 'sigma' in chains \[0\] .*_negative_sigma"
+                                         r".*outside the site's support"):
+        mcmc.run(jax.random.key(0))
+    assert np.isnan(mcmc.get_samples()["sigma"]).all()

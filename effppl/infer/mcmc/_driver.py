@@ -373,6 +373,9 @@ class MCMC(MCMCResultsView):
         warn_tree_depth(fns.name, self._results.stats,
                         depth[1] if isinstance(depth, tuple) else depth)  # (sampling's)
         warn_mixing(fns.name, self._results.stats, self._results.samples)
+        check_draws = getattr(self.kernel, "check_draws", None)  # (a kernel's own checks)
+        if check_draws is not None:
+            check_draws(fns.name, self._results.samples)
 
     def _explained(self, args, kwargs):
         """No finite initial point because a distribution parameter is invalid (validation on):

@@ -10,6 +10,7 @@ mass matrix covers every coordinate; the inner kernel takes its block of the HMC
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import jax
@@ -80,6 +81,9 @@ class HMCGibbs(_HMCFamily):
     not a continuous latent site of the model (a discrete one is summed out by enumeration), for
     a model whose latent sites are all Gibbs sites, and for a `gibbs_fn` whose result is not a
     dict with a value of the right shape for each Gibbs site.
+
+    **Warns:** `UserWarning` after `MCMC.run`, naming `gibbs_fn` and the site, when draws of a
+    Gibbs site are not finite (`gibbs_fn` returned a value outside the site's support).
 
     **References:** Geman & Geman (1984), "Stochastic relaxation, Gibbs distributions, and the
     Bayesian restoration of images" (Gibbs sampling); Neal (2011), "MCMC using Hamiltonian
@@ -167,6 +171,27 @@ class HMCGibbs(_HMCFamily):
 
         closed = jax.make_jaxpr(step)(jax.random.key(0), gibbs, others)
         return digest(str(closed.jaxpr), list(closed.consts))
+
+    def check_draws(self, model: str, samples: dict) -> None:
+        """A `UserWarning` naming `gibbs_fn` and the Gibbs sites whose draws are not finite
+        (`samples`: `{site: [chain, draw, ...]}`): `gibbs_fn` returned a value outside the
+        site's support (its unconstrained value is NaN, and the chain stays there)."""
+        bad = {}
+        for name in self.gibbs_sites:
+            ok = np.isfinite(np.asarray(samples[name], np.float64))
+            ok = ok.reshape(ok.shape[:2] + (-1,)).all(axis=-1) if ok.ndim > 2 else ok
+            if not ok.all():
+                chains = [int(c) for c in np.flatnonzero(~ok.all(axis=1))]
+                bad[name] = (chains, int(np.argmin(ok[chains[0]])))
+        if bad:
+            what = "; ".join(f"'{n}' in chains {c} (chain {c[0]} from draw {d})"
+                             for n, (c, d) in bad.items())
+            warnings.warn(
+                f"effppl.infer.{self._api}: draws of Gibbs sites of model `{model}` are not "
+                f"finite: {what}. `gibbs_fn` ({_ByIdentity(self.gibbs_fn)!r}) returned a value "
+                f"outside the site's support (or not finite), and the chain cannot leave it. "
+                f"Check that it draws from the site's conditional within its support.",
+                UserWarning, stacklevel=4)
 
     def init_state(self, position, logdensity, logdensity_grad):
         return self.inner_kernel.init_state(position, logdensity, logdensity_grad)
