@@ -97,6 +97,15 @@ def test_dense_mass_on_a_correlated_gaussian():
     assert _ess(np.asarray(mcmc.get_samples(group_by_chain=True)["x"])).min() > 200
     imm = np.asarray(mcmc.last_state.inverse_mass_matrix)[0]
     assert imm.shape == (2, 2) and imm[0, 1] / np.sqrt(imm[0, 0] * imm[1, 1]) > 0.8
+    # NumPyro's BarkerMH `adapt_state`: arrays over the flat position (no dicts keyed by
+    # blocks), `S S^T` the mass matrix, so its inverse is the adapted covariance
+    adapt = mcmc.last_state.adapt_state
+    root = np.asarray(adapt.mass_matrix_sqrt)[0]
+    np.testing.assert_allclose(np.linalg.inv(root @ root.T), imm, rtol=1e-8)
+    np.testing.assert_allclose(np.linalg.inv(root @ root.T), cov, rtol=0.25)
+    root_inv = np.asarray(adapt.mass_matrix_sqrt_inv)[0]
+    np.testing.assert_allclose(root_inv @ root, np.eye(2), atol=1e-8)
+    np.testing.assert_allclose(np.asarray(adapt.inverse_mass_matrix)[0], imm)
 
 
 def test_a_non_finite_proposal_is_rejected_and_counted():

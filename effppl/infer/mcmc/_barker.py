@@ -63,6 +63,7 @@ class BarkerMH(_HMCFamily):
     """
 
     _api = "BarkerMH"
+    flat_adapt_state = True  # `MCMCState.adapt_state`: arrays, not dicts, as NumPyro's BarkerMH
     _algorithm = blackjax.barker
 
     def __init__(self, model: Callable | None = None, potential_fn: Callable | None = None,

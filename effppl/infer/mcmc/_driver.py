@@ -355,7 +355,8 @@ class MCMC(MCMCResultsView):
                          inverse_mass_matrix=chain.inverse_mass_matrix,
                          mass_blocks=numpyro_blocks(
                              state.position, getattr(self.kernel, "dense_mass", False),
-                             getattr(self.kernel, "inverse_mass_matrix", None)))
+                             getattr(self.kernel, "inverse_mass_matrix", None),
+                             getattr(self.kernel, "flat_adapt_state", False)))
         if not sample:
             self.post_warmup_state = last
             if collect_warmup and values:

@@ -140,17 +140,19 @@ class MassBlocks:
     """NumPyro's block structure of a mass matrix, a static pytree node (no leaves) that rides
     in `MCMCState`: `blocks`, a tuple of `(site group, dense)` in NumPyro's order: the
     `dense_mass` groups (dense), then the other groups of a given `inverse_mass_matrix` dict
-    (diagonal), then the remaining sites, sorted (diagonal)."""
+    (diagonal), then the remaining sites, sorted (diagonal). `flat`: NumPyro shows the matrix
+    over the flat position whole, not keyed by blocks (its `BarkerMH`)."""
 
     blocks: tuple
+    flat: bool = False
 
 
-def numpyro_blocks(sites, dense_mass, imm) -> MassBlocks:
+def numpyro_blocks(sites, dense_mass, imm, flat: bool = False) -> MassBlocks:
     """The `MassBlocks` NumPyro's `_initialize_mass_matrix` builds for latent `sites` from a
     normalized `dense_mass` (bool or groups) and `inverse_mass_matrix` (None, an array, or
     `(group, array)` pairs); a bool `dense_mass` is NumPyro's `[sorted sites]` or `[]`. Where
     NumPyro refuses a given group that overlaps a dense one, effppl has written it into that
-    dense block, and the view shows it there."""
+    dense block, and the view shows it there. `flat`: `MassBlocks.flat`."""
     every = tuple(sorted(sites))
     groups = [every] if dense_mass is True else list(dense_mass or ())
     given = [] if imm is None else [every] if isinstance(imm, np.ndarray) else [g for g, _ in imm]
@@ -163,7 +165,7 @@ def numpyro_blocks(sites, dense_mass, imm) -> MassBlocks:
     rest = tuple(n for n in every if n not in covered)
     if rest:
         blocks.append((rest, False))
-    return MassBlocks(tuple(blocks))
+    return MassBlocks(tuple(blocks), flat)
 
 
 def block_views(blocks: MassBlocks, sizes: dict, imm, lead: int) -> dict:

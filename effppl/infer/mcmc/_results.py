@@ -92,7 +92,8 @@ class AdaptState(NamedTuple):
     ones with their zeros), NumPyro's keying; `mass_matrix_sqrt`, `mass_matrix_sqrt_inv`: dicts
     keyed the same, `S` the lower Cholesky factor of the mass matrix (`S S^T = M`) and `S^-1`
     (`S^-T S^-1` = the inverse mass matrix), elementwise vectors for a diagonal mass matrix,
-    as NumPyro's `HMCAdaptState`.
+    as NumPyro's `HMCAdaptState`. For `BarkerMH` the three are arrays over the flat position,
+    not dicts, as NumPyro's `BarkerMH` has them.
     """
 
     step_size: Any
@@ -163,6 +164,8 @@ class MCMCState(NamedTuple):
             parts: tuple = ({}, {}, {})
         elif not hasattr(imm, "ndim"):  # the Fisher schemes' factored matrices: as they are
             parts = ({tuple(sorted(self.position)): imm}, {}, {})
+        elif self.mass_blocks is not None and self.mass_blocks.flat:  # (NumPyro's BarkerMH)
+            parts = (imm, *_sqrt_pair(imm, np.ndim(imm) == 3))
         else:
             blocks = self.mass_blocks or numpyro_blocks(self.position, np.ndim(imm) == 3, None)
             sizes = {k: int(np.prod(np.shape(v)[1:])) for k, v in self.position.items()}
