@@ -84,6 +84,7 @@ _SHORTER = pytest.mark.xfail(strict=True, reason=(
     "follow; Stan's and blackjax's `diag` end near 2 there"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_warmup, num_chains", [
     (5, 1), (6, 4), pytest.param(4, 1, marks=_SHORTER), pytest.param(2, 4, marks=_SHORTER)])
 def test_fisher_diag_short_warmup_step_size_not_at_the_cap(num_warmup, num_chains):

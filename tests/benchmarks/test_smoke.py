@@ -161,6 +161,7 @@ def test_oryx_rows_are_skipped_with_a_reason_when_its_environment_cannot_be_made
     assert "skipped" in benchmarks.render(results)
 
 
+@pytest.mark.slow
 def test_nuts_seeds_records_one_run_per_framework():
     from benchmarks import nuts_seeds
     from benchmarks._config import MODES

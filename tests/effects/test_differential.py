@@ -280,6 +280,7 @@ def test_reference_unhandled_operation_raises():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(programs(GenOptions(kinds=(), max_depth=3)))
 def test_reference_matches_jax_on_effect_free_programs(program):
     note(show(program))
@@ -298,6 +299,7 @@ def test_translation_matches_reference_on_random_programs(program):
     assert_translates_to(program, program.evaluate())
 
 
+@pytest.mark.slow
 @given(programs(GenOptions(kinds=("abort", "forward", "state", "writer"),
                            abort_through_forwarders_in_loops=True)))
 def test_translation_matches_reference_on_aborts_through_forwarders_in_loops(program):
@@ -305,6 +307,7 @@ def test_translation_matches_reference_on_aborts_through_forwarders_in_loops(pro
     assert_translates_to(program, program.evaluate())
 
 
+@pytest.mark.slow
 @settings(max_examples=60)  # the same generator as above: a sample of it is enough here
 @given(programs(GenOptions(max_length=3)))
 def test_translation_matches_reference_with_bounded_while_loops(program):

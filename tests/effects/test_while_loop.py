@@ -69,6 +69,7 @@ def test_stops_after_max_steps():
     assert int(i) == 7
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checkpoints", [2, 4, 8, 100, None])
 @pytest.mark.parametrize("a, x0", POINTS)
 def test_gradient_matches_differentiated_scan(a, x0, checkpoints):

@@ -53,6 +53,7 @@ def _trace(m):
             for name, site in handlers.trace(m).get_trace().items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_handler_built_without_a_model_wraps_the_model_it_is_called_with(name):
     kwargs, outer = CASES[name]

@@ -130,6 +130,7 @@ def test_enumerated_site_with_undeclared_batch_dim_is_an_error_naming_it():
         effppl.log_density(model, (), {}, {})
 
 
+@pytest.mark.slow
 def test_nuts_enumerates_an_unmarked_discrete_latent_as_numpyro_does():
     """NumPyro sums an unmarked discrete latent site out, with a `FutureWarning` naming it: the
     draws are those of the model wrapped in `config_enumerate`, and a second run compiles
@@ -153,6 +154,7 @@ def test_nuts_enumerates_an_unmarked_discrete_latent_as_numpyro_does():
     assert _driver._auto_enumerated(unmarked) is _driver._auto_enumerated(unmarked)
 
 
+@pytest.mark.slow
 def test_automatic_enumeration_keeps_models_that_compare_equal_apart():
     """The wrapper is kept per model object: two models equal by value (their data in a
     `compare=False` field) are not confused, and `clear_cache` drops the wrappers."""
@@ -203,6 +205,7 @@ def _nested(data, numpyro_style=False):
             sample("x", d.Normal(loc[g] + 0.5 * c, 1.0), obs=data)
 
 
+@pytest.mark.slow
 def test_nested_plates_match_numpyro_funsor_enumeration():
     from numpyro.contrib.funsor import config_enumerate as n_config
     from numpyro.contrib.funsor import enum as n_enum

@@ -60,6 +60,7 @@ def by_hand(point, y):
             + jnp.sum(point["sigma"]))  # log |d sigma / d u|
 
 
+@pytest.mark.slow
 def test_potential_energy_equals_numpyro_and_the_hand_marginalised_density():
     y = jnp.asarray(Y)
     got = handlers.potential_energy(model, (y,), {}, POINT)
@@ -194,6 +195,7 @@ def _reparametrized(lib, scoped):
     return lib.handlers.reparam(plain, config=config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scoped", [True, False], ids=["with-block", "wrapping"])
 def test_reparametrized_latent_below_an_enumerated_site_gives_numpyros_potential(scoped):
     y = jnp.asarray(ANNOTATIONS)
@@ -210,6 +212,7 @@ def test_reparametrized_latent_below_an_enumerated_site_gives_numpyros_potential
         np.testing.assert_allclose(grad[name], want[name], rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_initialize_model_of_a_reparametrized_latent_below_an_enumerated_site():
     # its deterministic `theta` carries the enumeration dim; the model trace recomputes it
     y = jnp.asarray(ANNOTATIONS)
@@ -257,6 +260,7 @@ def scanned_below_top(y):
     effppl.factor("ridge", -0.1 * total ** 2)  # `x` has its own shape: `total` is a scalar
 
 
+@pytest.mark.slow
 def test_latent_in_a_scan_below_a_top_level_enumerated_site():
     y, x, mu = jnp.asarray(STEPS), np.linspace(-1.0, 1.0, T), np.array([-0.5, 1.0])
     got = handlers.potential_energy(scanned_below_top, (y,), {}, {"mu": mu, "x": x})
@@ -330,6 +334,7 @@ def test_mcmc_deterministic_below_an_enumerated_site_keeps_its_enumeration_dim_a
     np.testing.assert_allclose(draws["theta"], by_hand, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_deterministic_depending_on_a_site_enumerated_in_a_scan_is_nan_not_one_state():
     """Inside an enumerated `lax.scan` the body runs once with the enumerated site at its first
     value; a deterministic site computed from it used to be recorded at that value (`w`

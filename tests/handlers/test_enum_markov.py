@@ -150,6 +150,7 @@ def _forward_model_1(sequences, lengths, probs_x, probs_y):
     return log_p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_steps", [3, 50])
 def test_python_loop_hmm_log_density_is_numpyros_and_the_forward_algorithm(num_steps):
     """Also: the T steps use two enumeration dims (left of the two plates), not T."""
@@ -169,6 +170,7 @@ def test_python_loop_hmm_log_density_is_numpyros_and_the_forward_algorithm(num_s
     assert max(dims[f"y_{t}"][1] for t in range(num_steps)) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [model_2, model_3, model_6])
 def test_python_loop_hmm_enum_models_log_density_is_numpyros(make):
     args = _data(6)
@@ -202,6 +204,7 @@ def test_history_two_uses_three_dims():
     assert set(dims.values()) == {-3, -4, -5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [model_1, model_2])
 def test_python_loop_hmm_potential_energy_value_and_grad_is_numpyros(make):
     from numpyro.infer.util import potential_energy as numpyro_potential_energy
@@ -232,6 +235,7 @@ def _guide(ppl):
     return guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_steps", [3, pytest.param(50, marks=pytest.mark.slow)])
 def test_python_loop_hmm_trace_enum_elbo_is_numpyros(num_steps):
     # unmasked: NumPyro's TraceEnum_ELBO sums a masked enumerated site under its unmasked
@@ -265,6 +269,7 @@ LOCS = np.array([-1.0, 0.5, 2.0])
 Y = np.array([0.3, -1.2, 2.2, 1.8, 0.1, -0.4, 2.5])
 
 
+@pytest.mark.slow
 def test_markov_as_recursive_decorator_is_the_forward_algorithm():
     markov = effppl_funsor.markov
 
@@ -344,6 +349,7 @@ def test_markov_without_enum_only_iterates():
     assert effppl.handlers.seed(model, 0)(Y) == len(Y) - 1
 
 
+@pytest.mark.slow
 def test_infer_discrete_viterbi_path_of_python_loop_hmm_is_numpyros():
     def make(lib):
         def model(y):

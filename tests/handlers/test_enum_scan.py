@@ -45,6 +45,7 @@ def forward(trans, locs, y):
     return logsumexp(alpha)
 
 
+@pytest.mark.slow
 def test_hmm_in_plain_scan_matches_hand_written_forward_value_and_grad():
     def ours(params):
         return effppl.log_density(hmm, (Y,), {}, params)[0]
@@ -92,6 +93,7 @@ def test_scan_with_other_carry_and_latent_site_matches_brute_force():
     np.testing.assert_allclose(ours, brute, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_two_chains_in_one_scan_match_brute_force():
     a_trans = np.array([[0.9, 0.1], [0.2, 0.8]])
     b_trans = TRANS
@@ -210,6 +212,7 @@ def test_enumerated_value_used_after_the_scan_is_an_error():
         effppl.log_density(config_enumerate(leaky), (Y,), {}, {})
 
 
+@pytest.mark.slow
 def test_semi_supervised_hmm_with_discrete_latents_equals_its_forward_form():
     from models import hmm as bench
 

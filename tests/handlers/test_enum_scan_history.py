@@ -52,6 +52,7 @@ def brute_force(k, y, trans, locs):
     return logsumexp(np.array(totals))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_chain_of_order_k_in_scan_is_the_sum_over_every_path(k):
     args = (Y, jnp.asarray(TRANS3), jnp.asarray(LOCS))
@@ -90,6 +91,7 @@ def model_6(ppl, scan, mask):
     return model
 
 
+@pytest.mark.slow
 def test_hmm_enum_model_6_potential_is_numpyros():
     from numpyro.infer.util import potential_energy as numpyro_potential_energy
 
@@ -121,6 +123,7 @@ def _path_log_probs(k, y, trans, locs):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [2, 3])
 def test_infer_discrete_of_order_k_scan_is_the_most_likely_path_and_draws_the_posterior(k):
     """Viterbi over the joint states of the last k steps gives the brute-force argmax path;

@@ -68,6 +68,7 @@ PARAMS = {"trans": RNG.dirichlet(np.ones(K), size=K), "probs": RNG.uniform(0.1, 
 SHIFTS = RNG.normal(size=T) * 0.3
 
 
+@pytest.mark.slow
 def test_batch_of_hmms_matches_hand_written_forward_and_numpyro_value_and_grad():
     from numpyro.contrib.funsor import config_enumerate as n_config
     from numpyro.contrib.funsor import enum as n_enum
@@ -136,6 +137,7 @@ def _drifting_data(num_steps, num_sequences, seed):
     return np.asarray(ys)  # (T, M, N)
 
 
+@pytest.mark.slow
 def test_plate_inside_the_body_with_shared_latent_matches_hand_written_forward():
     ys = jnp.asarray(_drifting_data(T, N, 3))
     params = {"trans": jnp.asarray(PARAMS["trans"]), "drift": jnp.asarray(SHIFTS)}

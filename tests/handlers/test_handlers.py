@@ -799,6 +799,7 @@ def test_block_hides_deterministic_condition_overrides_obs_scale_must_be_positiv
         handlers.scale(model, -1.0)
 
 
+@pytest.mark.slow
 def test_block_draws_hidden_sites_with_a_key_from_an_outer_seed_like_numpyro():
     from numpyro import handlers as nh
 

@@ -51,6 +51,7 @@ def path_posterior(trans, locs, y):
     return paths, np.exp(lps - logsumexp(lps))
 
 
+@pytest.mark.slow
 def test_viterbi_in_plain_scan_matches_hand_written_viterbi():
     for y in (Y, np.array([4.0, 0.0, 2.0, 2.1, 3.9, 0.2, 0.1])):
         tr = trace(infer_discrete(condition(hmm, PARAMS), temperature=0)).get_trace(y)

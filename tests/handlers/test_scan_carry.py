@@ -56,6 +56,7 @@ def _summary(carry, tr):
         s["value"])) for n, s in tr.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("f32", [False, True], ids=["same dtype", "float32 body"])
 @pytest.mark.parametrize("init", list(INITS), ids=list(INITS))
 @pytest.mark.parametrize("how", ["literal", "argument", "blocks"])

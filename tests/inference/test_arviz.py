@@ -55,6 +55,7 @@ def test_trace_records_plates_as_numpyro_does():
         assert [(f.name, f.dim, f.size) for f in ours[name]["cond_indep_stack"]] == expected, name
 
 
+@pytest.mark.slow
 def test_to_arviz_names_dims_after_plates_like_from_numpyro():
     mcmc = MCMC(NUTS(hierarchical), num_warmup=20, num_samples=10, num_chains=1,
                 progress_bar=False)
@@ -102,6 +103,7 @@ def _idata(model, *args, num_chains=1):
     return mcmc.to_arviz()
 
 
+@pytest.mark.slow
 def test_a_deterministic_sites_plate_axes_lead_as_in_from_numpyro():
     def simplexes(numpyro_style=False):
         plate, sample, deterministic, d = _ppl(numpyro_style)

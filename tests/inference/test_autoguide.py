@@ -68,6 +68,7 @@ def test_autonormal_means_are_exact_on_a_state_space_model_in_a_plain_scan():
     np.testing.assert_allclose(guide.median(result.params)["x"], mean, atol=0.03)
 
 
+@pytest.mark.slow
 def test_automultivariatenormal_sds_are_exact_on_a_state_space_model_in_a_plain_scan():
     y = _ssm_data()
     mean, cov, _ = _ssm_posterior(y)
@@ -100,6 +101,7 @@ def _regression_data():
     return jnp.asarray(x), jnp.asarray(x @ np.array([1.0, -0.5]) + 0.5 * rng.randn(50))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["AutoNormal", "AutoMultivariateNormal",
                                   pytest.param("AutoDelta", marks=pytest.mark.slow),
                                   pytest.param("AutoDiagonalNormal", marks=pytest.mark.slow)])
@@ -221,6 +223,7 @@ def test_quantiles_median_and_init_loc_fn():
     np.testing.assert_allclose(q["x"][1], mean + 1.959964 * 0.1, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_predictive_and_log_likelihood_with_guide_draws():
     x, y = _regression_data()
     model = _regression(effppl)

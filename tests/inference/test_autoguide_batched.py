@@ -74,6 +74,7 @@ def _random_params(shapes, seed=1):
 CASES = [(_plated, (_data(),), {}), (_two_plates, (), {"batch_ndim": 2})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("make, args, kwargs", CASES, ids=["plate", "two-plates"])
 def test_params_have_numpyros_names_shapes_and_initial_scales(name, make, args, kwargs):
@@ -91,6 +92,7 @@ def _latents_3d(ppl):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kwargs, shapes", [
     (NAMES[0], {}, {"auto_loc": (N, 3), "auto_scale_tril": (N, 3, 3)}),
     (NAMES[1], {}, {"auto_loc": (N, 3), "auto_scale": (N, 3), "auto_cov_factor": (N, 3, 2)}),
@@ -113,6 +115,7 @@ def _log_density(ppl, guide, params, latent, args):
             {n: s["value"] for n, s in sites.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("make, args, kwargs", CASES, ids=["plate", "two-plates"])
 def test_log_density_equals_numpyros_at_the_same_params(name, make, args, kwargs):
@@ -131,6 +134,7 @@ def test_log_density_equals_numpyros_at_the_same_params(name, make, args, kwargs
         np.testing.assert_allclose(ours_median[k], theirs_median[k], rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_median_quantiles_and_sample_posterior_shapes(name):
     (ours, p), (theirs, _) = _guides(name, _plated, (_data(),))
@@ -175,6 +179,7 @@ def _exact(y):
     return np.asarray(y) @ A @ cov / SIGMA**2, cov  # mean (N, 3); cov per member
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_svi_recovers_the_exact_posterior(name):
     y = _data()

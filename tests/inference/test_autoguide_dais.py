@@ -63,6 +63,7 @@ def _moved(params, base_dist):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings", [{}, {"base_dist": "cholesky"}, {"K": 1},
                                       {"K": 3, "eta_init": 0.05, "gamma_init": 0.5,
                                        "init_scale": 0.3, "prefix": "dais"}])
@@ -73,6 +74,7 @@ def test_params_after_init_are_numpyros(settings):
         np.testing.assert_allclose(params[name], value, rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base_dist", ["diagonal", "cholesky"])
 def test_loss_at_the_same_params_and_key_is_numpyros(base_dist):
     (model, guide, params), (np_model, np_guide, np_params) = _both({"base_dist": base_dist})
@@ -117,6 +119,7 @@ def conjugate(y):
         effppl.sample("y", dist.Normal(mu, 1.0).to_event(1), obs=y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base_dist", ["diagonal", "cholesky"])
 def test_fit_on_a_conjugate_model_finds_the_analytic_posterior(base_dist):
     guide = autoguide.AutoDAIS(conjugate, K=2, base_dist=base_dist)
@@ -136,6 +139,7 @@ def test_fit_on_a_conjugate_model_finds_the_analytic_posterior(base_dist):
     np.testing.assert_allclose(result.losses[-200:].mean(), -log_evidence, atol=0.1)
 
 
+@pytest.mark.slow
 def test_an_svi_run_is_numpyros_step_for_step():
     def make(sample, plate):
         def model(y):
@@ -250,6 +254,7 @@ def _semi_both(**settings):
     return (model, guide, params), (np_model, np_guide, np_params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_global_dais_params", [False, True])
 def test_semi_dais_params_after_init_are_numpyros(use_global_dais_params):
     (_, _, params), (_, _, np_params) = _semi_both(K=3,
@@ -264,6 +269,7 @@ def test_semi_dais_params_after_init_are_numpyros(use_global_dais_params):
         np.testing.assert_allclose(params[name], value, rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_global_dais_params", [False, True])
 def test_semi_dais_loss_at_the_same_params_and_key_is_numpyros(use_global_dais_params):
     (model, guide, _), (np_model, np_guide, np_params) = _semi_both(
@@ -315,6 +321,7 @@ local_conjugate = _local_conjugate(effppl.sample, effppl.plate)
 _np_local_conjugate = _local_conjugate(numpyro.sample, numpyro.plate)
 
 
+@pytest.mark.slow
 def test_semi_dais_fit_on_a_conjugate_local_model_finds_the_analytic_posterior():
     # no global sites, one plate (named, as NumPyro needs): mu_i | y_i ~ N(y_i / 2, 1 / 2)
     y = jnp.asarray(YS)
@@ -356,6 +363,7 @@ def _semi_local(sample, param, plate):
             GlobalGuide(global_model, sample, param), local_guide)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hand_written", "auto_normal"])
 def test_semi_dais_local_guide_loss_and_gradient_are_numpyros(kind):
     model, local_model, global_guide, local_guide = _semi_local(effppl.sample, effppl.param,
@@ -419,6 +427,7 @@ def _conjugate_local_guide(param, sample, plate):
     return local_guide
 
 
+@pytest.mark.slow
 def test_semi_dais_local_guide_without_subsampling_is_numpyros_and_fits_the_posterior():
     """No subsampling (the plate named by `subsample_plate`), no global sites, a hand-written
     local guide: the loss and gradient at moved params equal NumPyro's, and an SVI fit finds the

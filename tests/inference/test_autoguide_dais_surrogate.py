@@ -61,6 +61,7 @@ def _fit(p, steps=150):
     return result, draws
 
 
+@pytest.mark.slow
 def test_matches_numpyro_step_by_step():
     ours, our_draws = _fit(effppl)
     theirs, their_draws = _fit(numpyro)

@@ -46,6 +46,7 @@ def _both(name, settings):
     return (model, guide, params), (np_model, np_guide, np_params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, settings", GUIDES)
 def test_params_loss_and_density_equal_numpyros(name, settings):
     (model, guide, params), (np_model, np_guide, np_params) = _both(name, settings)
@@ -80,6 +81,7 @@ def correlated(target):
     effppl.sample("z", dist.MultivariateNormal(MU, COV))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["AutoIAFNormal", "AutoBNAFNormal"])
 def test_fit_to_a_correlated_gaussian_lowers_the_loss_and_finds_its_moments(name):
     guide = getattr(autoguide, name)(correlated)
@@ -128,6 +130,7 @@ def test_bad_settings_raise_errors_naming_the_argument(name, settings, argument)
         getattr(autoguide, name)(correlated, **settings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["AutoIAFNormal", "AutoBNAFNormal"])
 def test_neutra_with_a_flow_guide_equals_numpyros(name):
     from numpyro.infer.reparam import NeuTraReparam as NumPyroNeuTra

@@ -71,6 +71,7 @@ GUIDES = ["AutoNormal", "AutoDelta", "AutoDiagonalNormal", "AutoMultivariateNorm
           "AutoLowRankMultivariateNormal"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GUIDES)
 def test_median_and_quantiles_equal_numpyros_with_deterministic_sites(name):
     ours, theirs = _guides(name)
@@ -84,6 +85,7 @@ def test_median_and_quantiles_equal_numpyros_with_deterministic_sites(name):
     assert ours.quantiles(params, q)["e"].shape == (3, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GUIDES)
 def test_sample_posterior_returns_deterministic_sites_as_numpyro(name):
     ours, theirs = _guides(name)
@@ -179,6 +181,7 @@ def re_shape(shape):
     return str(tuple(shape)).replace("(", r"\(").replace(")", r"\)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loc", [[0.3, -0.2], [1.0, -1.0]])
 def test_laplace_posterior_equals_numpyros_also_where_the_hessian_is_singular(loc):
     """At `[1, -1]` the Hessian is not positive definite: NumPyro's posterior is the point (a
@@ -262,6 +265,7 @@ def test_autodelta_has_no_quantiles_as_numpyros():
         ours.quantiles(_params("AutoDelta"), [0.5])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, param", [("AutoNormal", "mu_auto_loc"),
                                          ("AutoDiagonalNormal", "w"),
                                          ("AutoDiagonalNormal", "auto_scale"),

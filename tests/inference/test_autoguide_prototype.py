@@ -81,6 +81,7 @@ def _some_slow(names, fast):
     return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("new_args, new_kwargs", NEW_ARGS, ids=["y=None", "new x"])
 @pytest.mark.parametrize("name", _some_slow([g for g in GUIDES if g != "AutoDelta"],
                                             ("AutoNormal", "AutoDiagonalNormal",
@@ -180,6 +181,7 @@ def _plated(ppl):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _some_slow(GUIDES, ("AutoNormal", "AutoDiagonalNormal")))
 def test_svi_init_params_and_first_steps_equal_numpyros_at_the_same_key(name):
     """With `init_to_uniform` (the autoguides' default; NumPyro's too), SVI.init draws NumPyro's

@@ -46,6 +46,7 @@ def _numpyro_guide(name, model, *args, **kwargs):
     return guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["AutoNormal", pytest.param("AutoDelta", marks=pytest.mark.slow)])
 def test_loss_and_gradient_equal_numpyros_on_a_subsampled_plate(name):
     y = jnp.asarray(np.random.RandomState(0).randn(N))
@@ -70,6 +71,7 @@ def test_loss_and_gradient_equal_numpyros_on_a_subsampled_plate(name):
             np.testing.assert_allclose(a[1][k], b[1][k], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_guide_trace_has_the_plates_indices_and_scale():
     y = jnp.zeros(N)
     guide = autoguide.AutoNormal(_local_model(effppl))
@@ -109,6 +111,7 @@ def _plate_in_scan(ppl, scan):
     return model, create_plates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["AutoNormal", "AutoDelta"])
 def test_create_plates_with_given_indices_in_a_scan_equals_numpyro(name):
     T = 5

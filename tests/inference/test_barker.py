@@ -48,6 +48,7 @@ def test_preconditions_by_the_adapted_covariance():
         assert _ess(draws).min() > 300, name
 
 
+@pytest.mark.slow
 def test_normal_mean_matches_the_analytic_posterior_and_numpyro():
     y = np.asarray(jax.random.normal(jax.random.key(1), (50,))) * 2.0 + 1.5
 

@@ -139,6 +139,7 @@ def test_killed_svi_run_resumes_to_the_uninterrupted_params(tmp_path, env):
         np.testing.assert_array_equal(result[f"param_{k}"], np.asarray(v), err_msg=k)
 
 
+@pytest.mark.slow
 def test_run_killed_during_its_saves_resumes_to_the_uninterrupted_draws_float32(tmp_path, env):
     """SIGKILL in the middle of a save (arrays and state slot of the new version written, the new
     manifest half written), once in warmup and once in sampling, in float32."""
@@ -170,6 +171,7 @@ def test_run_killed_during_its_saves_resumes_to_the_uninterrupted_draws_float32(
         np.testing.assert_array_equal(result[k], v, err_msg=k)
 
 
+@pytest.mark.slow
 def test_ctrl_c_returns_with_the_draws_kept_and_says_how_to_continue(tmp_path, env, reference):
     path, out = tmp_path / "run.zarr", tmp_path / "out.npz"
     proc = _start(path, out, env)

@@ -58,6 +58,7 @@ def _normal_pair():
     effppl.sample("y", dist.Normal(x, sigma))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("site,value", [("x", 1.5), ("sigma", 0.3)])
 def test_the_gibbs_value_is_kept_and_the_rest_is_drawn_given_it(site, value):
     """A `gibbs_fn` returning a constant pins its site (positive support too: the value goes
@@ -170,6 +171,7 @@ def test_a_support_that_depends_on_an_hmc_site_is_refused():
     _run(HMCGibbs(NUTS(model), gibbs_fn=_keep, gibbs_sites=["theta"]))
 
 
+@pytest.mark.slow
 def test_an_hmc_site_whose_support_depends_on_a_gibbs_site():
     """`u ~ Uniform(0, theta)` moved by NUTS, `theta` drawn by Gibbs from its exact conditional
     `u + Exponential(1)`: `u`'s value is kept through the Gibbs step (unconstrained anew under

@@ -162,6 +162,7 @@ def test_strategies_are_callable_on_a_trace_entry(strategy):
         assert float(strategy(a)) != float(strategy(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eager_from", [0, 10**9], ids=["primitive-by-primitive", "compiled"])
 def test_initial_point_check_evaluates_the_log_density_and_gradient(eager_from, monkeypatch):
     """Both ways of checking an initial point (a large potential evaluated primitive by

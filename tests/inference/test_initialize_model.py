@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.infer.util
+import pytest
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import ModelInfo
 from numpyro.util import fori_collect
@@ -39,6 +40,7 @@ POST_MEAN = Y.sum() / (len(Y) + 0.25)
 POST_SD = 1 / np.sqrt(len(Y) + 0.25)
 
 
+@pytest.mark.slow
 def test_model_info_agrees_with_numpyro():
     y = jnp.asarray(Y)
     info = initialize_model(jax.random.PRNGKey(0), scale_model(effppl.sample, effppl.plate),

@@ -31,6 +31,7 @@ def _model(sample):
     return model
 
 
+@pytest.mark.slow
 def test_block_dense_mass_estimates_each_block_as_numpyro():
     mcmc = MCMC(NUTS(_model(effppl.sample), dense_mass=[("w",), ("x", "y")]), num_warmup=1000,
                 num_samples=1, progress_bar=False)
@@ -51,6 +52,7 @@ def test_block_dense_mass_estimates_each_block_as_numpyro():
         np.testing.assert_allclose(ours, np_imm[key], atol=0.6, rtol=0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::effppl.infer.DivergenceWarning")  # 20 warmup steps
 @pytest.mark.parametrize("dense_mass", [False, True, [("x",)]])
 def test_inverse_mass_matrix_is_kept_when_not_adapted(dense_mass):
@@ -95,6 +97,7 @@ def _four_sites(sample):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dense_mass", [False, True, [("y", "w", "z", "x")], [("x", "w"), ("y",)],
                                         [("y",)], [("z",), ("w",), ("y",)]])
 def test_adapt_state_blocks_are_numpyros(dense_mass):

@@ -77,6 +77,7 @@ def test_dense_mass_recovers_correlated_gaussian_posterior():
     assert np.all(corr < -0.9) or np.all(corr > 0.9)
 
 
+@pytest.mark.slow
 def test_nuts_on_cond_sites_with_unread_unconstrained_coordinates():
     # Rows of a cond site never reached, and the coordinates a branch with fewer leaves unread,
     # have a standard normal density (they were flat: NUTS drifted, ~700 leapfrog steps a draw).
@@ -185,6 +186,7 @@ def test_post_warmup_state_skips_warmup(y):
         other.run(jax.random.key(1), y)
 
 
+@pytest.mark.slow
 def test_run_after_warmup_draws_in_one_call(y, monkeypatch):
     """Without a progress bar or checkpoint, `run()` after `warmup()` makes its draws in one
     compiled call, as a whole run does (its `num_warmup` of 0 once cut them one draw per call:
@@ -210,6 +212,7 @@ def test_run_after_warmup_draws_in_one_call(y, monkeypatch):
     assert mcmc.get_samples()["mu"].shape == (CHAINS * 40,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("progress_bar", [False, True])
 def test_warmup_then_run_shares_the_whole_runs_chunk_program(y, monkeypatch, progress_bar):
     """The draws' buffer length (which keys the compiled chunk) is the same for `warmup()`, the
@@ -457,6 +460,7 @@ def test_a_zero_size_site_flattens_as_numpyros():
     assert mcmc.to_arviz().posterior["pred"].shape == (CHAINS, 10, 0)
 
 
+@pytest.mark.slow
 def test_init_params_are_unconstrained_starting_points_as_in_numpyro(y):
     from numpyro.infer import MCMC as NumPyroMCMC
     from numpyro.infer import NUTS as NumPyroNUTS
@@ -599,6 +603,7 @@ def test_hmc_trajectory_length_integrates_for_that_time_as_numpyro():
     NUTS(model, trajectory_length=1.5)  # no effect, as in NumPyro
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dense", [True, False])
 def test_last_state_numpyro_views_match_numpyros_state(dense):
     """`last_state.adapt_state`, `z`, `z_grad`, `potential_energy` as NumPyro's `HMCState`: with

@@ -54,6 +54,7 @@ def _warned(mcmc_cls, kernel_cls, model):
     return sorted((m.group(2), int(m.group(1))) for m in found if m)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::effppl.infer.DivergenceWarning")
 @pytest.mark.parametrize("name", ["missing", "covered", "no_plate", "latent_missing",
                                   "event_dims_are_fine"])

@@ -22,6 +22,7 @@ def funnel(sample):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guide_name", ["AutoDiagonalNormal", "AutoMultivariateNormal"])
 def test_warped_density_and_samples_equal_numpyros(guide_name):
     model = funnel(effppl.sample)

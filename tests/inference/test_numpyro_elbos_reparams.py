@@ -68,6 +68,7 @@ def test_tracegraph_elbo_loss_and_gradient_equal_numpyros():
     assert TraceGraph_ELBO.can_infer_discrete
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ours, theirs", [(Trace_ELBO, NpTrace),
                                           (TraceMeanField_ELBO, NpMeanField)])
 @pytest.mark.parametrize("num_particles", [1, 3])
@@ -182,6 +183,7 @@ def test_autoguide_on_a_projected_normal_names_the_reparameterizer():
         svi.init(jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 def test_autoguide_list_loss_equals_numpyros():
     from numpyro.infer.autoguide import AutoDelta as NpDelta
     from numpyro.infer.autoguide import AutoGuideList as NpList

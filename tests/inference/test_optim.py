@@ -101,6 +101,7 @@ def test_svi_passes_the_loss_to_a_transformation_that_takes_it():
     assert np.all(np.isfinite(result.losses))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opt", [optim.Minimize(), numpyro.optim.Minimize()])
 def test_minimize_finds_the_map_in_one_step(opt):
     y = _data()

@@ -100,6 +100,7 @@ def test_cache_off_and_jax_settings_untouched(tmp_path, monkeypatch):
     assert any((tmp_path / "c").iterdir())
 
 
+@pytest.mark.slow
 def test_distribution_leaf_order_is_the_same_in_every_process_when_the_cache_is_on():
     """numpyro gathers a distribution's fields in a set; with its persistent cache on, effppl
     sorts them, so the leaves (and the programs built from them) do not depend on the process's
@@ -157,6 +158,7 @@ print(json.dumps(dict(loads=loads, beta=np.asarray(mcmc.get_samples()["beta"]).m
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("EFFPPL_INFERENCE_TEST_PPL") == "numpyro",
                     reason="the cache serves effppl's own compiled functions")
 @pytest.mark.parametrize("mass_matrix", ["low_rank", "dense"])

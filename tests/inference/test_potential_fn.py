@@ -46,6 +46,7 @@ def test_correlated_mvn_dense_mass():
     assert np.abs(np.cov(draws.T) - np.asarray(cov)).sum() / d ** 2 < 0.05
 
 
+@pytest.mark.slow
 def test_draws_keep_the_structure_of_init_params():
     def pe(p):
         return 0.5 * jnp.sum(p["a"] ** 2) + 0.5 * jnp.sum((p["b"] - 2.0) ** 2 / 4.0)

@@ -24,6 +24,7 @@ def model():
     effppl.sample("z", dist.MultivariateNormal(jnp.zeros(D), COV))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dense", [True, False])
 def test_first_window_matrix_is_the_unregularised_covariance(dense):
     # 100 warmup steps: Stan's schedule has one slow window (steps 15-90, n = 75 draws)

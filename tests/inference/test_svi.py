@@ -98,6 +98,7 @@ def _batched_prior(form):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["plate", "scan", "vmap", "event"])
 def test_mean_field_elbo_of_an_autonormal_on_batched_sites_is_the_exact_kl(form):
     """AutoNormal's sites are `Delta`s carrying its Normal: with no data the loss is the sum of
@@ -116,6 +117,7 @@ def test_mean_field_elbo_of_an_autonormal_on_batched_sites_is_the_exact_kl(form)
         np.testing.assert_allclose(value, exact, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_mean_field_elbo_of_autoguides_equals_numpyros():
     """NumPyro's TraceMeanField_ELBO on the same model, guide and params, for AutoNormal (its
     analytic KL per site, a positive site by Monte Carlo) and AutoDiagonalNormal (Monte Carlo
@@ -176,6 +178,7 @@ def test_svi_recovers_the_normal_normal_posterior(loss):
     np.testing.assert_allclose(result.params["scale"], s, rtol=0.1)
 
 
+@pytest.mark.slow
 def test_svi_recovers_the_beta_binomial_posterior():
     def bb_model(k, n):
         p = effppl.sample("p", dist.Beta(2.0, 3.0))

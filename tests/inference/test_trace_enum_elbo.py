@@ -55,6 +55,7 @@ def _assert_same(ours, theirs, rtol=1e-10):
         np.testing.assert_allclose(ours[1][name], theirs[1][name], rtol=rtol, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_mixture_loss_is_the_hand_marginal_and_numpyros(seed):
     ours = _value_and_grad(TraceEnum_ELBO(), MIX_PARAMS, _mixture(effppl), _mixture_guide(effppl),
@@ -87,6 +88,7 @@ def test_max_plate_nesting_moves_the_enumerated_dim_only():
             TraceEnum_ELBO(max_plate_nesting=bad)
 
 
+@pytest.mark.slow
 def test_autoguides_leave_enumerated_sites_to_the_elbo():
     """effppl's autoguides guide the continuous sites only (NumPyro's need the discrete site
     hidden with `block`); at the same params, loss and gradient equal NumPyro's."""
@@ -102,6 +104,7 @@ def test_autoguides_leave_enumerated_sites_to_the_elbo():
     _assert_same(ours, theirs)
 
 
+@pytest.mark.slow
 def test_svi_with_autodelta_follows_numpyros_steps():
     model = _mixture(effppl)
     init = {"w_auto_loc": jnp.array([0.5, 0.5]), "locs_auto_loc": jnp.array([-0.5, 0.5])}
@@ -177,6 +180,7 @@ def _forward_algorithm_elbo(seed):
     return -(log_p - q.log_prob(locs).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 3])
 def test_hmm_in_a_plain_scan_equals_numpyros_markov_loop_and_the_forward_algorithm(seed):
     ours = _value_and_grad(TraceEnum_ELBO(), HMM_PARAMS, _hmm_scan, _hmm_guide(effppl), HMM_Y,
@@ -238,6 +242,7 @@ def test_unmarked_discrete_model_site_is_an_error_and_a_guide_may_enumerate_it()
     np.testing.assert_allclose(value, -by_hand, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_subsampled_plate_scales_the_marginal_not_the_components():
     """With `subsample_size`, the plate's scale N / n multiplies each data point's marginal
     log-likelihood (log sum_z ...), as in NumPyro, not each component inside the sum."""
@@ -258,6 +263,7 @@ def test_subsampled_plate_scales_the_marginal_not_the_components():
         _assert_same(ours, theirs)
 
 
+@pytest.mark.slow
 def test_particles_average_the_single_particle_losses():
     """`num_particles=n`: the mean of the single-particle losses at the split keys (vectorised or
     sequential), as NumPyro's; over many particles it approaches the exact expectation."""
@@ -327,6 +333,7 @@ def _wrapped_guide(ppl, how):
     return guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scale", "condition", "reparam"])
 def test_hmm_in_a_plain_scan_under_a_handler_equals_numpyros_markov_loop(how):
     """`scale`/`condition`/`reparam` (of a site the enumerated one does not reach) around a model

@@ -128,6 +128,7 @@ CASES = {"global": (_global_drawn, ("g", "m")), "plate": (_plated_drawn, ("pu",)
          "two_drawn": (_two_drawn, ("g", "a"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_drawn_guide_sites_with_model_enumeration_have_numpyros_gradient(case):
     pair, names = CASES[case]
@@ -200,6 +201,7 @@ def _hmm(ppl, how):
     return model, guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scan", "markov"])
 def test_model_enumeration_in_a_loop_keeps_the_plain_score_function_gradient(how):
     """With the model's enumeration inside a loop the gradient stays `Trace_ELBO`'s surrogate,
@@ -284,6 +286,7 @@ NO_ENUMERATION_CASES = {
     "two_drawn": (_two_drawn_no_enumeration, ("g", "a"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(NO_ENUMERATION_CASES))
 def test_drawn_guide_sites_without_enumeration_have_numpyros_gradient(case):
     pair, names = NO_ENUMERATION_CASES[case]
@@ -325,6 +328,7 @@ def _drawn_in_a_scan(ppl, enumerate_model):
     return model, guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("enumerate_model", [False, True])
 def test_drawn_guide_site_in_a_scan_keeps_the_plain_score_function_gradient(enumerate_model):
     """Provenance is by site, not by iteration: a site drawn inside a loop of the guide keeps

@@ -107,6 +107,7 @@ def test_guide_site_in_a_plate_is_enumerated_per_element():
     np.testing.assert_allclose(ours[0], -exact, rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", [_local, _global], ids=["in_plate", "global"])
 def test_continuous_guide_site_below_an_enumerated_one_is_drawn_per_value(pair):
     """The guide's reparameterised site is drawn once per value of the enumerated site (the key
@@ -166,6 +167,7 @@ def test_model_enumeration_more_global_than_the_guides_is_an_error_as_in_numpyro
         TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, *pair(effppl), Y)
 
 
+@pytest.mark.slow
 def test_particles_and_max_plate_nesting_with_guide_enumeration():
     """Several particles (vectorised or not) and a given `max_plate_nesting`: NumPyro's loss
     (NumPyro's own vectorised particles fail on a guide enumerating sites: its oracle runs them
@@ -240,6 +242,7 @@ def _subsampled(ppl, observed_by_index=True):
     return model, guide
 
 
+@pytest.mark.slow
 def test_subsampled_plate_with_guide_enumeration():
     """The guide enumerates each point's `z` in a subsampled plate: both sides' terms carry the
     scale N / n, and the model's plate takes the guide's indices (as effppl's other ELBOs and
@@ -360,6 +363,7 @@ def test_drawn_discrete_guide_site_beside_an_enumerated_one():
     _compare(pair, {"a": jnp.array(0.35)}, seeds=(0, 1, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drawn_v", [False, True])
 def test_drawn_guide_sites_in_a_plate_have_numpyros_rao_blackwellised_gradient(drawn_v):
     """Drawn discrete guide sites in a plate beside an enumerated global one (and a plated

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import pytest
 from numpyro.infer import TraceGraph_ELBO as NumPyroTraceGraph
 
 import effppl
@@ -48,6 +49,7 @@ PARAMS = {"m3": 0.1, "s3": -0.5, "k2": 0.6, "m2": 0.0, "s2": -0.4, "k1": 0.5, "m
           "s1": -0.3}
 
 
+@pytest.mark.slow
 def test_gradient_equals_numpyros_key_by_key():
     params = {k: jnp.asarray(v) for k, v in PARAMS.items()}
     ours_model, ours_guide = _model_guide(effppl)

@@ -22,6 +22,7 @@ def model(y):
 Y = jnp.linspace(-1.0, 3.0, 20)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::effppl.infer.DivergenceWarning")
 def test_each_phase_keeps_its_depth():
     mcmc = MCMC(NUTS(model, max_tree_depth=(1, 4)), num_warmup=200, num_samples=1000,

@@ -168,6 +168,7 @@ def test_a_drifting_chain_is_named(drifting):
         assert "log density " in messages[0], messages
 
 
+@pytest.mark.slow
 def test_collect_warmup_gives_the_warmups_statistics(y):
     """NumPyro's `warmup(collect_warmup=True)`: the warmup's draws and statistics, then `run`
     continues from `post_warmup_state` (the collected warmup's last point)."""
@@ -271,6 +272,7 @@ def _spectrum_after_preconditioning(imm, cov):
     return np.linalg.eigvalsh(root @ dense @ root)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [20, 40])
 def test_low_rank_estimate_corrects_the_whole_spectrum(d):
     """On draws of a correlated Gaussian (eigenvalues 1e-2..1e2 in a random basis) with their

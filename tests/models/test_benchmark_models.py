@@ -74,6 +74,7 @@ def test_latent_shapes_match_numpyro(case):
     assert model.latent_shapes(*args, **kwargs) == expected
 
 
+@pytest.mark.slow
 def test_handwritten_equals_numpyro_potential_with_gradient(case):
     model, args, kwargs = case  # data are jit arguments: XLA does not constant-fold them
     numpyro_fn = jax.jit(jax.value_and_grad(
@@ -88,6 +89,7 @@ def test_handwritten_equals_numpyro_potential_with_gradient(case):
                                        err_msg=f"d/d{name}")
 
 
+@pytest.mark.slow
 def test_effppl_log_density_equals_numpyro(case):
     effppl_log_density = require_log_density()
     model, args, kwargs = case
@@ -103,6 +105,7 @@ def test_effppl_log_density_equals_numpyro(case):
         np.testing.assert_allclose(effppl_fn(values, args), expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_effppl_potential_equals_handwritten(case):
     require_log_density()
     from effppl.handlers import potential_energy as effppl_potential_energy
@@ -114,6 +117,7 @@ def test_effppl_potential_equals_handwritten(case):
         np.testing.assert_allclose(effppl_fn(params, args), hand_fn(params, args), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_effppl_compiles_to_the_program_numpyro_compiles_to(case):
     """XLA's optimized program of effppl's potential + gradient has (nearly) the instructions of
     NumPyro's: a structural check, free of timing noise, that elimination leaves nothing behind

@@ -3,6 +3,7 @@
 import types
 
 import numpyro.distributions
+import pytest
 
 import effppl.distributions
 
@@ -17,6 +18,7 @@ def test_distributions_binds_numpyros_submodules():
     assert effppl.distributions.util.clamp_probs is numpyro.distributions.util.clamp_probs
 
 
+@pytest.mark.slow
 def test_contrib_funsor_config_enumerate_marks_sites_as_numpyros_does():
     # NumPyro's `from numpyro.contrib.funsor import config_enumerate` after the import swap: the
     # TraceEnum_ELBO loss of a mixture with an unmarked discrete site equals NumPyro's.

@@ -100,6 +100,7 @@ def test_batched_initial_conditions_inside_a_model():
     assert float(above) == -np.inf
 
 
+@pytest.mark.slow
 def test_lotka_volterra_stiff_proposal_is_minus_inf_not_an_error():
     """posteriordb's Lotka-Volterra model (Stan's solver settings, at most 500 steps): a
     proposal far in the tail (rates of 50 per year: ~160 oscillations over the 20 years) needs

@@ -54,6 +54,7 @@ def test_accuracy_against_a_tight_reference(solver, tol, err):
     assert int(sol.result) == 0 and sol.ts.shape == (21,) and sol.ys.shape == (21, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["tsit5", "dopri5", "bosh3"])
 @pytest.mark.parametrize("pid", [None, dict(pcoeff=0.4, icoeff=0.3, dcoeff=0.1)])
 def test_same_steps_and_values_as_diffrax(solver, pid):
@@ -69,6 +70,7 @@ def test_same_steps_and_values_as_diffrax(solver, pid):
     np.testing.assert_allclose(ours.ys, theirs.ys, rtol=1e-7, atol=1e-10)  # rounding only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["tsit5", "bosh3"])
 def test_stage_loop_takes_the_same_steps(monkeypatch, solver):
     """A large state (here: forced) takes its stages in a `lax.scan`: the same steps and values
@@ -150,6 +152,7 @@ def lv_loss(args, y0, solver="tsit5", checkpoints=None):
     return jnp.sum(sol.ys ** 2)
 
 
+@pytest.mark.slow
 def test_gradients_match_diffrax_and_finite_differences():
     want = jax.grad(lambda a, y: jnp.sum(diffrax_solve("tsit5", 1e-8, 1e-8, args=a,
                                                        y0=y).ys ** 2), (0, 1))(ARGS, Y0)
@@ -209,6 +212,7 @@ def test_catch_outside_the_solver_gets_the_failure():
     assert 0.0 < float(out[0, 0]) < 10.0
 
 
+@pytest.mark.slow
 def test_jit_vmap_and_plain_control_flow():
     y0s = jnp.array([[1.0, 1.0], [2.0, 0.5], [0.5, 3.0]])
     solve = lambda y0, args: ode.solve(lotka_volterra, y0, 0.0, 10.0, args=args, ts=TS,  # noqa

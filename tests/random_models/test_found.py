@@ -14,6 +14,7 @@ from effppl.handlers import log_density, seed, trace
 from effppl.infer import log_likelihood
 
 
+@pytest.mark.slow
 def test_lkj_site_in_a_plate_inside_vmap_is_drawn_and_scored():
     """`vmap(size=1): plate(3, dim=-3): x ~ LKJCholesky(2, c)` raised a shape error from
     NumPyro's Dirichlet: promoting the distribution's batch shape under `vmap` left the Beta it
@@ -177,6 +178,7 @@ def test_ordered_site_in_a_plate_inside_vmap_has_a_value_per_plate_row():
                                rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_lognormal_in_a_plate_in_vmap_in_a_reversed_scan():
     """Found by the long run (seed 2, model seed 65535): effppl raised numpyro's "Cannot
     broadcast distribution of shape (3, 1, 1) to shape (1, 2)" on a model whose observed
@@ -390,6 +392,7 @@ def _stick_breaking_log_density(u):
     return d.log_prob(t(u)) + t.log_abs_det_jacobian(u, t(u))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("take_normal", [True, False])
 @pytest.mark.parametrize("batched_predicate", [True, False])
 def test_cond_families_of_different_unconstrained_shapes_under_vmap(batched_predicate,
