@@ -26,17 +26,17 @@ from ._model import PPLUnavailableError
 from ._predictive import Predictive, PredictiveError, log_likelihood
 from ._util import initialize_model
 from .mcmc._barker import BarkerMH
+from .mcmc._discrete_gibbs import DiscreteHMCGibbs
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
 from .mcmc._hmc_gibbs import HMCGibbs
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
+from .mcmc._mixed_hmc import MixedHMC
 from .mcmc._mixing import ChainMixingWarning
 from .mcmc._unsupported import (
     AIES,
     ESS,
     HMCECS,
     SA,
-    DiscreteHMCGibbs,
-    MixedHMC,
     UnsupportedKernelError,
 )
 from .mcmc._warmup_check import MaxTreeDepthWarning, StuckChainWarning

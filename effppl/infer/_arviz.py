@@ -11,14 +11,15 @@ from ._sharding import readable
 __all__ = ["plate_dims", "to_inference_data"]
 
 
-def to_inference_data(results):
+def to_inference_data(results, hidden: tuple = ()):
     """Build `arviz.InferenceData` from the `MCMCResults` stored by `MCMC.run`.
 
     Groups: `posterior` (constrained latent and deterministic sites, `[chain, draw, ...]`),
     `sample_stats` (`diverging`, `acceptance_rate`, `energy`, `n_steps`, `tree_depth` for NUTS,
     `lp`, `step_size`), `log_likelihood` (pointwise `log p(y_i | theta)` per observed site; left
     out for a model with enumerated sites, whose pointwise likelihood is not defined here) and
-    `observed_data`. A site's axes that an enclosing `plate` spans are named after the plate (in
+    `observed_data`; the `hidden` sites (a kernel's carriers) are left out of `posterior`.
+    A site's axes that an enclosing `plate` spans are named after the plate (in
     every group; the other axes get arviz's default `<site>_dim_<i>`), as arviz's `from_numpyro`
     does.
     """
@@ -36,7 +37,7 @@ def to_inference_data(results):
         n: np.asarray(v).reshape((num_chains, num_draws) + v.shape[1:]) for n, v in loglik.items()
     }
     observed = {n: np.asarray(v) for n, v in observed.items()}
-    posterior = {n: np.asarray(v) for n, v in samples.items()}
+    posterior = {n: np.asarray(v) for n, v in samples.items() if n not in hidden}
     shapes = {n: v.shape[2:] for n, v in posterior.items()}
     shapes.update({n: v.shape for n, v in observed.items()})
     return az.from_dict(
@@ -44,7 +45,8 @@ def to_inference_data(results):
         sample_stats={n: np.asarray(v) for n, v in stats.items()},
         log_likelihood=loglik or None,
         observed_data=observed or None,
-        dims=_usable_dims(info.dims, shapes, {*posterior, *stats, *loglik, *observed}),
+        dims=_usable_dims([(s, d) for s, d in info.dims if s in shapes], shapes,
+                          {*posterior, *stats, *loglik, *observed}),
     )
 
 

@@ -22,7 +22,7 @@ from .._compile._persistent import digest
 from .._model import model_name
 from ._kernels import HMC, NUTS, KernelSettingsError, _HMCFamily, _untraced
 
-__all__ = ["HMCGibbs"]
+__all__ = ["HMCGibbs", "inner_checked"]
 
 
 class _ByIdentity:
@@ -119,20 +119,7 @@ class HMCGibbs(_HMCFamily):
 
     def __init__(self, inner_kernel: HMC | NUTS, gibbs_fn: Callable, gibbs_sites: Sequence[str]):
         api = self._api
-        if type(inner_kernel) not in (HMC, NUTS):
-            raise KernelSettingsError(
-                f"`effppl.infer.{api}(inner_kernel, ...)` expected an effppl.infer `NUTS` or "
-                f"`HMC` kernel, but got {inner_kernel!r:.80}.")
-        if inner_kernel.potential_fn is not None:
-            raise KernelSettingsError(
-                f"`effppl.infer.{api}`: the inner kernel was built with `potential_fn`; "
-                f"HMC-within-Gibbs needs its model (the Gibbs sites are model sites).")
-        if inner_kernel.mass_matrix not in ("diag", "dense"):
-            raise KernelSettingsError(
-                f"`effppl.infer.{api}`: the inner kernel's mass_matrix="
-                f"{inner_kernel.mass_matrix!r} is not supported: nutpie's Fisher schemes adapt "
-                f"from the gradient of every coordinate, and the Gibbs sites have none; use "
-                f"'diag' or 'dense'.")
+        inner_checked(api, inner_kernel)
         if not callable(gibbs_fn):
             raise KernelSettingsError(
                 f"`effppl.infer.{api}(..., gibbs_fn=...)` expected a callable "
@@ -269,6 +256,25 @@ class HMCGibbs(_HMCFamily):
                                   logdensity_grad=full_grad), info
 
         return transition
+
+
+def inner_checked(api: str, inner_kernel) -> None:
+    """A `KernelSettingsError` unless `inner_kernel` is a `NUTS` or `HMC` kernel of a model
+    with a `"diag"` or `"dense"` mass matrix (the inner kernel of a Gibbs kernel `api`)."""
+    if type(inner_kernel) not in (HMC, NUTS):
+        raise KernelSettingsError(
+            f"`effppl.infer.{api}(inner_kernel, ...)` expected an effppl.infer `NUTS` or "
+            f"`HMC` kernel, but got {inner_kernel!r:.80}.")
+    if inner_kernel.potential_fn is not None:
+        raise KernelSettingsError(
+            f"`effppl.infer.{api}`: the inner kernel was built with `potential_fn`; "
+            f"HMC-within-Gibbs needs its model (the Gibbs sites are model sites).")
+    if inner_kernel.mass_matrix not in ("diag", "dense"):
+        raise KernelSettingsError(
+            f"`effppl.infer.{api}`: the inner kernel's mass_matrix="
+            f"{inner_kernel.mass_matrix!r} is not supported: nutpie's Fisher schemes adapt "
+            f"from the gradient of every coordinate, and the Gibbs sites have none; use "
+            f"'diag' or 'dense'.")
 
 
 def _reading(model, sources: tuple, targets: tuple) -> list:

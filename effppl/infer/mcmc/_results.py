@@ -218,8 +218,19 @@ class MCMCResultsView:
 
         Latent sites are constrained (in their support); deterministic sites are included.
         """
-        return self._sample_tree(self._flatten(self._get("samples", "get_samples"),
+        return self._sample_tree(self._flatten(self._shown(self._get("samples", "get_samples")),
                                                group_by_chain))
+
+    def _carriers(self, names) -> dict:
+        """`{carrier site: discrete site}`: the real sites by which the kernel moves discrete
+        ones (`DiscreteHMCGibbs`), shown to the user as those sites."""
+        carriers_of = getattr(getattr(self, "kernel", None), "carriers_of", None)
+        return {} if carriers_of is None else carriers_of(names)
+
+    def _shown(self, samples: dict) -> dict:
+        """The draws as the user sees them: without the kernel's carrier sites."""
+        hidden = self._carriers(samples)
+        return {k: v for k, v in samples.items() if k not in hidden} if hidden else samples
 
     def _sample_tree(self, samples):
         """The draws in the structure the user gave (`MCMC`: a `potential_fn`'s `init_params`)."""
@@ -249,8 +260,11 @@ class MCMCResultsView:
 
         samples = self._get("samples", "print_summary")
         info = self._get("info", "print_summary")
+        drawn = set(self._carriers(samples).values())  # (discrete sites: draws, not computed)
+        samples = self._shown(samples)
         if exclude_deterministic:
-            samples = {k: v for k, v in samples.items() if k not in info.deterministic}
+            samples = {k: v for k, v in samples.items()
+                       if k not in info.deterministic or k in drawn}
         print_summary({k: np.asarray(v) for k, v in samples.items()}, prob=prob, group_by_chain=True)
         n_div = int(np.sum(np.asarray(self._get("stats", "print_summary")["diverging"])))
         print(f"Number of divergences: {n_div}")
@@ -261,4 +275,5 @@ class MCMCResultsView:
         """
         from .._arviz import to_inference_data
 
-        return to_inference_data(self._results_for("to_arviz"))
+        results = self._results_for("to_arviz")
+        return to_inference_data(results, hidden=tuple(self._carriers(results.samples)))

@@ -3,17 +3,17 @@ not break), building one raises an error naming what effppl offers instead.
 
 effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
 enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
-subsampling HMC (`HMCECS`), no Gibbs updates of discrete sites (`DiscreteHMCGibbs`,
-`MixedHMC`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler (Barker's proposal
-is `BarkerMH`, on blackjax's `barker` kernel; HMC-within-Gibbs with the user's Gibbs step is
-`HMCGibbs`).
+subsampling HMC (`HMCECS`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler
+(Barker's proposal is `BarkerMH`, on blackjax's `barker` kernel; HMC-within-Gibbs with the user's
+Gibbs step is `HMCGibbs`, with Gibbs updates of the discrete sites `DiscreteHMCGibbs`, and mixed
+HMC `MixedHMC`).
 """
 
 from __future__ import annotations
 
 from ..._errors import EffpplError
 
-__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "DiscreteHMCGibbs", "MixedHMC", "AIES",
+__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "AIES",
            "ESS"]
 
 
@@ -21,7 +21,7 @@ class UnsupportedKernelError(EffpplError, NotImplementedError):
     """A NumPyro MCMC kernel effppl does not provide (the message names the alternative)."""
 
 
-_DISCRETE = ("effppl sums discrete latent sites out exactly instead: mark them "
+_DISCRETE = ("effppl can also sum discrete latent sites out exactly: mark them "
              "`infer={'enumerate': 'parallel'}` (or wrap the model in "
              "`effppl.infer.config_enumerate`) and run `NUTS`; `Predictive(..., "
              "infer_discrete=True)` or `effppl.infer.infer_discrete` then draws them.")
@@ -34,8 +34,6 @@ _WHY = {
     "HMCECS": ("energy-conserving subsampling HMC has no blackjax kernel. Run `NUTS` on the "
                "full data (effppl compiles the whole log density into one program), or fit "
                "with `SVI` and subsampled plates."),
-    "DiscreteHMCGibbs": "Gibbs updates of discrete sites have no blackjax kernel. " + _DISCRETE,
-    "MixedHMC": "mixed discrete-continuous HMC has no blackjax kernel. " + _DISCRETE,
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
     "ESS": ("NumPyro's ensemble slice sampler (Karamanis & Beutler 2021, a gradient-free "
             "ensemble method; not the elliptical slice sampler) has no blackjax kernel. "
@@ -54,7 +52,5 @@ def _unsupported(name: str) -> type:
 
 SA = _unsupported("SA")
 HMCECS = _unsupported("HMCECS")
-DiscreteHMCGibbs = _unsupported("DiscreteHMCGibbs")
-MixedHMC = _unsupported("MixedHMC")
 AIES = _unsupported("AIES")
 ESS = _unsupported("ESS")
