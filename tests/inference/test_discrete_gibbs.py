@@ -102,6 +102,7 @@ def _clusters(y):
         effppl.sample("y", dist.Normal(mu[z], 1.0), obs=y)
 
 
+@pytest.mark.slow
 def test_matches_nuts_with_the_sites_summed_out():
     """A two-cluster model with a label per point: the continuous posterior of the Gibbs chain
     against NUTS on the same model with the labels enumerated (summed out exactly)."""

@@ -282,8 +282,8 @@ def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
     for kernel in (SA, HMCECS):
         with pytest.raises(UnsupportedKernelError, match="NUTS"):
             kernel(model)
-    with pytest.raises(KernelSettingsError, match="find_heuristic_step_size"):
-        NUTS(model, find_heuristic_step_size=True)
+    with pytest.raises(KernelSettingsError, match="kinetic_fn"):
+        NUTS(model, kinetic_fn=lambda imm, r: 0.0)
     with pytest.raises(TypeError, match="not_an_option"):
         NUTS(model, not_an_option=1)
     NUTS(model, forward_mode_differentiation=False, regularize_mass_matrix=True)  # defaults

@@ -13,7 +13,8 @@
 Each scheme is `(init, update, final, seed, schedule)`: `init(position, step_size, num_warmup)`,
 `update(state, (stage, window end), position, grad, acceptance_rate)`,
 `final(state) -> (step_size, inverse_mass_matrix)`, `seed(state, grad)` (the state at the
-initial point, given its log-density gradient), `schedule(num_warmup) -> int32[n, 2]`.
+initial point, given its log-density gradient), `schedule(num_warmup) -> int32[n, 2]`;
+Stan's schemes also `restart(state, step_size)` (the step size's adaptation started anew).
 """
 
 import functools
@@ -41,6 +42,7 @@ class Scheme(NamedTuple):
     final: Callable
     seed: Callable
     schedule: Callable
+    restart: Callable | None = None  # (Stan's: the step size's adaptation from a new one)
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,10 +65,11 @@ def warmup_schedule(num_warmup: int) -> np.ndarray:
 
 def _stan(dense, target_accept_prob: float, adapt_mass_matrix: bool, structure,
           regularize: bool = True) -> Scheme:
-    init, update, final = window_adaptation(dense, target_accept_prob, adapt_mass_matrix,
-                                            structure, regularize=regularize)
+    init, update, final, restart = window_adaptation(dense, target_accept_prob,
+                                                     adapt_mass_matrix, structure,
+                                                     regularize=regularize)
     return Scheme(lambda position, step_size, num_warmup: init(position, step_size),
-                  update, final, lambda state, grad: state, warmup_schedule)
+                  update, final, lambda state, grad: state, warmup_schedule, restart)
 
 
 def _nutpie(low_rank: bool, target_accept_prob: float) -> Scheme:

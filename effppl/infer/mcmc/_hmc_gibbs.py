@@ -269,6 +269,11 @@ def inner_checked(api: str, inner_kernel) -> None:
         raise KernelSettingsError(
             f"`effppl.infer.{api}`: the inner kernel was built with `potential_fn`; "
             f"HMC-within-Gibbs needs its model (the Gibbs sites are model sites).")
+    if inner_kernel.find_heuristic_step_size:
+        raise KernelSettingsError(
+            f"`effppl.infer.{api}`: the inner kernel's find_heuristic_step_size=True is not "
+            f"supported here (its one-step search would move the Gibbs sites' coordinates); "
+            f"the window adaptation tunes the step size from the given one.")
     if inner_kernel.mass_matrix not in ("diag", "dense"):
         raise KernelSettingsError(
             f"`effppl.infer.{api}`: the inner kernel's mass_matrix="

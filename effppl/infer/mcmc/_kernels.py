@@ -61,8 +61,7 @@ def _positive(value: Any) -> bool:
 _NUMPYRO_OPTIONS = {  # NumPyro's kernel option -> (its default, why effppl has no other value)
     "forward_mode_differentiation": (False, "taken apart"),  # (`_HMCFamily` reads it)
     "regularize_mass_matrix": (True, "taken apart"),  # (`_HMCFamily` reads it)
-    "find_heuristic_step_size": (False, "the window adaptation tunes the step size from the "
-                                        "given one"),
+    "find_heuristic_step_size": (False, "taken apart"),  # (`_HMCFamily` reads it)
     "kinetic_fn": (None, "blackjax's Euclidean kinetic energy is the only one"),
     "potential_fn": (None, "taken apart"),  # (`_HMCFamily` reads it: `_potential.py`)
 }
@@ -121,6 +120,10 @@ class _HMCFamily:
         _check(api, "regularize_mass_matrix", self.regularize_mass_matrix,
                isinstance(self.regularize_mass_matrix, (bool, np.bool_)), "a bool")
         self.regularize_mass_matrix = bool(self.regularize_mass_matrix)
+        self.find_heuristic_step_size = numpyro_options.pop("find_heuristic_step_size", False)
+        _check(api, "find_heuristic_step_size", self.find_heuristic_step_size,
+               isinstance(self.find_heuristic_step_size, (bool, np.bool_)), "a bool")
+        self.find_heuristic_step_size = bool(self.find_heuristic_step_size)
         if self.potential_fn is None:
             _check(api, "model", model, callable(model),
                    "a callable model (or NumPyro's `potential_fn=` with no model)")
@@ -153,6 +156,10 @@ class _HMCFamily:
                "None with the Fisher schemes (mass_matrix='fisher_diag' or 'low_rank' start from "
                "the identity)")
         self.mass_matrix = mass_matrix or ("dense" if dense_mass else DEFAULT_MASS_MATRIX)
+        _check(api, "find_heuristic_step_size", self.find_heuristic_step_size,
+               not self.find_heuristic_step_size or self.mass_matrix in ("diag", "dense"),
+               "False with the Fisher schemes (nutpie's schedule tunes the step size itself; "
+               "the heuristic restarts Stan's window adaptation)")
         _check(api, "regularize_mass_matrix", self.regularize_mass_matrix,
                self.regularize_mass_matrix or self.mass_matrix in ("diag", "dense"),
                "True with the Fisher schemes (the setting concerns Stan's window estimate, "
@@ -174,7 +181,7 @@ class _HMCFamily:
             self.dense_mass, self.mass_matrix, self.target_accept_prob,
             self.divergence_threshold, tuple(sorted(self.kernel_kwargs().items())),
             settings_key(self.inverse_mass_matrix), self.forward_mode_differentiation,
-            self.regularize_mass_matrix,
+            self.regularize_mass_matrix, self.find_heuristic_step_size,
         )
 
     def init_state(self, position, logdensity, logdensity_grad):
@@ -270,8 +277,13 @@ class HMC(_HMCFamily):
     - `regularize_mass_matrix`: as NumPyro's: False takes each window's sample covariance as the
       inverse mass matrix, without Stan's shrinkage toward a small multiple of the identity
       (`"diag"` and `"dense"` only).
-    - NumPyro's `find_heuristic_step_size`, `kinetic_fn`: accepted at NumPyro's defaults only
-      (another value raises, naming why).
+    - `find_heuristic_step_size`: as NumPyro's: before the warmup's first transition and after
+      each window's end, restart the step size's dual averaging from Hoffman and Gelman's
+      heuristic (the step size doubled or halved until the acceptance probability of one
+      leapfrog step crosses 0.8; `blackjax.adaptation.step_size.find_reasonable_step_size`),
+      as Stan does after each window. `"diag"` and `"dense"` only.
+    - NumPyro's `kinetic_fn`: accepted at NumPyro's default only (another value raises, naming
+      why).
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings (also when both
     `num_steps` and `trajectory_length` are None), and for a NumPyro option at another value
@@ -384,6 +396,8 @@ class NUTS(_HMCFamily):
     - `max_tree_depth`: maximum number of trajectory doublings (at most `2**max_tree_depth - 1`
       leapfrog steps per transition); NumPyro's pair `(during warmup, while sampling)` sets
       the two phases apart.
+    - NumPyro's options `potential_fn`, `forward_mode_differentiation`,
+      `regularize_mass_matrix`, `find_heuristic_step_size`, `inverse_mass_matrix`: as for `HMC`.
 
     **Raises:** `KernelSettingsError` (a `ValueError`) for invalid settings.
 

@@ -16,9 +16,11 @@ schedule (`build_schedule`) — chunk by chunk. `tests/inference` checks that th
 import functools
 from typing import Any, NamedTuple
 
+import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from blackjax.adaptation.step_size import find_reasonable_step_size
 from jax.flatten_util import ravel_pytree
 
 from ...effects import internal
@@ -27,6 +29,7 @@ from .._compile._chains import over_chains, per_chain_types
 from .._compile._fns import MANY_REDUCTIONS
 from .._compile._persistent import stored
 from ._adaptation import identity_like, scheme_for, warmup_schedule
+from ._kernels import HMC, NUTS
 from ._mass import structure
 
 __all__ = ["ChainState", "ChunkModel", "Span", "Sampler", "by_user_code", "sampler_for", "split_run_key", "warmup_schedule"]
@@ -176,6 +179,31 @@ class Sampler:
             astate = self._scheme.seed(astate, state.logdensity_grad)
         return _strong(ChainState(state, astate, *self.tuned(astate), jnp.zeros((), jnp.int32)))
 
+    def _heuristic(self, sampling, i, schedule, key, state, logdensity, astate):
+        """NumPyro's `find_heuristic_step_size`: before warmup transition `i`, when it is the
+        first or follows a window's end, the step size's adaptation restarted from Hoffman and
+        Gelman's (2014, Algorithm 4) heuristic: from the step size in force, doubled or halved
+        until the acceptance probability of one leapfrog step from `state` crosses 0.8
+        (blackjax's `find_reasonable_step_size`). A `cond` on values shared by every chain."""
+        ended = schedule[jnp.clip(i - 1, 0, schedule.shape[0] - 1)][1] == 1
+        due = jnp.logical_not(sampling) & ((i == 0) | ended)
+        restart_at = self._scheme.restart
+        assert restart_at is not None  # (`heuristic`: Stan's schemes only)
+        one_step = blackjax.mcmc.hmc.build_kernel(
+            divergence_threshold=self.kernel.divergence_threshold)
+
+        def restart(astate):
+            step_size, imm = self.tuned(astate)
+
+            def generator(step):
+                return lambda k, s: one_step(k, s, logdensity, step, imm, num_integration_steps=1)
+
+            found = find_reasonable_step_size(jax.random.fold_in(key, 0x5eed), generator, state,
+                                              step_size, 0.8)
+            return restart_at(astate, found)
+
+        return jax.lax.cond(due, restart, lambda a: a, astate)
+
     def _transition(self, kernel, sampling, key, state, logdensity, params):
         """One transition of `kernel` (`self._kernel` as the kernel object `bind`s it to the
         chunk's model); with NumPyro's `max_tree_depth=(warmup, sampling)`, a `cond` on
@@ -234,10 +262,17 @@ class Sampler:
         schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
         dtype = jnp.result_type(state.logdensity)
+        kernel_object = self.kernel
+        heuristic = (getattr(kernel_object, "find_heuristic_step_size", False)
+                     and kernel_object.adapt_step_size and self._scheme.restart is not None
+                     and type(kernel_object) in (HMC, NUTS))
 
         def transition(j, carry):
             state, astate, stats, n_div, i, stuck_for = carry
             k = jnp.where(sampling, offset + i * thinning + j, i)
+            if heuristic:
+                astate = self._heuristic(sampling, i, schedule, keys[k], state, logdensity,
+                                         astate)
             params = _select(sampling, (step_size, imm), self.tuned(astate))
             new, info = self._transition(kernel, sampling, keys[k], state, logdensity, params)
             stage = schedule[jnp.minimum(i, last)]

@@ -39,13 +39,14 @@ class WindowState(NamedTuple):
 
 def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: bool = True,
                       structure=None, regularize: bool = True):
-    """`(init, update, final)` of Stan's window adaptation, diagonal or dense.
+    """`(init, update, final, restart)` of Stan's window adaptation, diagonal or dense.
 
     - `init(position, step_size) -> WindowState`.
     - `update(state, stage, position, grad, acceptance_rate) -> WindowState`: one warmup step,
       `stage = (slow?, ends a slow window?)` a row of Stan's schedule.
     - `final(state) -> (step_size, inverse_mass_matrix)`: the averaged step size of the last
       window and the last inverse mass matrix.
+    - `restart(state, step_size) -> WindowState`: the step size's adaptation started anew there.
 
     `dense_mass`: a bool, or NumPyro's site groups (a dense matrix whose entries outside the
     groups' blocks are zeroed after each slow window, `_mass.py`); `adapt_mass_matrix=False`
@@ -100,4 +101,8 @@ def window_adaptation(dense_mass, target_accept_prob: float, adapt_mass_matrix: 
     def final(state):
         return jnp.exp(state.ss_state.log_step_size_avg), state.imm_state.inverse_mass_matrix
 
-    return init, update, final
+    def restart(state, step_size) -> WindowState:
+        """The dual averaging restarted from `step_size` (NumPyro's `find_heuristic_step_size`)."""
+        return state._replace(ss_state=da_init(step_size), step_size=step_size)
+
+    return init, update, final, restart
