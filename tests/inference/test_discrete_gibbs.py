@@ -204,6 +204,15 @@ def test_errors_name_what_is_wrong():
         MCMC(DiscreteHMCGibbs(NUTS(an_event)), num_warmup=10, num_samples=10,
              progress_bar=False).run(jax.random.key(0))
 
+    def counts():
+        with effppl.plate("d", 3):
+            effppl.sample("k", dist.Binomial(jnp.array([4, 4, 4]), 0.5))
+
+    for kernel in (DiscreteHMCGibbs(NUTS(counts)), MixedHMC(HMC(counts))):
+        with pytest.raises(SiteError, match=f"{type(kernel).__name__}.*`k`.*Python int"):
+            MCMC(kernel, num_warmup=10, num_samples=10,
+                 progress_bar=False).run(jax.random.key(0))
+
     def poisson():
         effppl.sample("n", dist.Poisson(3.0))
         effppl.sample("x", dist.Normal(0.0, 1.0))

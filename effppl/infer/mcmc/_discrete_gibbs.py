@@ -69,8 +69,8 @@ class _Carriers:
     with a finite support not marked `infer={"enumerate": "parallel"}`. Records each carrier's
     support size (`sizes`, a Python int: static) while the model is traced."""
 
-    def __init__(self):
-        self.sizes: dict = {}
+    def __init__(self, api: str):
+        self.api, self.sizes = api, {}
 
     def __call__(self, msg):
         fn = msg["fn"]
@@ -80,10 +80,11 @@ class _Carriers:
         return self._carry
 
     def _carry(self, name, fn, obs):
+        api = f"effppl.infer.{self.api}"
         if fn.event_shape:
             raise SiteError(
-                f"effppl.infer.DiscreteHMCGibbs: site `{name}` has a {type(fn).__name__} with "
-                f"event shape {fn.event_shape}, whose support is enumerated by whole events; its "
+                f"{api}: site `{name}` (distribution {type(fn).__name__}) has event shape "
+                f"{fn.event_shape}, whose support is enumerated by whole events; its "
                 f"Gibbs updates change one scalar element at a time. Draw it in a plate instead "
                 f"of `.to_event(...)`, or mark the site `infer={{'enumerate': 'parallel'}}` to "
                 f"sum it out.")
@@ -91,23 +92,29 @@ class _Carriers:
             support = fn.enumerate_support(expand=False)
         except (NotImplementedError, ValueError) as err:
             raise SiteError(
-                f"effppl.infer.DiscreteHMCGibbs: the support of site `{name}` "
-                f"({type(fn).__name__}) cannot be enumerated ({err}); its elements need one "
-                f"support, the same for each.") from None
+                f"{api}: the support of site `{name}` ({type(fn).__name__}) cannot be "
+                f"enumerated ({err}); its elements need one support, the same for each.") from None
+        except jax.errors.ConcretizationTypeError:
+            raise SiteError(
+                f"{api}: the support of site `{name}` ({type(fn).__name__}) depends on values "
+                f"computed while the model is traced (e.g. a `Binomial` whose `total_count` is "
+                f"an array, or a latent site): its size must be known when the chain's program "
+                f"is built. Give such a count as a Python int (a constant, or a model "
+                f"argument), or mark the site `infer={{'enumerate': 'parallel'}}`.") from None
         values = jnp.reshape(support, (support.shape[0], -1))[:, 0]
         self.sizes[name + CARRIER] = int(values.shape[0])
         carrier = _SupportIndex(fn, values)
         return None, carrier.value_of(sample(name + CARRIER, carrier))
 
 
-def _with_carriers(model) -> tuple:
+def _with_carriers(model, api: str) -> tuple:
     """`(model under the carriers' reparam, its _Carriers)`, one per model object (the compiled
     programs are cached by the model), as `MCMC`'s automatic enumeration keeps its wrappers."""
     def build():
-        carriers = _Carriers()
+        carriers = _Carriers(api)
         return reparam(model, config=carriers), carriers, model
 
-    return cached(("discrete-gibbs", id(model)), build,
+    return cached(("discrete-gibbs", api, id(model)), build,
                   valid=lambda stored: stored[2] is model)[:2]
 
 
@@ -227,11 +234,19 @@ class DiscreteHMCGibbs(HMCGibbs):
     discrete updates alone (the inner kernel's statistics are those of an empty position, its
     `acceptance_rate` the target one, so that the step size's adaptation keeps still).
 
+    The chains start the discrete sites where `init_strategy` puts their carriers (the
+    default: near the start of the support); as in NumPyro, `init_to_value` does not set them
+    (its values for the discrete sites are not read). `MCMC.last_state.position` holds the
+    carriers (`x_gibbs_index`: the index of `x`'s value in its support, a float) beside the
+    continuous sites' unconstrained values.
+
     **Raises:** `KernelSettingsError` for an `inner_kernel` that is not `NUTS` or `HMC` of a
-    model (or uses another `mass_matrix`), for `random_walk`/`modified` that are not bools, and
-    when the chains run, for a model without a discrete latent site to update; `SiteError`
-    naming the site for a discrete site with an event shape (`.to_event(1)`) or a support
-    that differs between its elements. A discrete site without a finite support (`Poisson`) is
+    model (or uses another `mass_matrix`, or `find_heuristic_step_size=True`), for
+    `random_walk`/`modified` that are not bools, and when the chains run, for a model without a
+    discrete latent site to update; `SiteError` naming the site for a discrete site with an
+    event shape (`.to_event(1)`), a support that differs between its elements, or a support
+    whose size is computed while the model is traced (a `Binomial` with an array
+    `total_count`: give a Python int). A discrete site without a finite support (`Poisson`) is
     the `MCMCError` `NUTS` gives.
 
     **References:** Liu (1996), "Peskun's theorem and a modified discrete-state Gibbs sampler",
@@ -272,7 +287,7 @@ class DiscreteHMCGibbs(HMCGibbs):
         self.__dict__.update(inner_kernel.__dict__)  # the inner kernel's settings
         self.inner_kernel = inner_kernel
         self.random_walk, self.modified = bool(random_walk), bool(modified)
-        self.model, self._site_carriers = _with_carriers(inner_kernel.model)
+        self.model, self._site_carriers = _with_carriers(inner_kernel.model, self._api)
         self._propose = proposal(self.random_walk, self.modified)
 
     def settings(self) -> tuple:
