@@ -166,8 +166,14 @@ def test_post_warmup_state_skips_warmup(y):
     mcmc.warmup(jax.random.key(0), y)
     state = mcmc.post_warmup_state
     assert state.position["mu"].shape == (CHAINS,)
+    assert mcmc.last_state is state  # (NumPyro's: the warmup's last state, until new draws)
     mcmc.run(jax.random.key(1), y)
     assert mcmc.get_samples()["mu"].shape == (CHAINS * 30,)
+    assert mcmc.last_state is not state
+    np.testing.assert_allclose(mcmc.last_state.position["mu"],
+                               mcmc.get_samples(group_by_chain=True)["mu"][:, -1])
+    mcmc.warmup(jax.random.key(3), y)  # a warmup after draws: its state, not the draws' last
+    assert mcmc.last_state is mcmc.post_warmup_state
     np.testing.assert_allclose(mcmc.get_extra_fields(group_by_chain=True)["step_size"][:, 0],
                                state.step_size, rtol=1e-6)
     # With new data, the log density at the saved position is recomputed, not taken from the

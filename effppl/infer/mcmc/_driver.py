@@ -271,9 +271,9 @@ class MCMC(MCMCResultsView):
             results = without_latents(fns, info, dynamic, self.num_chains,
                                       self.num_samples // self.thinning)
             if sample:
-                self._results = results
+                self._results, self._warmed = results, None
             else:
-                self.post_warmup_state = results.last_state
+                self.post_warmup_state = self._warmed = results.last_state
             return
         sampler = sampler_for(fns, self.kernel)
         if mesh is not None:
@@ -358,12 +358,13 @@ class MCMC(MCMCResultsView):
                              getattr(self.kernel, "inverse_mass_matrix", None),
                              getattr(self.kernel, "flat_adapt_state", False)))
         if not sample:
-            self.post_warmup_state = last
+            self.post_warmup_state = self._warmed = last
             if collect_warmup and values:
                 self._results = MCMCResults(samples=_concat(values, place),
                                             stats=_concat(stats, place),
                                             fns=fns, dynamic=dynamic, info=info, last_state=last)
             return
+        self._warmed = None
         samples, stats = _concat(values, place), _concat(stats, place)
         if mesh is not None:  # read to every host once, when the draws span processes
             samples, stats = readable((samples, stats))

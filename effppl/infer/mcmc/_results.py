@@ -198,6 +198,7 @@ class MCMCResultsView:
     the first `run`)."""
 
     _results: MCMCResults | None = None
+    _warmed: MCMCState | None = None  # the state `warmup` left, until the next draws
 
     def _results_for(self, api) -> MCMCResults:
         if self._results is None:
@@ -247,7 +248,10 @@ class MCMCResultsView:
 
     @property
     def last_state(self) -> MCMCState:
-        """The chains' final state; set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
+        """The chains' final state: of the last `run`, or of `warmup` when it came after it (as
+        NumPyro's); set `mcmc.post_warmup_state = mcmc.last_state` to continue."""
+        if self._warmed is not None:
+            return self._warmed
         return self._get("last_state", "last_state")
 
     def print_summary(self, prob: float = 0.9, exclude_deterministic: bool = True) -> None:
