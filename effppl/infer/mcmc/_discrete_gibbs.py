@@ -28,7 +28,7 @@ from ...handlers import reparam
 from ...handlers.internal import SiteError, sample
 from .._compile._cache import cached
 from .._model import model_name
-from ._hmc_gibbs import HMCGibbs, inner_checked
+from ._hmc_gibbs import HMCGibbs, inner_checked, step_on
 from ._kernels import HMC, NUTS, KernelSettingsError
 
 __all__ = ["DiscreteHMCGibbs", "CARRIER", "Discrete", "layout", "proposal"]
@@ -329,20 +329,11 @@ class DiscreteHMCGibbs(HMCGibbs):
             flat, _ = jax.lax.fori_loop(0, coords.size, update,
                                         (state.position, state.logdensity))
 
-            def hmc_logdensity(position):
-                return logdensity(flat.at[hmc_index].set(position))
-
-            position = flat[hmc_index]
-            value, grad = jax.value_and_grad(hmc_logdensity)(position)
-            imm = inverse_mass_matrix
-            imm = imm[hmc_index] if jnp.ndim(imm) == 1 else imm[np.ix_(hmc_index, hmc_index)]
-            inner = state._replace(position=position, logdensity=value, logdensity_grad=grad)
-            inner, info = kernel(key_hmc, inner, hmc_logdensity, step_size, imm, **kwargs)
+            state, info = step_on(kernel, key_hmc, state, flat, hmc_index, logdensity,
+                                  step_size, inverse_mass_matrix, kwargs)
             if not hmc_index.size:  # (no continuous site: nothing for the step size to tune)
                 info = info._replace(acceptance_rate=jnp.asarray(
                     target, jnp.result_type(info.acceptance_rate)))
-            full_grad = jnp.zeros_like(flat).at[hmc_index].set(inner.logdensity_grad)
-            return inner._replace(position=flat.at[hmc_index].set(inner.position),
-                                  logdensity_grad=full_grad), info
+            return state, info
 
         return transition

@@ -22,7 +22,7 @@ from .._compile._persistent import digest
 from .._model import model_name
 from ._kernels import HMC, NUTS, KernelSettingsError, _HMCFamily, _untraced
 
-__all__ = ["HMCGibbs", "inner_checked"]
+__all__ = ["HMCGibbs", "inner_checked", "step_on"]
 
 
 class _ByIdentity:
@@ -242,20 +242,28 @@ class HMCGibbs(_HMCFamily):
             flat = ravel_pytree({n: unconstrained[n] if n in follow else v
                                  for n, v in sites.items()})[0]
 
-            def hmc_logdensity(position):
-                return logdensity(flat.at[hmc_index].set(position))
-
-            position = flat[hmc_index]
-            value, grad = jax.value_and_grad(hmc_logdensity)(position)
-            imm = inverse_mass_matrix
-            imm = imm[hmc_index] if jnp.ndim(imm) == 1 else imm[np.ix_(hmc_index, hmc_index)]
-            inner = state._replace(position=position, logdensity=value, logdensity_grad=grad)
-            inner, info = kernel(key_hmc, inner, hmc_logdensity, step_size, imm, **kwargs)
-            full_grad = jnp.zeros_like(flat).at[hmc_index].set(inner.logdensity_grad)
-            return inner._replace(position=flat.at[hmc_index].set(inner.position),
-                                  logdensity_grad=full_grad), info
+            return step_on(kernel, key_hmc, state, flat, hmc_index, logdensity, step_size,
+                           inverse_mass_matrix, kwargs)
 
         return transition
+
+
+def step_on(kernel, key, state, flat, index, logdensity, step_size, inverse_mass_matrix,
+            kwargs):
+    """One transition of `kernel` on the coordinates `index` (NumPy) of the flat vector `flat`,
+    the others held where they are: the chain's new state over the whole vector (the gradient
+    zero off `index`) and the kernel's info."""
+    def on_index(position):
+        return logdensity(flat.at[index].set(position))
+
+    value, grad = jax.value_and_grad(on_index)(flat[index])
+    imm = inverse_mass_matrix
+    imm = imm[index] if jnp.ndim(imm) == 1 else imm[np.ix_(index, index)]
+    inner = state._replace(position=flat[index], logdensity=value, logdensity_grad=grad)
+    inner, info = kernel(key, inner, on_index, step_size, imm, **kwargs)
+    full_grad = jnp.zeros_like(flat).at[index].set(inner.logdensity_grad)
+    return inner._replace(position=flat.at[index].set(inner.position),
+                          logdensity_grad=full_grad), info
 
 
 def inner_checked(api: str, inner_kernel) -> None:
