@@ -273,6 +273,12 @@ def test_autoguide_list_refuses_what_numpyros_refuses():
     with pytest.raises(AutoGuideError, match="cannot handle discrete sample site `x`"):
         handlers.seed(AutoNormal(discrete), 0)()
 
+    def point_mass():  # (issue 41: NumPyro's autoguides fit it silently, to an infinite loss)
+        x = effppl.sample("x", dist.Delta(jnp.ones(2)).to_event(1))
+        effppl.sample("y", dist.Normal(x, 1.0).to_event(1), obs=jnp.zeros(2))
+    with pytest.raises(AutoGuideError, match="`x` is a `Delta`.*deterministic"):
+        handlers.seed(AutoNormal(point_mass), 0)()
+
 
 def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
     from effppl.infer import HMCECS, NUTS, SA, KernelSettingsError, UnsupportedKernelError

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from ....handlers.internal import SiteError, is_enumerated, unconstrained_type
@@ -75,9 +76,17 @@ def _latent(guide: str, name, site, subsampled: dict) -> Latent:
             raise AutoGuideError(f"{guide}: continuous inference cannot handle discrete sample "
                                  f"site `{name}`. {err}") from None
         raise AutoGuideError(f"{guide} covers continuous latent sites only: {err}") from None
+    fn = site.message.fn
+    base = fn
+    while isinstance(base, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)):
+        base = base.base_dist
+    if isinstance(base, dist.Delta):
+        raise AutoGuideError(
+            f"{guide}: latent site `{name}` is a `Delta` (a point mass): its log density is "
+            f"minus infinity off its point, so a guide's continuous draws have none. Make it "
+            f"`effppl.deterministic({name!r}, value)`, or observe it (`obs=`).")
     shape = tuple(site.loops) + tuple(shape)
     frames = plates_.site_frames(site, {p: size for p, (size, _) in subsampled.items()})
-    fn = site.message.fn
     batch = tuple(site.loops) + tuple(fn.batch_shape)
     latent = Latent(site, shape, dtype, frames, len(batch))
     if not latent.subsampled:
