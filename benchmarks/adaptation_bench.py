@@ -43,7 +43,8 @@ are an upper bound.
 
 Usage: `python -m benchmarks.adaptation_bench [--quick] [--seeds 0,1,2] [--models a,b]
 [--methods diag,fisher_diag,low_rank] [--nutpie diag,low_rank] [--json PATH]` (`--nutpie ""`:
-no nutpie samplers).
+no nutpie samplers; a method `diag+heuristic` is `"diag"` with NumPyro's
+`find_heuristic_step_size=True`).
 """
 
 import argparse
@@ -167,7 +168,8 @@ def _ppl(name):
 
 
 def _mcmc(sampler, model, mode):
-    """A fresh MCMC object for `sampler` (`"numpyro"` or `"effppl:<mass_matrix>"`)."""
+    """A fresh MCMC object for `sampler` (`"numpyro"` or `"effppl:<mass_matrix>"`, with
+    `+heuristic` for `find_heuristic_step_size=True`)."""
     import functools
     kwargs = dict(num_warmup=mode["num_warmup"], num_samples=mode["num_samples"],
                   num_chains=mode["num_chains"], progress_bar=False)
@@ -178,7 +180,9 @@ def _mcmc(sampler, model, mode):
                                   jit_model_args=True, **kwargs)
     from effppl import infer
     fn = functools.partial(model, _ppl("effppl"))
-    return infer.MCMC(infer.NUTS(fn, mass_matrix=sampler.split(":")[1]), **kwargs)
+    scheme, _, heuristic = sampler.split(":")[1].partition("+")  # (`diag+heuristic`)
+    return infer.MCMC(infer.NUTS(fn, mass_matrix=scheme,
+                                 find_heuristic_step_size=heuristic == "heuristic"), **kwargs)
 
 
 def _min_ess(samples):

@@ -28,7 +28,7 @@ from ...handlers import reparam
 from ...handlers.internal import SiteError, sample
 from .._compile._cache import cached
 from .._model import model_name
-from ._hmc_gibbs import HMCGibbs, inner_checked, step_on
+from ._hmc_gibbs import HMCGibbs, inner_checked, per_element, step_on
 from ._kernels import HMC, NUTS, KernelSettingsError
 
 __all__ = ["DiscreteHMCGibbs", "CARRIER", "Discrete", "layout", "proposal"]
@@ -127,7 +127,8 @@ def _gibbs(modified):
     `0 .. size - 1`), its log acceptance ratio 0; `modified`: Liu's (1996) Metropolised Gibbs
     sampler, proposing from the conditional without the current value, with the log of
     `(1 - P(current)) / (1 - P(proposal))`."""
-    def propose(key, flat, coord, size, logdensity, max_size):
+    def propose(key, flat, lp, coord, size, logdensity, max_size):
+        del lp  # (every candidate's log density is computed)
         candidates = jnp.arange(max_size)
         lps = jax.vmap(lambda c: logdensity(flat.at[coord].set(c.astype(flat.dtype))))(
             candidates)
@@ -150,7 +151,7 @@ def _random_walk(modified):
     """A proposal for element `coord` drawn uniformly from its support (`modified`: from its
     other values), with the log density ratio `lp(proposal) - lp(current)` as its log
     acceptance ratio (`lp`: the current log density)."""
-    def propose(key, flat, coord, size, logdensity, max_size, lp):
+    def propose(key, flat, lp, coord, size, logdensity, max_size):
         del max_size
         if modified:
             i = jax.random.randint(key, (), 0, jnp.maximum(size - 1, 1))
@@ -169,13 +170,7 @@ def proposal(random_walk: bool, modified: bool) -> Callable:
     """`propose(key, flat, lp, coord, size, logdensity, max_size) -> (flat, lp, log ratio)`:
     NumPyro's four discrete proposals for one element of the flat vector (`lp`: the log density
     at `flat`; `size`: the element's support size, `max_size` a static bound of it)."""
-    if random_walk:
-        walk = _random_walk(modified)
-        return lambda key, flat, lp, coord, size, logdensity, max_size: walk(
-            key, flat, coord, size, logdensity, max_size, lp)
-    gibbs = _gibbs(modified)
-    return lambda key, flat, lp, coord, size, logdensity, max_size: gibbs(
-        key, flat, coord, size, logdensity, max_size)
+    return (_random_walk if random_walk else _gibbs)(modified)
 
 
 class Discrete(NamedTuple):
@@ -199,9 +194,7 @@ def layout(api: str, carriers: _Carriers, model, inner_model) -> Discrete:
             f"site to update (one with a finite support, not marked "
             f"`infer={{'enumerate': 'parallel'}}`); its latent sites are "
             f"{sorted(model.position)}. Use `NUTS` itself.")
-    # (the flat vector's order: `ravel_pytree`'s, the leaves' order)
-    size_of = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(
-        {n: np.full(np.shape(v), sizes.get(n, 0)) for n, v in model.position.items()})])
+    size_of = per_element(model.position, lambda n: sizes.get(n, 0))
     coords = np.flatnonzero(size_of > 0)
     return Discrete(coords, jnp.asarray(size_of[coords], jnp.int32), int(size_of.max()),
                     np.flatnonzero(size_of == 0))

@@ -22,7 +22,7 @@ from .._compile._persistent import digest
 from .._model import model_name
 from ._kernels import HMC, NUTS, KernelSettingsError, _HMCFamily, _untraced
 
-__all__ = ["HMCGibbs", "inner_checked", "step_on"]
+__all__ = ["HMCGibbs", "inner_checked", "per_element", "step_on"]
 
 
 class _ByIdentity:
@@ -204,11 +204,9 @@ class HMCGibbs(_HMCFamily):
             raise KernelSettingsError(
                 f"`effppl.infer.{self._api}`: gibbs_sites {missing} are not continuous latent "
                 f"sites of model `{model_name(self.model)}` (its continuous latent "
-                f"sites: {names}; a discrete site is summed out by enumeration, and NumPyro's "
-                f"`DiscreteHMCGibbs` is not available).")
-        # (the flat vector's order: `ravel_pytree`'s, the leaves' order)
-        gibbs_mask = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(
-            {n: np.full(np.shape(v), n in self.gibbs_sites) for n, v in model.position.items()})])
+                f"sites: {names}; a discrete site is summed out by enumeration, or updated by "
+                f"`DiscreteHMCGibbs`).")
+        gibbs_mask = per_element(model.position, lambda n: n in self.gibbs_sites)
         hmc_index = np.flatnonzero(~gibbs_mask)
         if hmc_index.size == 0:
             raise KernelSettingsError(
@@ -264,6 +262,13 @@ def step_on(kernel, key, state, flat, index, logdensity, step_size, inverse_mass
     full_grad = jnp.zeros_like(flat).at[index].set(inner.logdensity_grad)
     return inner._replace(position=flat.at[index].set(inner.position),
                           logdensity_grad=full_grad), info
+
+
+def per_element(position: dict, value_of: Callable) -> np.ndarray:
+    """`value_of(site)` for each element of the flat vector of `position` (dict site ->
+    array), in that vector's order (`ravel_pytree`'s: the leaves' order)."""
+    return np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(
+        {n: np.full(np.shape(v), value_of(n)) for n, v in position.items()})])
 
 
 def inner_checked(api: str, inner_kernel) -> None:
