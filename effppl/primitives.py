@@ -345,11 +345,14 @@ class plate(contextlib.ContextDecorator):
             raise SiteError(f"effppl.plate({name!r}, ..., dim={dim!r}) expected a negative int dim "
                             f"(or None to allocate one).")
         self.name, self.size, self.dim = name, _plate_size(name, size), dim
-        if subsample_size is None:  # indices given by a handler around (NumPyro's `replay` of a
-            given = given_value("plate", name)  # subsampled plate's trace): their number
-            if given is not None and len(jnp.shape(given)) == 1 and \
-                    0 < jnp.shape(given)[0] < self.size:
-                subsample_size = jnp.shape(given)[0]
+        # indices given by a handler around (NumPyro's `replay` of a subsampled plate's trace,
+        # `substitute(data={name: indices})`): their number is the subsample size, as NumPyro's
+        # (a full plate becomes subsampled; all `size` indices make a subsampled plate full)
+        given = given_value("plate", name)
+        if given is not None and len(jnp.shape(given)) == 1 and \
+                0 < jnp.shape(given)[0] <= self.size and \
+                (subsample_size is None or subsample_size < self.size):
+            subsample_size = jnp.shape(given)[0]
         self.subsample_size = self.size if subsample_size is None else \
             _plate_size(name, subsample_size)
         if self.subsample_size > self.size:

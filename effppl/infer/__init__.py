@@ -28,14 +28,15 @@ from ._util import initialize_model
 from .mcmc._barker import BarkerMH
 from .mcmc._discrete_gibbs import DiscreteHMCGibbs
 from .mcmc._driver import MCMC, DivergenceWarning, MCMCError, MCMCState
+from .mcmc._ecs import ECSError
 from .mcmc._hmc_gibbs import HMCGibbs
+from .mcmc._hmcecs import HMCECS
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
 from .mcmc._mixed_hmc import MixedHMC
 from .mcmc._mixing import ChainMixingWarning
 from .mcmc._unsupported import (
     AIES,
     ESS,
-    HMCECS,
     SA,
     UnsupportedKernelError,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "InferDiscreteError",
     "SA",
     "HMCECS",
+    "ECSError",
     "HMCGibbs",
     "DiscreteHMCGibbs",
     "MixedHMC",

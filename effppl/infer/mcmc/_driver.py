@@ -235,6 +235,9 @@ class MCMC(MCMCResultsView):
     def _prepare(self, rng_key, args, kwargs, api, init_params=None):
         """The key, the model's compiled functions and sites, and the data, placed for the mesh."""
         key = typed_key(rng_key, f"`{api}`", MCMCError)
+        setup = getattr(self.kernel, "setup_model", None)
+        if setup is not None and self._program is None:  # (`HMCECS`: its subsampled plates)
+            setup(args, kwargs)
         fns, dynamic = prepare(api, self._model(), args, kwargs)
         info = fns.site_info(dynamic)
         for name, fn in info.not_enumerable:  # the potential would say so; HMC needs it first
@@ -374,7 +377,8 @@ class MCMC(MCMCResultsView):
         depth = getattr(self.kernel, "max_tree_depth", None)
         warn_tree_depth(fns.name, self._results.stats,
                         depth[1] if isinstance(depth, tuple) else depth)  # (sampling's)
-        warn_mixing(fns.name, self._results.stats, self._results.samples)
+        warn_mixing(fns.name, self._results.stats, self._shown(self._results.samples),
+                    exact=not getattr(self.kernel, "estimated_log_density", False))
         check_draws = getattr(self.kernel, "check_draws", None)  # (a kernel's own checks)
         if check_draws is not None:
             check_draws(fns.name, self._results.samples)

@@ -60,16 +60,19 @@ def _split_rhat(x: np.ndarray) -> float:
     return float(az.rhat(x))
 
 
-def unmixed_sites(samples: dict, lp: np.ndarray) -> dict:
-    """`{name: split R-hat}` of the log density ("log density") and, on models of at most
-    `MAX_CHECKED` scalars, of each site's scalars (the largest), where it exceeds `RHAT_LIMIT`.
+def unmixed_sites(samples: dict, lp: np.ndarray, exact: bool = True) -> dict:
+    """`{name: split R-hat}` of the log density ("log density", when `exact`) and, on models of
+    at most `MAX_CHECKED` scalars, of each site's scalars (the largest), where it exceeds
+    `RHAT_LIMIT`.
 
-    **Arguments:** `samples`: `{site: float[chain, draw, ...]}`; `lp`: `float[chain, draw]`.
+    **Arguments:** `samples`: `{site: float[chain, draw, ...]}`; `lp`: `float[chain, draw]`;
+    `exact`: False when `lp` is an estimate (`HMCECS`'s, from a subsample that changes slowly):
+    it is not checked.
     """
     lp = np.asarray(lp, np.float64)
     if lp.ndim != 2 or lp.shape[1] < MIN_DRAWS:
         return {}
-    columns = {"log density": lp[..., None]}
+    columns = {"log density": lp[..., None]} if exact else {}
     values = {k: np.asarray(v, np.float64).reshape(lp.shape + (-1,)) for k, v in samples.items()
               if np.issubdtype(np.asarray(v).dtype, np.floating)}
     if sum(v.shape[-1] for v in values.values()) <= MAX_CHECKED:
@@ -83,15 +86,16 @@ def unmixed_sites(samples: dict, lp: np.ndarray) -> dict:
     return out
 
 
-def warn_mixing(model: str, stats: dict, samples: dict) -> None:
+def warn_mixing(model: str, stats: dict, samples: dict, exact: bool = True) -> None:
     """A `ChainMixingWarning` naming the chains of `stats["lp"]` (`[chain, draw]`) that
-    `lagging_chains` finds, or else the sites `unmixed_sites` finds (none: no warning)."""
+    `lagging_chains` finds, or else the sites `unmixed_sites` finds (none: no warning);
+    `exact=False`: the log density is an estimate, and only the sites are checked."""
     if "lp" not in stats:
         return
     lp = np.asarray(stats["lp"])
-    rhat, lagging = lagging_chains(lp)
+    rhat, lagging = lagging_chains(lp) if exact else (float("nan"), {})
     if not lagging:
-        unmixed = unmixed_sites(samples, lp)
+        unmixed = unmixed_sites(samples, lp, exact)
         if unmixed:
             names = ", ".join(f"{k} {r:.3g}" for k, r in sorted(unmixed.items()))
             what = ("its two halves disagree" if lp.shape[0] == 1 else "the chains disagree")

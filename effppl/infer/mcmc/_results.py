@@ -27,6 +27,9 @@ NUMPYRO_FIELDS = {  # NumPyro's name of a sampler statistic -> it, from effppl's
     "accept_prob": lambda stats: stats["acceptance_rate"],
     "num_steps": lambda stats: stats["n_steps"],
     "potential_energy": lambda stats: -stats["lp"],
+    "hmc_state.potential_energy": lambda stats: -stats["lp"],
+    "hmc_state.num_steps": lambda stats: stats["n_steps"],
+    "hmc_state.accept_prob": lambda stats: stats["acceptance_rate"],
     "adapt_state.step_size": lambda stats: stats["step_size"],
 }
 

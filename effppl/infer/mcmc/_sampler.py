@@ -89,12 +89,14 @@ class ChunkModel(NamedTuple):
     """The model as one chunk's kernel sees it (`_HMCFamily.bind`): `position`, a dict site ->
     unconstrained value of one chain (the structure of the flat vector the kernel moves);
     `unravel(flat)` -> that dict; `constrain(flat)` -> constrained latent and deterministic
-    sites; `unconstrain(values)` -> unconstrained values of constrained ones (every latent)."""
+    sites; `unconstrain(values)` -> unconstrained values of constrained ones (every latent);
+    `args()` -> the model's `(args, kwargs)` (traced: the chunk's data)."""
 
     position: Any
     unravel: Any
     constrain: Any
     unconstrain: Any
+    args: Any = None
 
 
 class Sampler:
@@ -258,7 +260,8 @@ class Sampler:
         kernel = self.kernel.bind(self._kernel, ChunkModel(
             unravel(flat_position), unravel,
             lambda flat: self.fns.constrain(unravel(flat), dynamic),
-            lambda values: self.fns.unconstrain(values, dynamic)))
+            lambda values: self.fns.unconstrain(values, dynamic),
+            lambda: self.fns.args(dynamic)))
         schedule = jnp.asarray(schedule)
         last = schedule.shape[0] - 1
         dtype = jnp.result_type(state.logdensity)

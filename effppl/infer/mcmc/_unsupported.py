@@ -2,19 +2,17 @@
 not break), building one raises an error naming what effppl offers instead.
 
 effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
-enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no energy-conserving
-subsampling HMC (`HMCECS`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler
+enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler
 (Barker's proposal is `BarkerMH`, on blackjax's `barker` kernel; HMC-within-Gibbs with the user's
 Gibbs step is `HMCGibbs`, with Gibbs updates of the discrete sites `DiscreteHMCGibbs`, and mixed
-HMC `MixedHMC`).
+HMC `MixedHMC`, energy-conserving subsampling `HMCECS`).
 """
 
 from __future__ import annotations
 
 from ..._errors import EffpplError
 
-__all__ = ["UnsupportedKernelError", "SA", "HMCECS", "AIES",
-           "ESS"]
+__all__ = ["UnsupportedKernelError", "SA", "AIES", "ESS"]
 
 
 class UnsupportedKernelError(EffpplError, NotImplementedError):
@@ -31,9 +29,6 @@ _GRADIENT = ("effppl's models are differentiable JAX programs, so use `NUTS` (or
 _WHY = {
     "SA": ("NumPyro's sample adaptive MCMC (a gradient-free sampler) has no blackjax kernel. "
            + _GRADIENT),
-    "HMCECS": ("energy-conserving subsampling HMC has no blackjax kernel. Run `NUTS` on the "
-               "full data (effppl compiles the whole log density into one program), or fit "
-               "with `SVI` and subsampled plates."),
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
     "ESS": ("NumPyro's ensemble slice sampler (Karamanis & Beutler 2021, a gradient-free "
             "ensemble method; not the elliptical slice sampler) has no blackjax kernel. "
@@ -51,6 +46,5 @@ def _unsupported(name: str) -> type:
 
 
 SA = _unsupported("SA")
-HMCECS = _unsupported("HMCECS")
 AIES = _unsupported("AIES")
 ESS = _unsupported("ESS")
