@@ -34,10 +34,10 @@ from .mcmc._hmcecs import HMCECS
 from .mcmc._kernels import HMC, NUTS, KernelSettingsError
 from .mcmc._mixed_hmc import MixedHMC
 from .mcmc._mixing import ChainMixingWarning
+from .mcmc._sa import SA
 from .mcmc._unsupported import (
     AIES,
     ESS,
-    SA,
     UnsupportedKernelError,
 )
 from .mcmc._warmup_check import MaxTreeDepthWarning, StuckChainWarning

@@ -281,11 +281,11 @@ def test_autoguide_list_refuses_what_numpyros_refuses():
 
 
 def test_numpyros_other_kernels_and_options_raise_naming_the_alternative():
-    from effppl.infer import NUTS, SA, KernelSettingsError, UnsupportedKernelError
+    from effppl.infer import AIES, ESS, NUTS, KernelSettingsError, UnsupportedKernelError
 
     def model():
         effppl.sample("x", dist.Normal(0, 1))
-    for kernel in (SA,):
+    for kernel in (AIES, ESS):
         with pytest.raises(UnsupportedKernelError, match="NUTS"):
             kernel(model)
     with pytest.raises(KernelSettingsError, match="kinetic_fn"):

@@ -359,7 +359,8 @@ class MCMC(MCMCResultsView):
                          mass_blocks=numpyro_blocks(
                              state.position, getattr(self.kernel, "dense_mass", False),
                              getattr(self.kernel, "inverse_mass_matrix", None),
-                             getattr(self.kernel, "flat_adapt_state", False)))
+                             getattr(self.kernel, "flat_adapt_state", False)),
+                         kernel_state=_kernel_state(state))
         if not sample:
             self.post_warmup_state = self._warmed = last
             if collect_warmup and values:
@@ -531,3 +532,11 @@ class MCMC(MCMCResultsView):
         stats.update({name: NUMPYRO_FIELDS[name](stats) for name in aliases
                       if name in NUMPYRO_FIELDS})
         site_fields(self._results_for("run"), aliases, "effppl.infer.MCMC.run")
+
+
+def _kernel_state(state):
+    """The fields of a kernel's chain state beyond its position and log density (`SA`'s
+    population), as a dict, or None."""
+    rest = {f: getattr(state, f) for f in state._fields
+            if f not in ("position", "logdensity", "logdensity_grad")}
+    return rest or None

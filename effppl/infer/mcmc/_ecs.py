@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 import numpyro.distributions as dist
+from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 
 from ...handlers import block, substitute, trace

@@ -128,7 +128,8 @@ class MCMCState(NamedTuple):
     `position`: dict site -> unconstrained value; `logdensity`, `logdensity_grad`: at `position`;
     `step_size`, `inverse_mass_matrix`: the adapted kernel parameters (over the flat position,
     sites in sorted order); `mass_blocks`: NumPyro's block structure of that matrix (a static
-    `MassBlocks`, no leaves; None: one block of every site).
+    `MassBlocks`, no leaves; None: one block of every site); `kernel_state`: the rest of a
+    kernel's chain state (`SA`'s population: a dict field -> array), or None.
 
     NumPyro's names read the same state, as NumPyro's `HMCState` has them (no chain axis when
     there is one chain): `z` (the position), `z_grad` (the potential energy's gradient),
@@ -143,6 +144,7 @@ class MCMCState(NamedTuple):
     step_size: Any
     inverse_mass_matrix: Any
     mass_blocks: Any = None
+    kernel_state: Any = None
 
     @property
     def z(self) -> dict:

@@ -52,6 +52,8 @@ def initial_chain(mcmc, sampler, fns, info, keys, dynamic, place, api, pws, init
                 f"`post_warmup_state`'s position (a state of another model or data?). Set "
                 f"`post_warmup_state = None` to initialise and warm up anew.")
         chain = sampler.start(mcmc.num_warmup)(position, pe, grad)
+        if pws.kernel_state is not None:  # (`SA`'s population)
+            chain = chain._replace(state=chain.state._replace(**place(pws.kernel_state)))
         return chain._replace(step_size=pws.step_size,
                               inverse_mass_matrix=pws.inverse_mass_matrix), 0
     if init_params is not None:

@@ -2,17 +2,17 @@
 not break), building one raises an error naming what effppl offers instead.
 
 effppl's `MCMC` drives blackjax's HMC family (`NUTS`, `HMC`) with discrete sites summed out by
-enumeration. blackjax has no sample-adaptive MCMC (NumPyro's `SA`), no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler
+enumeration. blackjax has no affine-invariant (`AIES`) or slice (`ESS`) ensemble sampler
 (Barker's proposal is `BarkerMH`, on blackjax's `barker` kernel; HMC-within-Gibbs with the user's
 Gibbs step is `HMCGibbs`, with Gibbs updates of the discrete sites `DiscreteHMCGibbs`, and mixed
-HMC `MixedHMC`, energy-conserving subsampling `HMCECS`).
+HMC `MixedHMC`, energy-conserving subsampling `HMCECS`, sample adaptive MCMC `SA`).
 """
 
 from __future__ import annotations
 
 from ..._errors import EffpplError
 
-__all__ = ["UnsupportedKernelError", "SA", "AIES", "ESS"]
+__all__ = ["UnsupportedKernelError", "AIES", "ESS"]
 
 
 class UnsupportedKernelError(EffpplError, NotImplementedError):
@@ -27,8 +27,6 @@ _GRADIENT = ("effppl's models are differentiable JAX programs, so use `NUTS` (or
              "whose adaptation tunes the step size and mass matrix.")
 
 _WHY = {
-    "SA": ("NumPyro's sample adaptive MCMC (a gradient-free sampler) has no blackjax kernel. "
-           + _GRADIENT),
     "AIES": "the affine-invariant ensemble sampler has no blackjax kernel. " + _GRADIENT,
     "ESS": ("NumPyro's ensemble slice sampler (Karamanis & Beutler 2021, a gradient-free "
             "ensemble method; not the elliptical slice sampler) has no blackjax kernel. "
@@ -45,6 +43,5 @@ def _unsupported(name: str) -> type:
     return type(name, (), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
 
 
-SA = _unsupported("SA")
 AIES = _unsupported("AIES")
 ESS = _unsupported("ESS")
