@@ -339,3 +339,67 @@ def test_numpyros_reparameterizer_refusing_a_site_raises_naming_it():
                                                  "site `g` \\(Gamma\\)"):
         handlers.trace(handlers.seed(handlers.reparam(gamma, config={
             "g": ep_reparam.ProjectedNormalReparam()}), 0)).get_trace()
+
+
+def test_multi_sample_guide_loss_equals_numpyros_and_fits():
+    """`Trace_ELBO(multi_sample_guide=True)`: a guide drawing 10 samples of each site at once;
+    the loss equals NumPyro's at the same key and params, and SVI fits the exact posterior."""
+    from numpyro.distributions import constraints
+
+    def model(prims, y):
+        mu = prims.sample("mu", dist.Normal(0.0, 2.0))
+        s = prims.sample("s", dist.LogNormal(0.0, 0.5))
+        with prims.plate("N", y.shape[0]):
+            prims.sample("y", dist.Normal(mu, s), obs=y)
+
+    def guide(prims, y):
+        loc = prims.param("loc", 0.0)
+        scale = prims.param("scale", 1.0, constraint=constraints.positive)
+        prims.sample("mu", dist.Normal(loc, scale).expand([10]))
+        prims.sample("s", dist.LogNormal(prims.param("s_loc", 0.0), 0.1).expand([10]))
+
+    y = jnp.array([0.5, 1.5, 2.0, 1.0])
+    params = {"loc": jnp.array(0.7), "scale": jnp.array(0.4), "s_loc": jnp.array(-0.2)}
+    ours = Trace_ELBO(multi_sample_guide=True).loss(
+        jax.random.key(3), params, lambda y: model(effppl, y), lambda y: guide(effppl, y), y)
+    theirs = NpTrace(multi_sample_guide=True).loss(
+        jax.random.key(3), params, lambda y: model(numpyro, y), lambda y: guide(numpyro, y), y)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+
+    def normal_model():
+        effppl.sample("x", dist.Normal(3.0, 2.0))
+
+    def normal_guide():
+        loc = effppl.param("loc", 0.0)
+        scale = effppl.param("scale", 1.0, constraint=constraints.positive)
+        effppl.sample("x", dist.Normal(loc, scale).expand([10]))
+
+    svi = SVI(normal_model, normal_guide, effppl.optim.Adam(0.1),
+              Trace_ELBO(multi_sample_guide=True))
+    fitted = svi.run(jax.random.key(0), 2000, progress_bar=False).params
+    np.testing.assert_allclose([fitted["loc"], fitted["scale"]], [3.0, 2.0], rtol=0.1)
+
+
+@pytest.mark.parametrize("guide_class", ["AutoNormal", "AutoDelta"])
+def test_autoguide_forward_mode_differentiation_with_a_while_loop(guide_class):
+    """NumPyro's `forward_mode_differentiation=True` on an autoguide, for a model whose
+    `while_loop` reverse mode cannot differentiate: x ~ N(0, 1), 1.0 ~ N(x, 1), so the
+    posterior is N(0.5, 1/2) (AutoDelta: its mode 0.5)."""
+    from jax import lax
+
+    from effppl.infer import autoguide
+
+    def model():
+        x = effppl.sample("x", dist.Normal(0.0, 1.0))
+        _, y = lax.while_loop(lambda c: c[0] < 3.0, lambda c: (c[0] + 1.0, c[1] * 1.0), (0.0, x))
+        effppl.sample("obs", dist.Normal(y, 1.0), obs=1.0)
+
+    guide = getattr(autoguide, guide_class)(model, forward_mode_differentiation=True)
+    svi = SVI(model, guide, effppl.optim.Adam(0.05), Trace_ELBO(num_particles=8))
+    result = svi.run(jax.random.key(0), 1500, forward_mode_differentiation=True,
+                     progress_bar=False)
+    np.testing.assert_allclose(result.params["x_auto_loc"], 0.5, atol=0.08)
+    if guide_class == "AutoNormal":
+        np.testing.assert_allclose(result.params["x_auto_scale"], np.sqrt(0.5), atol=0.1)
+    with pytest.raises(effppl.infer.autoguide.AutoGuideError, match="a bool"):
+        getattr(autoguide, guide_class)(model, forward_mode_differentiation="yes")

@@ -229,8 +229,15 @@ class Trace_ELBO(_ELBO):
     unlike NumPyro's, discrete guide sites are supported: `can_infer_discrete`).
 
     **Arguments:** `num_particles` (int), `vectorize_particles` (bool: `jax.vmap` over particles,
-    else a sequential `lax.map`), `sum_sites` (bool: False gives the loss per site, a dict site
-    name -> `-(log p - log q)` of that site's draws, NumPyro's; without the score surrogate).
+    else a sequential `lax.map`), `multi_sample_guide` (bool: the guide draws `S` samples of the
+    latent sites at once, along a leading axis of each of their values; the model is run once
+    per sample, `vmap`ped, and its log densities are summed, as NumPyro's: the ELBO is then
+    `sum_s [log p(x, z_s)] - log q(z_1..S)`), `sum_sites` (bool: False gives the loss per site,
+    a dict site name -> `-(log p - log q)` of that site's draws, NumPyro's; without the score
+    surrogate).
+
+    **Raises:** `ELBOError` with `multi_sample_guide=True` for a guide without sample sites, or
+    whose sites' leading axes differ.
 
     **References:** Ranganath et al. (2014), "Black box variational inference"; Kingma & Welling
     (2014); NumPyro's `Trace_ELBO`.
@@ -239,17 +246,49 @@ class Trace_ELBO(_ELBO):
     can_infer_discrete = True
 
     def __init__(self, num_particles: int = 1, vectorize_particles: bool = True,
-                 sum_sites: bool = True):
+                 multi_sample_guide: bool = False, sum_sites: bool = True):
         super().__init__(num_particles, vectorize_particles)
+        self.multi_sample_guide = bool(multi_sample_guide)
         self.sum_sites = bool(sum_sites)
 
     def particle(self, rng_key, param_map, model, guide, args, kwargs):
+        if self.multi_sample_guide:
+            return self._multi_sample(rng_key, param_map, model, guide, args, kwargs)
         if not self.sum_sites:
             _, _, model_tr, guide_tr = run_guide_and_model(rng_key, param_map, model, guide,
                                                            args, kwargs)
             return by_site(model_tr, guide_tr)
         log_p, log_q, _, guide_tr = run_guide_and_model(rng_key, param_map, model, guide, args,
                                                         kwargs, model_trace=False)
+        return _score_surrogate(log_p - log_q, guide_tr)
+
+
+    def _multi_sample(self, rng_key, param_map, model, guide, args, kwargs):
+        """One particle of a guide drawing `S` samples at once (`multi_sample_guide`)."""
+        log_q, guide_tr, k_model, values = run_guide(rng_key, param_map, guide, args, kwargs)
+        latent = {n: s["value"] for n, s in guide_tr.items()
+                  if (s["type"] == "sample" and not s["is_observed"]
+                      and jnp.size(s["value"]) > 0) or s["type"] == "deterministic"}
+        sizes = {n: jnp.shape(v)[0] for n, v in latent.items() if jnp.ndim(v) > 0}
+        if not any(s["type"] == "sample" and not s["is_observed"] for s in guide_tr.values()):
+            raise ELBOError("Trace_ELBO(multi_sample_guide=True): the guide is missing `sample` "
+                            "sites.")
+        if len(set(sizes.values())) != 1 or len(sizes) != len(latent):
+            raise ELBOError(f"Trace_ELBO(multi_sample_guide=True): the guide's sites must hold "
+                            f"the same number of samples along their leading axis, but their "
+                            f"shapes are {({n: tuple(jnp.shape(v)) for n, v in latent.items()})}.")
+        fixed = {n: v for n, v in values.items() if n not in latent}  # params, plates' indices
+
+        def one(key, sample):
+            given = substitute_exactly(handlers.seed(model, key), data={**fixed, **sample})
+            given.entry_point = "log_density"
+            return log_joint(given, *args, **kwargs)[1]
+
+        keys = jax.random.split(k_model, next(iter(sizes.values())))
+        log_p = jax.vmap(one)(keys, latent).sum()
+        if not self.sum_sites:
+            raise ELBOError("Trace_ELBO(multi_sample_guide=True, sum_sites=False) is not "
+                            "supported: the model's per-site terms are summed over the samples.")
         return _score_surrogate(log_p - log_q, guide_tr)
 
 

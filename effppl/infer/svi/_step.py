@@ -99,6 +99,9 @@ class Compiled:
             guide_tr = handlers.trace(handlers.seed(guide, k_guide)).get_trace(*args, **kwargs)
         given = {n: s["value"] for n, s in guide_tr.items()
                  if s["type"] == "param" or (s["type"] == "sample" and not s["is_observed"])}
+        if getattr(self.loss, "multi_sample_guide", False):  # the model takes one sample each
+            given = {n: v if guide_tr[n]["type"] == "param" or jnp.ndim(v) == 0 else v[0]
+                     for n, v in given.items()}
         model = handlers.seed(substitute_exactly(self.model, data={**given, **init_params}),
                               k_model)
         with _init_params_errors(init_params):

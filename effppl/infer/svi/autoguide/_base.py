@@ -21,6 +21,7 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
@@ -56,7 +57,9 @@ class AutoGuide(GuidePostprocess):
 
     **Arguments:** `model`; `prefix` (str, names of the params: `{site}_{prefix}_loc`, ...);
     `init_loc_fn`: an init strategy (`effppl.infer.init_to_uniform()`, ...), giving the initial
-    unconstrained locations; `create_plates`: None, or a function of the model's arguments
+    unconstrained locations; `forward_mode_differentiation`: accepted, as NumPyro's (the
+    guides' set-up takes no gradient; `SVI.run(..., forward_mode_differentiation=True)` sets
+    the ELBO's); `create_plates`: None, or a function of the model's arguments
     returning the `effppl.plate` (or a list of plates) the guide enters for the model's plate of
     that name, e.g. one whose indices the caller substitutes (NumPyro's). The guides that read
     plates (`AutoNormal`, `AutoDelta`) make the others from the model's plates.
@@ -68,7 +71,7 @@ class AutoGuide(GuidePostprocess):
     """
 
     def __init__(self, model, *, prefix: str = "auto", init_loc_fn=init_to_uniform,
-                 create_plates=None):
+                 create_plates=None, forward_mode_differentiation=False):
         if create_plates is not None and not callable(create_plates):
             raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, "
                                  f"create_plates=...) expected a function of the model's "
@@ -78,9 +81,16 @@ class AutoGuide(GuidePostprocess):
             raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, ...) "
                                  f"expected a callable model, but got {type(model).__name__} "
                                  f"{model!r:.60}.")
+        if not isinstance(forward_mode_differentiation, (bool, np.bool_)):
+            raise AutoGuideError(f"effppl.infer.autoguide.{type(self).__name__}(model, "
+                                 f"forward_mode_differentiation=...) expected a bool, but got "
+                                 f"{forward_mode_differentiation!r:.60}.")
         self.model = model
         self.prefix = prefix
         self.create_plates = create_plates
+        # NumPyro's setting for its initialisation's gradient; the guides' set-up takes none
+        # (`SVI.run(..., forward_mode_differentiation=True)` sets the ELBO's)
+        self.forward_mode_differentiation = bool(forward_mode_differentiation)
         self.init_loc_fn = init_strategy(init_loc_fn, type(self).__name__)
         self._prototype_args = None
         self._latent_names = None  # the latent sites when the guide was set up (NumPyro)

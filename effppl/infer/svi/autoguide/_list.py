@@ -45,12 +45,14 @@ class AutoGuideList:
     **References:** NumPyro's `numpyro.infer.autoguide.AutoGuideList`.
     """
 
-    def __init__(self, model, *, prefix="auto", init_loc_fn=None, create_plates=None):
+    def __init__(self, model, *, prefix="auto", init_loc_fn=None, create_plates=None,
+                 forward_mode_differentiation=False):
         if not callable(model):
             raise AutoGuideError(f"effppl.infer.autoguide.AutoGuideList(model) expected a "
                                  f"callable model, but got {type(model).__name__}.")
         self.model, self.prefix = model, prefix
         self.init_loc_fn, self.create_plates = init_loc_fn, create_plates
+        self.forward_mode_differentiation = bool(forward_mode_differentiation)  # (NumPyro's)
         self._guides: list = []
         self.__name__ = "AutoGuideList"
 

@@ -38,9 +38,10 @@ class AutoNormal(AutoGuide):
     scale_constraint = constraints.softplus_positive
 
     def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform, init_scale=0.1,
-                 create_plates=None):
+                 create_plates=None, forward_mode_differentiation=False):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
-                         create_plates=create_plates)
+                         create_plates=create_plates,
+                         forward_mode_differentiation=forward_mode_differentiation)
         self.init_scale = self._positive("init_scale", init_scale)
 
     def _params(self, sites, init, plates):
@@ -147,9 +148,11 @@ class AutoDelta(AutoGuide):
     **References:** NumPyro's `AutoDelta`.
     """
 
-    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_median, create_plates=None):
+    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_median, create_plates=None,
+                 forward_mode_differentiation=False):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
-                         create_plates=create_plates)
+                         create_plates=create_plates,
+                         forward_mode_differentiation=forward_mode_differentiation)
 
     def __call__(self, *args, **kwargs):
         sites = self._latent_sites(args, kwargs)
