@@ -276,7 +276,7 @@ def test_autoguide_list_refuses_what_numpyros_refuses():
     def point_mass():  # (issue 41: NumPyro's autoguides fit it silently, to an infinite loss)
         x = effppl.sample("x", dist.Delta(jnp.ones(2)).to_event(1))
         effppl.sample("y", dist.Normal(x, 1.0).to_event(1), obs=jnp.zeros(2))
-    with pytest.raises(AutoGuideError, match="`x` is a `Delta`.*deterministic"):
+    with pytest.raises(AutoGuideError, match="`x` has a delta distribution.*deterministic"):
         handlers.seed(AutoNormal(point_mass), 0)()
 
 
@@ -403,3 +403,18 @@ def test_autoguide_forward_mode_differentiation_with_a_while_loop(guide_class):
         np.testing.assert_allclose(result.params["x_auto_scale"], np.sqrt(0.5), atol=0.1)
     with pytest.raises(effppl.infer.autoguide.AutoGuideError, match="a bool"):
         getattr(autoguide, guide_class)(model, forward_mode_differentiation="yes")
+
+
+def test_inconsistent_plate_is_numpyros_assertion_naming_the_site():
+    from effppl.infer import autoguide
+
+    def model():
+        with effppl.plate("a", 10, dim=-1):
+            effppl.sample("x", dist.Normal(0, 1))
+        with effppl.plate("a", 10, dim=-2):
+            effppl.sample("y", dist.Normal(0, 1))
+
+    svi = SVI(model, autoguide.AutoDelta(model), effppl.optim.Adam(0.1), Trace_ELBO())
+    with pytest.raises(AssertionError, match="`a` has inconsistent dim or size.*site `y`") as err:
+        svi.run(jax.random.key(0), 2, progress_bar=False)
+    assert isinstance(err.value, autoguide.AutoGuideError)

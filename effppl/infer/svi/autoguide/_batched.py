@@ -63,9 +63,9 @@ class _AutoBatched(AutoContinuous):
             elif shape != batch:
                 raise AutoGuideError(
                     f"effppl.infer.autoguide.{type(self).__name__}(batch_ndim={self.batch_ndim}):"
-                    f" latent site `{name}` has leading dims {shape}, but site `{first}` has "
-                    f"{batch}: every latent site must share the same batch shape (the first "
-                    f"batch_ndim dims of its value).")
+                    f" inconsistent batch shapes: latent site `{name}` has leading dims "
+                    f"{shape}, but site `{first}` has {batch}; every latent site must share the "
+                    f"same batch shape (the first batch_ndim dims of its value).")
         return layout
 
     def _shape(self, layout) -> tuple:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...._errors import EffpplError
 
-__all__ = ["AutoGuideError", "MissingParamError", "ParamTypeError"]
+__all__ = ["AutoGuideError", "MissingParamError", "ParamTypeError", "InconsistentPlateError"]
 
 
 class AutoGuideError(EffpplError, ValueError):
@@ -24,3 +24,9 @@ class ParamTypeError(AutoGuideError, TypeError):
     """A value in the params given to an autoguide's `median`, `quantiles`, `sample_posterior`
     (or `NeuTraReparam`) is not an array of numbers (a string, an object): a `TypeError`, as
     JAX's would be, naming the param and what it is."""
+
+
+class InconsistentPlateError(AutoGuideError, AssertionError):
+    """One plate with different dims or sizes at two latent sites: an `AutoGuideError` naming
+    them, and the `AssertionError` NumPyro's guides raise (programs catching it keep working)."""
+

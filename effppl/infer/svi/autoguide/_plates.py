@@ -15,7 +15,7 @@ from typing import NamedTuple
 from numpyro.distributions.util import periodic_repeat
 
 from ....handlers import internal as ppl
-from ._errors import AutoGuideError
+from ._errors import AutoGuideError, InconsistentPlateError
 
 __all__ = ["Frame", "site_frames", "subsampled_plates", "check_frames", "create_plates",
            "entered", "full_size", "full_shape", "subsample_scale"]
@@ -58,17 +58,18 @@ def subsampled_plates(analysis: dict) -> dict:
 def check_frames(frames_by_site: dict, guide: str) -> dict:
     """`{plate: Frame}` over the latent sites' frames (`{site: frames}`).
 
-    **Raises:** `AutoGuideError` when one plate has different dims or sizes at two sites (as
-    NumPyro's assertion)."""
+    **Raises:** `InconsistentPlateError` (an `AutoGuideError` and an `AssertionError`, as
+    NumPyro's assertion) when one plate has different dims or sizes at two sites."""
     plates = {}
     for site, frames in frames_by_site.items():
         for frame in frames:
             seen = plates.setdefault(frame.name, frame)
             if seen != frame:
-                raise AutoGuideError(f"effppl.infer.autoguide.{guide}: plate `{frame.name}` has "
-                                     f"dim {seen.dim} and sizes {seen.size}/{seen.subsample_size}"
-                                     f" at one latent site but dim {frame.dim} and sizes "
-                                     f"{frame.size}/{frame.subsample_size} at site `{site}`.")
+                raise InconsistentPlateError(
+                    f"effppl.infer.autoguide.{guide}: plate `{frame.name}` has inconsistent dim "
+                    f"or size: dim {seen.dim} and sizes {seen.size}/{seen.subsample_size} at one "
+                    f"latent site but dim {frame.dim} and sizes {frame.size}/"
+                    f"{frame.subsample_size} at site `{site}`.")
     return plates
 
 

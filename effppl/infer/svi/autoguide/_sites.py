@@ -82,8 +82,9 @@ def _latent(guide: str, name, site, subsampled: dict) -> Latent:
         base = base.base_dist
     if isinstance(base, dist.Delta):
         raise AutoGuideError(
-            f"{guide}: latent site `{name}` is a `Delta` (a point mass): its log density is "
-            f"minus infinity off its point, so a guide's continuous draws have none. Make it "
+            f"{guide}: latent site `{name}` has a delta distribution (a point mass): its log "
+            f"density is minus infinity off its point, so a guide's continuous draws have none. "
+            f"Make it "
             f"`effppl.deterministic({name!r}, value)`, or observe it (`obs=`).")
     shape = tuple(site.loops) + tuple(shape)
     frames = plates_.site_frames(site, {p: size for p, (size, _) in subsampled.items()})
