@@ -30,9 +30,14 @@ def is_enumerated(infer) -> bool:
 
 
 def _log_prob_type(value_aval, fn_avals):
-    """The type of `fn.log_prob(value)` at one occurrence of a site."""
+    """The type of `fn.log_prob(value)` at one occurrence of a site; None for a distribution
+    without one (NumPyro's `ProjectedNormal` beyond 3 dimensions): its trace entry then has no
+    `log_prob`, as NumPyro computes a trace's log densities only when asked."""
     leaves, tree = jax.tree_util.tree_flatten(fn_avals)
-    return _log_prob_type_cached(value_aval, tuple(leaves), tree)
+    try:
+        return _log_prob_type_cached(value_aval, tuple(leaves), tree)
+    except NotImplementedError:
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,9 +144,10 @@ class trace(Handler):
                     fields["fn"] = [self._layout.add(a.shape, a.dtype, lead)
                                     for a in jax.tree_util.tree_leaves(msg_avals.fn)]
                 lp = _log_prob_type(site.aval, msg_avals.fn)
-                fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
-                if msg_avals.scale is not None:
-                    fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+                if lp is not None:
+                    fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
+                    if msg_avals.scale is not None:
+                        fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
             if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
                 fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
             if site.type == "sample":
@@ -167,12 +173,12 @@ class trace(Handler):
                 updates.append((fields["obs"], obs))
             if constraint is not None and "constraint" in fields:
                 updates += list(zip(fields["constraint"], jax.tree_util.tree_leaves(constraint)))
-            if fn is not None and "log_prob" in fields:
+            if fn is not None and "fn" in fields:
                 leaves, tree = jax.tree_util.tree_flatten(fn)
-                if "fn" in fields:
-                    same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
-                    if same and tree == self._fn_tree(site):
-                        updates += list(zip(fields["fn"], leaves))
+                same = [jnp.shape(x) for x in leaves] == [f.shape for f in fields["fn"]]
+                if same and tree == self._fn_tree(site):
+                    updates += list(zip(fields["fn"], leaves))
+            if fn is not None and "log_prob" in fields:
                 lp = masked_log_prob(fn, value, mask)  # not scaled: the scale is recorded beside it
                 if jnp.shape(lp) == fields["log_prob"].shape:
                     updates.append((fields["log_prob"], lp))

@@ -148,3 +148,32 @@ def test_neutra_with_a_flow_guide_equals_numpyros(name):
         np.testing.assert_allclose(tr[site]["value"], np_tr[site]["value"], rtol=1e-6)
     draws = ours.transform_sample(jnp.stack([z, -z]))
     np.testing.assert_allclose(draws["x"][0], tr["x"]["value"], rtol=1e-6)
+
+
+def test_neutra_on_a_simplex_site_equals_numpyros():
+    """A Dirichlet site's unconstrained value has one entry fewer than its value: NeuTra on it
+    (NumPyro's `test_neutra_reparam_unobserved_model`) gives NumPyro's log density."""
+    import numpyro.infer.autoguide as np_autoguide
+    from numpyro.infer.reparam import NeuTraReparam as NumPyroNeuTra
+
+    from effppl.infer.reparam import NeuTraReparam
+
+    def model(prims, data):
+        p = prims.sample("p", dist.Dirichlet(jnp.ones(3)))
+        with prims.plate("N", 4):
+            prims.sample("obs", dist.Categorical(p), obs=data)
+
+    data = jnp.array([0, 2, 2, 1])
+    params = {"auto_loc": jnp.array([0.2, -0.4]), "auto_scale": jnp.array([0.5, 0.8])}
+    ours = autoguide.AutoDiagonalNormal(lambda data: model(effppl, data))
+    theirs = np_autoguide.AutoDiagonalNormal(lambda data: model(numpyro, data))
+    for guide, prims in ((ours, effppl), (theirs, numpyro)):  # each sees the model once
+        prims.handlers.seed(prims.handlers.substitute(guide, data=params), 0)(data)
+    z = jnp.array([0.3, -1.1])
+    lp, tr = effppl.log_density(NeuTraReparam(ours, params).reparam(ours.model), (data,), {},
+                                {"auto_shared_latent": z})
+    np_lp, np_tr = numpyro.infer.util.log_density(
+        NumPyroNeuTra(theirs, params).reparam(theirs.model), (data,), {},
+        {"auto_shared_latent": z})
+    np.testing.assert_allclose(lp, np_lp, rtol=1e-6)
+    np.testing.assert_allclose(tr["p"]["value"], np_tr["p"]["value"], rtol=1e-6)

@@ -418,3 +418,22 @@ def test_inconsistent_plate_is_numpyros_assertion_naming_the_site():
     with pytest.raises(AssertionError, match="`a` has inconsistent dim or size.*site `y`") as err:
         svi.run(jax.random.key(0), 2, progress_bar=False)
     assert isinstance(err.value, autoguide.AutoGuideError)
+
+
+def test_trace_of_a_distribution_without_log_prob():
+    """`ProjectedNormal` in 4 dimensions has no `log_prob` in NumPyro: its trace still holds the
+    draws (`log_prob` None, as NumPyro computes log densities only when asked), with NumPyro's
+    moments; the log density itself stays loud."""
+    def model(prims, c):
+        with prims.plate("particles", 20000):
+            prims.sample("x", dist.ProjectedNormal(c))
+
+    c = jnp.array([0.5, -1.0, 0.3, 2.0])
+    with handlers.trace() as tr, handlers.seed(rng_seed=0):
+        model(effppl, c)
+    with nh.trace() as np_tr, nh.seed(rng_seed=1):
+        model(numpyro, c)
+    assert tr["x"]["log_prob"] is None and tr["x"]["value"].shape == (20000, 4)
+    np.testing.assert_allclose(tr["x"]["value"].mean(0), np_tr["x"]["value"].mean(0), atol=0.02)
+    with pytest.raises(NotImplementedError, match="ProjectedNormalReparam"):
+        effppl.log_density(lambda: model(effppl, c), (), {}, {"x": tr["x"]["value"]})

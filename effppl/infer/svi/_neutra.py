@@ -31,11 +31,13 @@ class _FromShared(Reparam):
         if obs is not None:
             raise SiteError(f"effppl.infer.reparam.NeuTraReparam: site `{name}` is observed; "
                             f"only latent sites are reparametrized (as in NumPyro).")
-        if jnp.shape(self.u) != fn.shape():
-            raise SiteError(f"effppl.infer.reparam.NeuTraReparam: site `{name}` has shape "
-                            f"{fn.shape()} here, but the guide's latent gives it {jnp.shape(self.u)} "
-                            f"(a site inside a loop is reparametrized whole: not supported).")
         transform = biject_to(fn.support)
+        expected = tuple(transform.inverse_shape(fn.shape()))  # (a simplex: one entry fewer)
+        if jnp.shape(self.u) != expected:
+            raise SiteError(f"effppl.infer.reparam.NeuTraReparam: site `{name}` has "
+                            f"unconstrained shape {expected} here, but the guide's latent gives "
+                            f"it {jnp.shape(self.u)} (a site inside a loop is reparametrized "
+                            f"whole: not supported).")
         value = transform(self.u)
         if get_mask() is not False:
             log_det = transform.log_abs_det_jacobian(self.u, value)
