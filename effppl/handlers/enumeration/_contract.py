@@ -135,7 +135,8 @@ def check_common_scale(scales: dict) -> None:
     if len(distinct) > 1:
         shown = ", ".join(f"`{n}`: {', '.join(f'{float(v):g}' for v in vs)}"
                           for n, vs in values.items())
-        raise SiteError(f"Enumerated sites and the sites depending on them must share one scale "
+        raise SiteError(f"Expected all enumerated sample sites to share a common scale: "
+                        f"enumerated sites and the sites depending on them must share one scale "
                         f"(`handlers.scale`, a subsampled plate's N / B), but found "
                         f"{len(distinct)} different scales ({shown}): their sum over the "
                         f"enumerated values is scaled once. Apply the same scale to all of them "

@@ -307,7 +307,7 @@ def _check_no_more_global(names, group, eliminated, measures):
     for var in frozenset().union(*(f.variables for f in group)) & measures.keys():
         over = measures[var].plates & eliminated
         if over:
-            raise _error(f"expected model enumeration to be no more global than guide "
+            raise _error(f"Expected model enumeration to be no more global than guide "
                          f"enumeration, but model sites {_names(names, raw=True)} enumerated "
                          f"outside plate `{min(over)}` depend on guide site "
                          f"`{var.removeprefix('_enum_')}`, enumerated inside it. Enumerate "
