@@ -148,6 +148,8 @@ class trace(Handler):
                     fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
                     if msg_avals.scale is not None:
                         fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
+                    if "fn" in fields and getattr(msg_avals, "mask", None) is not None:
+                        fields["mask"] = self._layout.add(lp.shape, jnp.bool_, lead)
             if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
                 fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
             if site.type == "sample":
@@ -182,6 +184,9 @@ class trace(Handler):
                 lp = masked_log_prob(fn, value, mask)  # not scaled: the scale is recorded beside it
                 if jnp.shape(lp) == fields["log_prob"].shape:
                     updates.append((fields["log_prob"], lp))
+                if "mask" in fields:
+                    updates.append((fields["mask"], jnp.broadcast_to(
+                        jnp.asarray(True if mask is None else mask, bool), fields["mask"].shape)))
                 if "scale" in fields:
                     updates.append((fields["scale"], scale))
             if fn is not None:
@@ -284,6 +289,8 @@ class trace(Handler):
                     fn = jax.tree_util.tree_unflatten(self._fn_tree(site),
                                                       [read(f) for f in fields["fn"]])
                     rec["fn"] = promote_batch_shape(fn) if site.in_loop else fn
+                    if "mask" in fields:  # NumPyro's trace holds the masked distribution
+                        rec["fn"] = rec["fn"].mask(read(fields["mask"]))
                 if "log_prob" in fields:
                     rec["log_prob"] = read(fields["log_prob"])
                 if "scale" in fields:
