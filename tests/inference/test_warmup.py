@@ -316,3 +316,17 @@ def test_invalid_mass_matrix_raises(kwargs, match):
 def test_dense_mass_is_mass_matrix_dense():
     assert NUTS(arma11, dense_mass=True).mass_matrix == "dense"
     assert NUTS(arma11, mass_matrix="dense").dense_mass
+
+
+def test_a_model_without_coordinates_warms_up_without_warning():
+    """A one-category Dirichlet has no unconstrained coordinate: no step can move one, and
+    that is no degenerate warmup (NumPyro's `test_trivial_dirichlet`)."""
+    def model():
+        x = sample("x", dist.Dirichlet(jnp.ones(1)).expand((4,)))
+        sample("y", dist.Normal(x, 1.0), obs=2.0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mcmc = MCMC(NUTS(model), num_warmup=30, num_samples=10, progress_bar=False)
+        mcmc.run(jax.random.key(0))
+    np.testing.assert_array_equal(mcmc.get_samples()["x"], np.ones((10, 4, 1)))

@@ -60,6 +60,8 @@ def warmup_problems(chain_state, num_warmup: int, flat_positions: np.ndarray) ->
     stuck_for = np.asarray(chain_state.stuck_for)
     eps = np.finfo(flat_positions.dtype).eps
     out = {}
+    if flat_positions.shape[-1] == 0:  # no coordinate (a one-category Dirichlet): none to move
+        return out
     for c in range(step.shape[0]):
         problems = [f"inverse mass matrix has {p}" for p in imm_problems(imm, c)]
         if not np.isfinite(step[c]) or step[c] <= 0:
