@@ -98,7 +98,8 @@ def _base_sample(params, msg, *, resume, name, **static):
         if msg.rng_key is None and static.get("site_type") == "plate":
             raise SiteError(f"The subsampled plate `{name}` needs a random key for its indices: "
                             f"run the model under `effppl.handlers.seed`, or give the indices "
-                            f"with `substitute`. HMC/NUTS do not support subsampling.")
+                            f"with `substitute`. NUTS, HMC and SA do not subsample; "
+                            f"`effppl.infer.HMCECS` does (energy-conserving subsampling).")
         if msg.rng_key is None:
             raise SiteError(f"The latent site `{name}` has no value: no handler gave it one. Run "
                             f"the model under `effppl.handlers.seed(model, rng_seed)` to draw it, "

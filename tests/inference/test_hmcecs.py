@@ -176,3 +176,57 @@ def test_enumerated_site_with_naive_subsampling():
                 progress_bar=False)
     mcmc.run(random.key(0), data)
     assert abs(float(mcmc.get_samples()["loc"].mean()) - 1.0) < 0.25
+
+
+def test_two_subsampled_plates_with_a_proxy():
+    """Two plates, each subsampled, one shared mean: the conjugate posterior mean of `a`
+    (prior N(0, 10), 500 zeros and 800 ones: 800 / (1300 + 0.01))."""
+    d1, d2 = jnp.zeros(500), jnp.ones(800)
+
+    def model(d1, d2):
+        a = effppl.sample("a", dist.Normal(0.0, 10.0))
+        with effppl.plate("P1", d1.shape[0], subsample_size=50):
+            effppl.sample("o1", dist.Normal(a, 1.0), obs=effppl.subsample(d1, event_dim=0))
+        with effppl.plate("P2", d2.shape[0], subsample_size=80):
+            effppl.sample("o2", dist.Normal(a, 1.0), obs=effppl.subsample(d2, event_dim=0))
+
+    kernel = HMCECS(NUTS(model), num_blocks=2, proxy=HMCECS.taylor_proxy({"a": jnp.array(0.6)}))
+    mcmc = MCMC(kernel, num_warmup=300, num_samples=600, progress_bar=False)
+    mcmc.run(random.key(0), d1, d2)
+    exact, sd = 800 / (1300 + 0.01), 1 / np.sqrt(1300 + 0.01)
+    assert abs(float(mcmc.get_samples()["a"].mean()) - exact) < 0.3 * sd + 3 * sd / 10
+
+
+def test_reference_params_and_data_are_checked():
+    data = _data(n=300)
+
+    def run(model, proxy, data=data):
+        MCMC(HMCECS(NUTS(model), proxy=proxy), num_warmup=2, num_samples=2,
+             progress_bar=False).run(random.key(0), data, 10)
+
+    taylor = HMCECS.taylor_proxy
+    with pytest.raises(ECSError, match=r"reference_params\['mu'\] has shape \(3,\)"):
+        run(normal_model, taylor({"mu": jnp.ones(3)}))
+    with pytest.raises(ECSError, match=r"reference_params\['mu'\] is not finite"):
+        run(normal_model, taylor({"mu": jnp.nan}))
+    with pytest.raises(ECSError, match=r"names \['zzz'\], which are not latent"):
+        run(normal_model, taylor({"mu": 0.5, "zzz": 1.0}))
+
+    def positive(data, m):
+        s = effppl.sample("s", dist.HalfNormal(1.0))
+        with effppl.plate("N", data.shape[0], subsample_size=m):
+            effppl.sample("obs", dist.Normal(0.0, s), obs=effppl.subsample(data, event_dim=0))
+
+    with pytest.raises(ECSError, match=r"reference_params\['s'\] = -1.0 is outside the support"):
+        run(positive, taylor({"s": -1.0}))
+
+    def local(data, m):
+        mu = effppl.sample("mu", dist.Normal(0.0, 1.0))
+        with effppl.plate("N", data.shape[0], subsample_size=m):
+            z = effppl.sample("z", dist.Normal(mu, 1.0))
+            effppl.sample("obs", dist.Normal(z, 1.0), obs=effppl.subsample(data, event_dim=0))
+
+    with pytest.raises(ECSError, match="latent site `z` sits inside the subsampled plate `N`"):
+        run(local, taylor({"mu": 0.0, "z": jnp.zeros(10)}))
+    with pytest.raises(ECSError, match="hold NaN"):
+        run(normal_model, None, data.at[7].set(jnp.nan))

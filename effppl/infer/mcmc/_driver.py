@@ -107,7 +107,9 @@ class MCMC(MCMCResultsView):
 
     **Arguments:**
 
-    - `kernel`: `NUTS(model, ...)`, `HMC(model, ...)` or `BarkerMH(model, ...)`.
+    - `kernel`: `NUTS(model, ...)`, `HMC(model, ...)`, `BarkerMH(model, ...)`, `SA(model, ...)`,
+      or a Gibbs kernel around `NUTS`/`HMC` (`HMCGibbs`, `DiscreteHMCGibbs`, `MixedHMC`,
+      `HMCECS`).
     - `num_warmup`: adaptation transitions per chain (discarded).
     - `num_samples`: transitions per chain after warmup; `num_samples // thinning` are kept.
     - `num_chains`: number of chains.

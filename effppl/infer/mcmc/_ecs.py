@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
@@ -26,7 +27,7 @@ from ...handlers import block, substitute, trace
 from ._kernels import KernelSettingsError
 
 __all__ = ["ECSError", "subsample_plates", "plate_log_liks", "block_update", "estimate",
-           "taylor_proxy", "TaylorProxyState"]
+           "taylor_proxy", "check_reference", "TaylorProxyState"]
 
 
 class ECSError(KernelSettingsError, RuntimeError):
@@ -135,8 +136,9 @@ def taylor_proxy(reference_params: dict, degree: int = 2) -> Callable:
     `gibbs_init(rng_key, indices) -> TaylorProxyState` of a subsample (`{plate: int[m]}`),
     `gibbs_update(rng_key, indices, state) -> (new indices, their state)` (a block update).
 
-    **Raises:** `ValueError` for a `degree` other than 1 or 2; `ECSError` (when constructed)
-    for a latent site of the model missing from `reference_params`.
+    **Raises:** `ValueError` for a `degree` other than 1 or 2; `ECSError` (when the chains
+    start) naming a latent site of the model missing from `reference_params`, a name that is
+    not a latent site, or a value of the wrong shape, not finite or outside the site's support.
     """
     if degree not in (1, 2) or isinstance(degree, bool):
         raise ValueError(f"effppl.infer.HMCECS.taylor_proxy: the Taylor proxy is defined for "
@@ -147,13 +149,7 @@ def taylor_proxy(reference_params: dict, degree: int = 2) -> Callable:
 
     def construct(prototype_trace, subsample_plate_sizes, model, model_args, model_kwargs,
                   num_blocks=1):
-        latent = [n for n, s in prototype_trace.items()
-                  if s["type"] == "sample" and not s["is_observed"]]
-        missing = [n for n in latent if n not in reference_params]
-        if missing:
-            raise ECSError(f"effppl.infer.HMCECS.taylor_proxy: reference_params lacks the "
-                           f"latent site(s) {missing} of the model; the proxy expands the log "
-                           f"likelihood around a value of every latent site.")
+        check_reference(reference_params, prototype_trace)
 
         def transform(name):  # unconstrained -> constrained (the identity off sample sites)
             site = prototype_trace.get(name)
@@ -169,17 +165,20 @@ def taylor_proxy(reference_params: dict, degree: int = 2) -> Callable:
             return plate_log_liks(model, model_args, model_kwargs, values, indices)
 
         def stats(flat, indices, weights=None):
-            def total(f):
-                return {k: (v if weights is None else v * weights[k]).sum()
-                        for k, v in log_lik(f, indices).items()}
+            def total(f):  # (the plates in `weights` only: one plate's sum at a time)
+                assert weights is not None
+                return {k: (v * weights[k]).sum()
+                        for k, v in log_lik(f, indices).items() if k in weights}
 
             def each(f):
                 return log_lik(f, indices)
 
+            # forward mode: `d` passes over the subsample each (reverse mode would take one
+            # pass per element of a vector output: quadratic in the subsample size)
             fn = each if weights is None else total
-            out = [fn(flat), jax.jacobian(fn)(flat)]
+            out = [fn(flat), jax.jacfwd(fn)(flat)]
             if degree == 2:
-                out.append(jax.hessian(fn)(flat))
+                out.append(jax.jacfwd(jax.jacfwd(fn))(flat))
             return out
 
         plates = dict(subsample_plate_sizes)
@@ -219,4 +218,39 @@ def taylor_proxy(reference_params: dict, degree: int = 2) -> Callable:
 
         return proxy_fn, gibbs_init, gibbs_update
 
+    construct.reference_params = reference_params  # (`HMCECS` checks them before compiling)
     return construct
+
+
+def check_reference(reference_params: dict, prototype_trace: dict) -> None:
+    """`ECSError` naming the site unless `reference_params` give every latent site of the
+    prototype trace (and nothing else) a finite value of its shape inside its support."""
+    latent = {n: s for n, s in prototype_trace.items()
+              if s["type"] == "sample" and not s["is_observed"]}
+    api = "effppl.infer.HMCECS.taylor_proxy"
+    missing = [n for n in latent if n not in reference_params]
+    if missing:
+        raise ECSError(f"{api}: reference_params lacks the latent site(s) {missing} of the "
+                       f"model; the proxy expands the log likelihood around a value of every "
+                       f"latent site.")
+    extra = [n for n in reference_params if n not in latent]
+    if extra:
+        raise ECSError(f"{api}: reference_params names {extra}, which are not latent sites of "
+                       f"the model (its latent sites: {sorted(latent)}).")
+    for name, site in latent.items():
+        value = reference_params[name]
+        if isinstance(value, jax.core.Tracer):
+            continue  # (checked where the values are known)
+        value = np.asarray(value)
+        shape = np.shape(site["value"])
+        if value.shape != shape:
+            raise ECSError(f"{api}: reference_params[{name!r}] has shape {value.shape}, but "
+                           f"site `{name}` has shape {shape}.")
+        if not np.all(np.isfinite(value)):
+            raise ECSError(f"{api}: reference_params[{name!r}] is not finite "
+                           f"({value.tolist()!r:.60}).")
+        with jax.ensure_compile_time_eval():  # (also while a sampler's program is traced)
+            inside = np.asarray(site["fn"].support(jnp.asarray(value, site["value"].dtype)))
+        if not np.all(inside):
+            raise ECSError(f"{api}: reference_params[{name!r}] = {value.tolist()!r:.60} is outside the "
+                           f"support of site `{name}` ({site['fn'].support}).")

@@ -27,7 +27,15 @@ from ...handlers import reparam, seed, substitute, trace
 from ...handlers.internal import sample
 from .._compile._cache import cached
 from .._model import model_name
-from ._ecs import ECSError, block_update, estimate, plate_log_liks, subsample_plates, taylor_proxy
+from ._ecs import (
+    ECSError,
+    block_update,
+    check_reference,
+    estimate,
+    plate_log_liks,
+    subsample_plates,
+    taylor_proxy,
+)
 from ._hmc_gibbs import HMCGibbs, _ByIdentity, inner_checked, per_element, step_on
 from ._kernels import HMC, NUTS, KernelSettingsError
 
@@ -129,8 +137,10 @@ class HMCECS(HMCGibbs):
     **Raises:** `KernelSettingsError` for an `inner_kernel` that is not `NUTS` or `HMC` of a
     model, a `num_blocks` that is not a positive int, or a `proxy` that is not callable; when
     the chains run, an `ECSError` (also a `RuntimeError`, NumPyro's type) for a model without
-    subsampled plates, for a proxy on a model with discrete latent sites, and for an observed
-    site inside two subsampled plates.
+    subsampled plates, for data holding NaN or inf, and, with a proxy, for discrete latent
+    sites, a latent site inside a subsampled plate, an observed site inside two subsampled
+    plates, or `reference_params` that miss a latent site or give one a value of the wrong
+    shape, not finite or outside its support.
 
     **References:** Dang, Quiroz, Kohn, Tran & Villani (2019), "Hamiltonian Monte Carlo with
     energy conserving subsampling", JMLR 20; Quiroz, Kohn, Villani & Tran (2019), "Speeding up
@@ -215,12 +225,33 @@ class HMCECS(HMCGibbs):
         if clash:
             raise ECSError(f"`effppl.infer.{self._api}`: model `{model_name(inner)}` has a site "
                            f"named {clash[0]!r}, the name of the carrier of a plate's indices.")
+        bad = sorted({kind for x in jax.tree.leaves((args, kwargs))
+                      if isinstance(x, (jax.Array, np.ndarray))
+                      and jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+                      for kind, test in (("NaN", jnp.isnan), ("inf", jnp.isinf))
+                      if bool(jnp.any(test(x)))})
+        if bad:
+            raise ECSError(f"`effppl.infer.{self._api}`: the data of model `{model_name(inner)}` "
+                           f"hold {' and '.join(bad)} (in its array arguments): a subsample "
+                           f"holding such a value has a non-finite log density, and one "
+                           f"without it hides it. Drop those values before sampling.")
         if self.proxy is not None:
             discrete = [n for n, s in tr.items() if s["type"] == "sample"
                         and not s["is_observed"] and s["fn"].support.is_discrete]
             if discrete:
                 raise ECSError(f"`effppl.infer.{self._api}`: Currently, the proxy does not "
                                f"support models with discrete latent sites ({discrete}).")
+            local = [(n, f.name) for n, s in tr.items() if s["type"] == "sample"
+                     and not s["is_observed"] for f in s["cond_indep_stack"] if f.name in plates]
+            if local:
+                raise ECSError(f"`effppl.infer.{self._api}`: latent site `{local[0][0]}` sits "
+                               f"inside the subsampled plate `{local[0][1]}`: the Taylor proxy "
+                               f"expands the log likelihood around one value of every latent "
+                               f"site, so local latent sites are not supported with a proxy "
+                               f"(use proxy=None, or make the site global).")
+            reference = getattr(self.proxy, "reference_params", None)
+            if reference is not None:
+                check_reference(reference, tr)
         self._plates, self._prototype = plates, tr
         self.model = _with_carriers(inner, plates, self.proxy is not None)
 
