@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._mutable import mutable_op
 from ..primitives import SiteError, deterministic_op, param_op, promote_batch_shape, sample_op
@@ -52,6 +53,19 @@ def _log_prob_type_cached(value_aval, fn_leaves, fn_tree):
 
     return jax.eval_shape(log_prob, structs,
                           jax.ShapeDtypeStruct(value_aval.shape, value_aval.dtype))
+
+
+def _mask_fits(mask_aval, shape) -> bool:
+    """Whether a site's `mask` (its abstract value, or None) broadcasts to `shape` (its log
+    density's): then the trace's `fn` is the masked distribution. (A mask wider than the site,
+    e.g. a plate's mask over a global enumerated site, is applied to the log density only.)"""
+    if mask_aval is None:
+        return False
+    try:
+        return tuple(np.broadcast_shapes(tuple(getattr(mask_aval, "shape", ())), tuple(shape))) \
+            == tuple(shape)
+    except ValueError:
+        return False
 
 
 def recorded(sites: dict) -> dict:
@@ -148,7 +162,7 @@ class trace(Handler):
                     fields["log_prob"] = self._layout.add(lp.shape, lp.dtype, lead)
                     if msg_avals.scale is not None:
                         fields["scale"] = self._layout.add(lp.shape, lp.dtype, lead)
-                    if "fn" in fields and getattr(msg_avals, "mask", None) is not None:
+                    if "fn" in fields and _mask_fits(getattr(msg_avals, "mask", None), lp.shape):
                         fields["mask"] = self._layout.add(lp.shape, jnp.bool_, lead)
             if site.type == "sample" and getattr(msg_avals, "obs", None) is not None:
                 fields["obs"] = self._layout.add(msg_avals.obs.shape, msg_avals.obs.dtype, lead)
