@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from jax.scipy.special import logsumexp
 
@@ -66,15 +67,11 @@ def _fit(zs, dense: bool):
 
 
 def _log_q(z, loc, scale):
-    """The log density at `z` of the Gaussian `(loc, scale)` of `_fit`."""
-    d = z.shape[-1]
+    """The log density at `z` of the Gaussian `(loc, scale)` of `_fit` (NumPyro's
+    distributions)."""
     if scale.ndim == 1:
-        white = (z - loc) / scale
-        log_det = jnp.sum(jnp.log(scale))
-    else:
-        white = jax.scipy.linalg.solve_triangular(scale, z - loc, lower=True)
-        log_det = jnp.sum(jnp.log(jnp.diagonal(scale)))
-    return -0.5 * jnp.sum(white ** 2) - log_det - 0.5 * d * jnp.log(2 * jnp.pi)
+        return dist.Normal(loc, scale).log_prob(z).sum(-1)
+    return dist.MultivariateNormal(loc, scale_tril=scale).log_prob(z)
 
 
 def sa_kernel(dense: bool, divergence_threshold: float) -> Callable:
